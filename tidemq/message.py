@@ -1,0 +1,518 @@
+"""Messages and their codecs: properties, stored records, batch bodies, message ids.
+
+Pure functions only: bytes in, values out (and back), no sockets, files or clocks (the unique-id
+generator takes its clock and counter as arguments). Every decoder raises
+:class:`tidemq.errors.CodecError` and nothing else on bad input.
+
+Stored record layout (RocketMQ 4.x CommitLog, also the pull-response body element), big-endian:
+``totalSize i32 | magic u32 | bodyCRC i32 | queueId i32 | flag i32 | queueOffset i64 |
+physicalOffset i64 | sysFlag i32 | bornTimestamp i64 | bornHost (4+4 or 16+4) | storeTimestamp i64 |
+storeHost (4+4 or 16+4) | reconsumeTimes i32 | preparedTransactionOffset i64 |
+bodyLength i32 + body | topicLength i8 + topic | propertiesLength i16 + properties``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+from enum import IntFlag
+
+from tidemq.errors import CodecError
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+NAME_VALUE_SEP = "\x01"
+PROPERTY_SEP = "\x02"
+
+
+class SysFlag(IntFlag):
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+
+
+TRANSACTION_MASK = 0xC
+
+
+class Prop:
+    """Reserved property keys (RocketMQ MessageConst)."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    UNIQ_KEY = "UNIQ_KEY"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    CLUSTER = "CLUSTER"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+
+
+# ---------------------------------------------------------------------------------------------
+# properties
+
+
+def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
+    """Parse ``k\\x01v\\x02k\\x01v`` (Java: no trailing separator; cpp: one after every pair).
+
+    Entries with an empty name or value, or without a separator, are skipped as both clients do.
+    """
+    if not isinstance(data, str):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CodecError("properties are not UTF-8") from None
+    out: dict[str, str] = {}
+    if not data:
+        return out
+    for item in data.split(PROPERTY_SEP):
+        name, sep, value = item.partition(NAME_VALUE_SEP)
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    """Java form: pairs joined by \\x02, no trailing separator."""
+    return PROPERTY_SEP.join(f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if k and v != "")
+
+
+# ---------------------------------------------------------------------------------------------
+# hashing
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode`` as a signed 32-bit int (UTF-16 code units)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tag code of a message: Java hash of TAGS, 0 without a tag."""
+    return java_hash(tags) if tags else 0
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# hosts and message ids
+
+
+def pack_host(host: str, port: int) -> tuple[bytes, bool]:
+    """Return (address bytes, is_ipv6). Names that are not IP literals are resolved to IPv4."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            ip = ipaddress.ip_address(socket.gethostbyname(host))
+        except OSError:
+            ip = ipaddress.IPv4Address("0.0.0.0")
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped.packed, False
+        return ip.packed, True
+    return ip.packed, False
+
+
+def format_host(addr: bytes, port: int) -> str:
+    if len(addr) == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, addr)}:{port}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, addr)}]:{port}"
+
+
+def encode_offset_msg_id(host_bytes: bytes, port: int, commit_log_offset: int) -> str:
+    return (host_bytes + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """Return (broker address, commit-log offset) of an offset message id."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise CodecError(f"message id {msg_id!r} is not hexadecimal") from None
+    if len(raw) == 16:
+        host, rest = raw[:4], raw[4:]
+    elif len(raw) == 28:
+        host, rest = raw[:16], raw[16:]
+    else:
+        raise CodecError(f"message id {msg_id!r} has {len(raw)} bytes, expected 16 or 28")
+    port, offset = struct.unpack(">iq", rest)
+    return format_host(host, port), offset
+
+
+def make_uniq_id(ip: bytes, pid: int, start: bytes, millis_in_month: int, counter: int) -> str:
+    """A client unique id (UNIQ_KEY): 16 bytes as 32 upper-case hex characters.
+
+    ``ip`` (4 bytes) + pid (2) + ``start`` (4 random bytes chosen at client start) + milliseconds
+    since the month began (4) + counter (2). Callers supply clock and counter.
+    """
+    return (
+        ip[:4].rjust(4, b"\0")
+        + struct.pack(">H", pid & 0xFFFF)
+        + start[:4].rjust(4, b"\0")
+        + struct.pack(">IH", millis_in_month & 0xFFFFFFFF, counter & 0xFFFF)
+    ).hex().upper()
+
+
+# ---------------------------------------------------------------------------------------------
+# messages
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send. ``properties`` holds user properties and reserved keys alike."""
+
+    topic: str
+    body: bytes = b""
+    tags: str | None = None
+    keys: str | list[str] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+
+    def all_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.tags:
+            props[Prop.TAGS] = self.tags
+        if self.keys:
+            props[Prop.KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+        return props
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A stored message as read back from the CommitLog or a pull response."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_size: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+    body_crc: int
+    offset_msg_id: str
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        k = self.properties.get(Prop.KEYS)
+        return k.split() if k else []
+
+    @property
+    def msg_id(self) -> str:
+        """The client-visible id: UNIQ_KEY when the producer set one, else the offset id."""
+        return self.properties.get(Prop.UNIQ_KEY) or self.offset_msg_id
+
+
+# ---------------------------------------------------------------------------------------------
+# stored records
+
+# fixed part with IPv4 hosts, up to and including bodyLength (88 bytes)
+_REC4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
+_HEAD = struct.Struct(">iIiiiqqiq")  # through bornTimestamp (48 bytes)
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+STORE_TIMESTAMP_POS = 56  # IPv4 born host
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, v6_hosts: int = 0) -> int:
+    return 91 + body_len + topic_len + props_len + 12 * v6_hosts
+
+
+def encode_record(
+    *,
+    topic: bytes,
+    body: bytes | memoryview,
+    properties: bytes,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    crc: int | None = None,
+) -> bytes:
+    """Encode one stored record. ``born_host``/``store_host`` are 4 (IPv4) or 16 (IPv6) bytes."""
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise CodecError(f"topic is {len(topic)} bytes, at most {MAX_TOPIC_LENGTH} allowed")
+    if len(properties) > MAX_PROPERTIES_LENGTH:
+        raise CodecError(f"properties are {len(properties)} bytes, at most {MAX_PROPERTIES_LENGTH}")
+    sys_flag &= ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    if len(born_host) == 16:
+        sys_flag |= SysFlag.BORNHOST_V6
+    if len(store_host) == 16:
+        sys_flag |= SysFlag.STOREHOST_V6
+    v6 = (len(born_host) == 16) + (len(store_host) == 16)
+    total = record_size(len(body), len(topic), len(properties), v6)
+    if crc is None:
+        crc = body_crc(body)
+    parts = [
+        _HEAD.pack(
+            total, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+            born_timestamp,
+        ),
+        born_host,
+        struct.pack(">iq", born_port, store_timestamp),
+        store_host,
+        struct.pack(">iiqi", store_port, reconsume_times, prepared_transaction_offset, len(body)),
+        body,
+        struct.pack(">b", len(topic)),
+        topic,
+        struct.pack(">h", len(properties)),
+        properties,
+    ]
+    return b"".join(parts)
+
+
+@dataclass(slots=True, frozen=True)
+class RecordHeader:
+    """The parts of a stored record the store needs without decoding the body."""
+
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    store_timestamp: int
+    body_start: int  # relative to the record start
+    body_length: int
+    topic: str
+    properties: str
+
+
+def _need(buf: memoryview | bytes, pos: int, n: int, end: int) -> None:
+    if n < 0 or pos + n > end:
+        raise CodecError(f"record truncated at byte {pos}: need {n} more bytes")
+
+
+def decode_record_header(buf: bytes | memoryview, pos: int = 0, end: int | None = None) -> RecordHeader:
+    """Decode a record's framing, topic and properties (not the body) at ``pos``."""
+    mv = memoryview(buf)
+    if end is None:
+        end = len(mv)
+    _need(mv, pos, 8, end)
+    total, magic = struct.unpack_from(">iI", mv, pos)
+    if magic != MESSAGE_MAGIC:
+        raise CodecError(f"bad magic code 0x{magic:08X} at byte {pos}")
+    if total < 91 or pos + total > end:
+        raise CodecError(f"record at byte {pos} claims {total} bytes, {end - pos} available")
+    rend = pos + total
+    crc, queue_id, _flag, queue_offset, physical_offset, sys_flag = struct.unpack_from(
+        ">iiiqqi", mv, pos + 8
+    )
+    p = pos + 48
+    p += (16 if sys_flag & SysFlag.BORNHOST_V6 else 4) + 4
+    _need(mv, p, 8, rend)
+    (store_ts,) = struct.unpack_from(">q", mv, p)
+    p += 8 + (16 if sys_flag & SysFlag.STOREHOST_V6 else 4) + 4 + 4 + 8
+    _need(mv, p, 4, rend)
+    (body_len,) = struct.unpack_from(">i", mv, p)
+    p += 4
+    _need(mv, p, body_len, rend)
+    body_start = p
+    p += body_len
+    _need(mv, p, 1, rend)
+    (topic_len,) = struct.unpack_from(">b", mv, p)
+    p += 1
+    _need(mv, p, topic_len, rend)
+    try:
+        topic = bytes(mv[p : p + topic_len]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise CodecError(f"topic of record at byte {pos} is not UTF-8") from None
+    p += topic_len
+    _need(mv, p, 2, rend)
+    (props_len,) = struct.unpack_from(">h", mv, p)
+    p += 2
+    _need(mv, p, props_len, rend)
+    try:
+        props = bytes(mv[p : p + props_len]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise CodecError(f"properties of record at byte {pos} are not UTF-8") from None
+    p += props_len
+    if p != rend:
+        raise CodecError(f"record at byte {pos} has {rend - p} bytes past its properties")
+    return RecordHeader(
+        total, magic, crc, queue_id, queue_offset, physical_offset, sys_flag, store_ts,
+        body_start - pos, body_len, topic, props,
+    )
+
+
+def decode_record(buf: bytes | memoryview, pos: int = 0, end: int | None = None) -> MessageExt:
+    mv = memoryview(buf)
+    if end is None:
+        end = len(mv)
+    h = decode_record_header(mv, pos, end)
+    (_t, _m, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(mv, pos)
+    p = pos + 48
+    blen = 16 if sys_flag & SysFlag.BORNHOST_V6 else 4
+    born = bytes(mv[p : p + blen])
+    (born_port, store_ts) = struct.unpack_from(">iq", mv, p + blen)
+    p += blen + 12
+    slen = 16 if sys_flag & SysFlag.STOREHOST_V6 else 4
+    store = bytes(mv[p : p + slen])
+    (store_port, reconsume, prepared) = struct.unpack_from(">iiq", mv, p + slen)
+    body = bytes(mv[pos + h.body_start : pos + h.body_start + h.body_length])
+    return MessageExt(
+        topic=h.topic,
+        body=body,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commit_log_offset=phys,
+        store_size=h.total_size,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=format_host(born, born_port),
+        store_timestamp=store_ts,
+        store_host=format_host(store, store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        properties=decode_properties(h.properties),
+        body_crc=crc,
+        offset_msg_id=encode_offset_msg_id(store, store_port, phys),
+    )
+
+
+def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[MessageExt]:
+    """Decode a pull-response body: records back to back. Compressed bodies are inflated."""
+    mv = memoryview(buf)
+    out: list[MessageExt] = []
+    pos = 0
+    while pos < len(mv):
+        msg = decode_record(mv, pos)
+        pos += msg.store_size
+        if decompress and msg.sys_flag & SysFlag.COMPRESSED:
+            msg.body = inflate(msg.body)
+            msg.sys_flag &= ~SysFlag.COMPRESSED
+        out.append(msg)
+    return out
+
+
+def inflate(data: bytes, limit: int = 64 * DEFAULT_MAX_BODY) -> bytes:
+    """zlib-inflate with a bound on the output size."""
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, limit)
+    except zlib.error as exc:
+        raise CodecError(f"compressed body is not valid zlib data: {exc}") from None
+    if d.unconsumed_tail:
+        raise CodecError(f"compressed body inflates beyond {limit} bytes")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# batch bodies
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
+
+
+@dataclass(slots=True, frozen=True)
+class BatchItem:
+    flag: int
+    body: bytes
+    properties: str
+
+
+def encode_batch(items: list[tuple[int, bytes, str]]) -> bytes:
+    """Encode (flag, body, properties string) elements as a SEND_BATCH_MESSAGE body."""
+    parts: list[bytes] = []
+    for flag, body, props in items:
+        pb = props.encode("utf-8")
+        if len(pb) > MAX_PROPERTIES_LENGTH:
+            raise CodecError(f"properties are {len(pb)} bytes, at most {MAX_PROPERTIES_LENGTH}")
+        total = 22 + len(body) + len(pb)
+        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
+        parts.append(body)
+        parts.append(struct.pack(">h", len(pb)))
+        parts.append(pb)
+    return b"".join(parts)
+
+
+def decode_batch(buf: bytes | memoryview, max_items: int = 1 << 16) -> list[BatchItem]:
+    mv = memoryview(buf)
+    end = len(mv)
+    pos = 0
+    items: list[BatchItem] = []
+    while pos < end:
+        if len(items) >= max_items:
+            raise CodecError(f"batch holds more than {max_items} messages")
+        _need(mv, pos, _BATCH_HEAD.size, end)
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+        if total < 22 or pos + total > end:
+            raise CodecError(f"batch element at byte {pos} claims {total} bytes")
+        rend = pos + total
+        p = pos + _BATCH_HEAD.size
+        _need(mv, p, body_len, rend)
+        body = bytes(mv[p : p + body_len])
+        p += body_len
+        _need(mv, p, 2, rend)
+        (plen,) = struct.unpack_from(">h", mv, p)
+        p += 2
+        _need(mv, p, plen, rend)
+        try:
+            props = bytes(mv[p : p + plen]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CodecError(f"properties of batch element at byte {pos} are not UTF-8") from None
+        p += plen
+        if p != rend:
+            raise CodecError(f"batch element at byte {pos} has {rend - p} stray bytes")
+        items.append(BatchItem(flag, body, props))
+        pos = rend
+    if not items:
+        raise CodecError("batch is empty")
+    return items
+
+
+def local_ip_bytes() -> bytes:
+    """Best-effort IPv4 of this host for unique ids (no network traffic)."""
+    try:
+        return socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return b"\x7f\x00\x00\x01"
+
+
+def random_bytes(n: int) -> bytes:
+    return os.urandom(n)

@@ -1,0 +1,104 @@
+"""RemotingCommand: one request or response of RocketMQ remoting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidemq.remoting.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    SERVER_VERSION,
+    LanguageCode,
+    ResponseCode,
+    SerializeType,
+)
+
+Body = bytes | memoryview | list | tuple | None
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """A decoded frame. ``ext_fields`` is always str -> str (the wire's custom header)."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    language: int = LanguageCode.PYTHON
+    version: int = SERVER_VERSION
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: Body = None
+    serialize_type: int = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    @classmethod
+    def request(
+        cls, code: int, fields: dict[str, object] | None = None, body: Body = None, oneway: bool = False
+    ) -> "RemotingCommand":
+        ext = {k: _to_str(v) for k, v in (fields or {}).items() if v is not None}
+        return cls(code=int(code), flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext, body=body)
+
+    def response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        fields: dict[str, object] | None = None,
+        body: Body = None,
+    ) -> "RemotingCommand":
+        """A response to this request, in its serialize type, with every field as a string."""
+        ext = {k: _to_str(v) for k, v in (fields or {}).items() if v is not None}
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            language=LanguageCode.JAVA,
+            version=SERVER_VERSION,
+            remark=remark,
+            ext_fields=ext,
+            body=body,
+            serialize_type=self.serialize_type,
+        )
+
+    def body_bytes(self) -> bytes:
+        b = self.body
+        if b is None:
+            return b""
+        if isinstance(b, (list, tuple)):
+            return b"".join(bytes(p) for p in b)
+        return bytes(b)
+
+    # Typed access to extFields; callers turn ValueError into the right response code.
+    def get_str(self, name: str, default: str | None = None) -> str | None:
+        return self.ext_fields.get(name, default)
+
+    def get_int(self, name: str, default: int | None = None) -> int:
+        v = self.ext_fields.get(name)
+        if v is None or v == "":
+            if default is None:
+                raise ValueError(f"missing header field {name!r}")
+            return default
+        try:
+            return int(v)
+        except ValueError:
+            raise ValueError(f"header field {name!r} is not an integer: {v!r}") from None
+
+    def get_bool(self, name: str, default: bool = False) -> bool:
+        v = self.ext_fields.get(name)
+        if v is None or v == "":
+            return default
+        return v.lower() in ("true", "1")
+
+
+def _to_str(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)

@@ -1,0 +1,289 @@
+"""asyncio plumbing for RocketMQ remoting: one protocol class for both ends of a connection.
+
+Invariants: a connection decodes frames in arrival order and hands each request to its handler
+synchronously, so requests a peer sends in order are processed in order (a oneway offset commit
+that precedes an unregister is applied first). A handler may return a response, ``None`` (no
+answer, e.g. oneway) or an awaitable that resolves to one (long polling, SYNC_FLUSH waits); only
+those run as tasks. A broken frame closes that one connection and is logged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from tidemq.errors import ConnectError, FrameError, RemotingError, RemotingTimeoutError
+from tidemq.remoting.codes import ResponseCode
+from tidemq.remoting.command import RemotingCommand
+from tidemq.remoting.frame import DEFAULT_MAX_FRAME, encode_frame_parts, iter_frames
+
+log = logging.getLogger(__name__)
+
+HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
+
+
+class RequestHandler(Protocol):
+    def handle(self, conn: "Connection", cmd: RemotingCommand) -> HandlerResult: ...
+
+    def connection_lost(self, conn: "Connection") -> None: ...
+
+
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    return next(_opaque_counter) & 0x7FFFFFFF
+
+
+class Connection(asyncio.Protocol):
+    """One remoting connection. Serves requests (via ``handler``) and matches responses by opaque."""
+
+    def __init__(self, handler: RequestHandler | None, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.handler = handler
+        self.max_frame = max_frame
+        self.transport: asyncio.Transport | None = None
+        self.peer: str = "?"
+        self.closed = asyncio.get_running_loop().create_future()
+        self._buf = bytearray()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self.attrs: dict[str, object] = {}
+
+    # asyncio.Protocol -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        try:
+            for cmd in iter_frames(buf, self.max_frame):
+                if cmd.is_response:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                else:
+                    self._dispatch(cmd)
+        except FrameError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            self._buf.clear()
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        err = ConnectError(f"connection to {self.peer} closed")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self.handler is not None:
+            try:
+                self.handler.connection_lost(self)
+            except Exception:  # the handler's bug must not leak into the loop
+                log.exception("connection_lost handler failed for %s", self.peer)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # serving --------------------------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if self.handler is None:
+            return
+        try:
+            result = self.handler.handle(self, cmd)
+        except Exception as exc:
+            log.exception("request code %s from %s failed", cmd.code, self.peer)
+            result = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            if not cmd.is_oneway:
+                self.send(result)
+            return
+        task = asyncio.ensure_future(result)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t, c=cmd: self._finish(t, c))
+
+    def _finish(self, task: asyncio.Future, cmd: RemotingCommand) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("request code %s from %s failed: %r", cmd.code, self.peer, exc)
+            resp: RemotingCommand | None = cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+        else:
+            resp = task.result()
+        if resp is not None and not cmd.is_oneway:
+            self.send(resp)
+
+    # sending --------------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        t.writelines(encode_frame_parts(cmd))
+
+    async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        if not self.is_open:
+            raise ConnectError(f"connection to {self.peer} is closed")
+        loop = asyncio.get_running_loop()
+        cmd.opaque = next_opaque()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[cmd.opaque] = fut
+        self.send(cmd)
+        handle = loop.call_later(timeout, _expire, fut, cmd, self.peer, timeout)
+        try:
+            return await fut
+        finally:
+            handle.cancel()
+            self._pending.pop(cmd.opaque, None)
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        if not self.is_open:
+            raise ConnectError(f"connection to {self.peer} is closed")
+        cmd.opaque = next_opaque()
+        cmd.flag |= 2
+        self.send(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _expire(fut: asyncio.Future, cmd: RemotingCommand, peer: str, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(
+            RemotingTimeoutError(f"no answer from {peer} to request code {cmd.code} in {timeout:g} s")
+        )
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {addr!r} is not HOST:PORT")
+    return host, int(port)
+
+
+class RemotingServer:
+    """Accepts connections and serves them with one handler."""
+
+    def __init__(self, handler: RequestHandler, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.handler = handler
+        self.max_frame = max_frame
+        self._server: asyncio.base_events.Server | None = None
+        self.connections: set[Connection] = set()
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+
+        def factory() -> Connection:
+            conn = Connection(self.handler, self.max_frame)
+            self.connections.add(conn)
+            conn.closed.add_done_callback(lambda _f: self.connections.discard(conn))
+            return conn
+
+        try:
+            self._server = await loop.create_server(factory, host, port, reuse_address=True)
+        except OSError as exc:
+            raise ConnectError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick a free port"
+            ) from None
+        sock = self._server.sockets[0].getsockname()
+        return sock[0], sock[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.close()
+            await self._server.wait_closed()
+            self._server = None
+
+
+class RemotingClient:
+    """A pool of outgoing connections, one per address, reused."""
+
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        connect_timeout: float = 3.0,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.handler = handler
+        self.connect_timeout = connect_timeout
+        self.max_frame = max_frame
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            conn = await self._open(addr)
+            self._conns[addr] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self._connecting.pop(addr, None)
+
+    async def _open(self, addr: str) -> Connection:
+        try:
+            host, port = parse_addr(addr)
+        except ValueError as exc:
+            raise ConnectError(str(exc)) from None
+        loop = asyncio.get_running_loop()
+        try:
+            _t, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: Connection(self.handler, self.max_frame), host, port),
+                self.connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from None
+        return conn
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        conn = await self.connection(addr)
+        return await conn.invoke(cmd, timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        conn.invoke_oneway(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
+            except (asyncio.TimeoutError, RemotingError):
+                pass
