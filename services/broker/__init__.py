@@ -1,0 +1,1 @@
+"""The TideMQ broker (imported as tidemq.broker)."""

@@ -1,0 +1,202 @@
+"""The broker: a composition of the store, metadata managers, client registry, long-poll holds
+and one request processor per request family, served over RocketMQ remoting.
+
+Lifecycle: ``start()`` loads (and recovers) the store and metadata, starts serving, registers with
+every name server; ``stop()`` stops accepting, unregisters, flushes offsets and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from tidemq.broker.clients import ClientRegistry
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.groups import SubscriptionGroupManager
+from tidemq.broker.locks import RebalanceLockManager
+from tidemq.broker.longpoll import PullHoldService
+from tidemq.broker.metrics import BrokerMetrics
+from tidemq.broker.offsets import ConsumerOffsetManager
+from tidemq.broker.processors.admin import AdminProcessor
+from tidemq.broker.processors.consumer import ConsumerManageProcessor
+from tidemq.broker.processors.pull import PullProcessor
+from tidemq.broker.processors.query import QueryProcessor
+from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.register import NamesrvRegistrar
+from tidemq.broker.store.config import FlushMode
+from tidemq.broker.store.jsonfile import write_json_atomic
+from tidemq.broker.store.store import MessageStore
+from tidemq.broker.topics import TopicConfigManager
+from tidemq.message import pack_host
+from tidemq.remoting import Connection, RemotingCommand, RemotingServer, ResponseCode
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        root = config.store.root
+        self.store = MessageStore(config.store, clock=clock)
+        self.topics = TopicConfigManager(root / "config" / "topics.json", clock)
+        self.groups = SubscriptionGroupManager(root / "config" / "subscriptionGroup.json", clock)
+        self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json")
+        self.clients = ClientRegistry(config.client_channel_expiry)
+        self.clients.notify_enabled = self._notify_enabled
+        self.locks = RebalanceLockManager()
+        self.holds = PullHoldService()
+        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name)
+        self.registrar = NamesrvRegistrar(self)
+        self.store_host = (config.advertise_host, config.advertise_port)
+        pack_host(config.advertise_host, config.advertise_port)  # fail early on a bad address
+        self.handlers: dict[int, Callable] = {}
+        for proc in (
+            SendProcessor(self),
+            PullProcessor(self),
+            ConsumerManageProcessor(self),
+            AdminProcessor(self),
+            QueryProcessor(self),
+        ):
+            self.handlers.update(proc.handlers())
+        self.server = RemotingServer(self, config.max_frame)
+        self.address: tuple[str, int] | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._register_soon: asyncio.Task | None = None
+        self._ready = False
+        self.requests_total = 0
+        self.unknown_codes = 0
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.config.store.flush_mode is FlushMode.SYNC
+
+    @property
+    def connection_count(self) -> int:
+        return len(self.server.connections)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    # lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> tuple[str, int]:
+        cfg = self.config
+        if self.sync_flush:
+            log.info("flush mode SYNC_FLUSH: a send is acknowledged once it is on disk")
+        else:
+            log.info(
+                "flush mode ASYNC_FLUSH: acknowledged messages written in the last %.1f s may be lost on power failure",
+                cfg.store.async_flush_interval,
+            )
+        await asyncio.to_thread(self._load)
+        self.store.add_dispatch_listener(self.holds.on_dispatch)
+        await self.store.start()
+        self.address = await self.server.start(cfg.listen_host, cfg.listen_port)
+        log.info(
+            "broker %s of cluster %s listening on %s:%d, advertised as %s, store %s",
+            cfg.broker_name, cfg.cluster_name, *self.address, cfg.advertise_addr, cfg.store.root,
+        )
+        await self.registrar.register_all()
+        self._tasks = [
+            asyncio.create_task(self._every(cfg.register_interval, self.registrar.register_all), name="register"),
+            asyncio.create_task(self._every(cfg.offset_flush_interval, self.persist_offsets), name="offsets"),
+            asyncio.create_task(self._every(10.0, self._scan_clients), name="clients"),
+        ]
+        self._ready = True
+        return self.address
+
+    def _load(self) -> None:
+        cfg = self.config
+        (cfg.store.root / "config").mkdir(parents=True, exist_ok=True)
+        self.store.load()
+        self.topics.load()
+        self.topics.ensure_system_topics(
+            cfg.cluster_name, cfg.broker_name, cfg.auto_create_topic, cfg.default_topic_queue_nums
+        )
+        self.topics.persist()
+        self.groups.load()
+        self.offsets.load()
+
+    async def stop(self) -> None:
+        self._ready = False
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self._register_soon is not None:
+            self._register_soon.cancel()
+        self.holds.wake_all()
+        await self.registrar.unregister_all()
+        await self.server.stop()
+        await self.persist_offsets()
+        await self.persist_groups()
+        await self.store.shutdown()
+        log.info("broker %s stopped cleanly", self.config.broker_name)
+
+    async def _every(self, interval: float, fn: Callable) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    def _scan_clients(self) -> None:
+        self.clients.scan_expired()
+
+    # persistence and registration ------------------------------------------------------------
+    async def persist_offsets(self) -> None:
+        if self.offsets.dirty:
+            snap = self.offsets.snapshot()
+            await asyncio.to_thread(ConsumerOffsetManager.write, self.offsets.path, snap)
+
+    async def persist_topics(self) -> None:
+        snap = self.topics.wrapper()
+        await asyncio.to_thread(write_json_atomic, self.topics.path, snap)
+
+    async def persist_groups(self) -> None:
+        snap = self.groups.wrapper()
+        await asyncio.to_thread(write_json_atomic, self.groups.path, snap)
+
+    async def register_all_namesrv(self) -> None:
+        await self.registrar.register_all()
+
+    def topics_changed(self) -> None:
+        """A topic was created implicitly (auto-create, retry topic): persist and re-register soon."""
+        if self._register_soon is None or self._register_soon.done():
+            self._register_soon = asyncio.get_running_loop().create_task(self._persist_and_register())
+
+    async def _persist_and_register(self) -> None:
+        await asyncio.sleep(0)
+        await self.persist_topics()
+        await self.registrar.register_all()
+
+    def _notify_enabled(self, group: str) -> bool:
+        g = self.groups.get(group)
+        return g is None or g.notify_consumer_ids_changed_enable
+
+    # remoting handler -------------------------------------------------------------------------
+    def handle(self, conn: Connection, cmd: RemotingCommand):
+        self.requests_total += 1
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            self.unknown_codes += 1
+            if self.unknown_codes <= 20:
+                log.info("request code %d from %s is not supported", cmd.code, conn.peer)
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        try:
+            return handler(conn, cmd)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
+
+    def connection_lost(self, conn: Connection) -> None:
+        self.clients.connection_closed(conn)

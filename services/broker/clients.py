@@ -1,0 +1,214 @@
+"""Registry of connected producers and consumers, fed by heartbeats.
+
+A client is identified by its connection. Consumers silent for ``expiry`` seconds, or whose
+connection closed, leave their group; when a group's membership changes, every remaining member
+is told with NOTIFY_CONSUMER_IDS_CHANGED (oneway) so it rebalances at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidemq.message import java_hash
+from tidemq.remoting import Connection, RemotingCommand, RequestCode
+
+log = logging.getLogger(__name__)
+
+CONSUME_TYPES = ["CONSUME_ACTIVELY", "CONSUME_PASSIVELY"]
+MESSAGE_MODELS = ["BROADCASTING", "CLUSTERING"]
+CONSUME_FROM = [
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+]
+
+
+def enum_name(value: object, names: list[str], default: str) -> str:
+    """Heartbeat enums arrive as names (Java) or ordinals (cpp)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return names[value] if 0 <= value < len(names) else default
+    if isinstance(value, str):
+        if value.isdigit():
+            return enum_name(int(value), names, default)
+        return value if value in names else default
+    return default
+
+
+class SubscriptionParseError(ValueError):
+    pass
+
+
+def parse_tag_expression(expression: str | None) -> tuple[frozenset[str], frozenset[int]] | None:
+    """``*``/empty -> None (all). ``A || B`` -> (tags, java hash codes)."""
+    if expression is None:
+        return None
+    expr = expression.strip()
+    if not expr or expr == "*":
+        return None
+    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+    if not tags:
+        raise SubscriptionParseError(f"subscription {expression!r} names no tag")
+    return tags, frozenset(java_hash(t) for t in tags)
+
+
+@dataclass(slots=True)
+class Subscription:
+    topic: str
+    expression: str
+    sub_version: int
+    tag_codes: frozenset[int] | None
+    expression_type: str = "TAG"
+
+    def to_json(self) -> dict[str, object]:
+        parsed = parse_tag_expression(self.expression)
+        tags = sorted(parsed[0]) if parsed else []
+        return {
+            "topic": self.topic,
+            "subString": self.expression,
+            "tagsSet": tags,
+            "codeSet": sorted(parsed[1]) if parsed else [],
+            "subVersion": self.sub_version,
+            "expressionType": self.expression_type,
+            "classFilterMode": False,
+        }
+
+
+@dataclass(slots=True)
+class ClientChannel:
+    conn: Connection
+    client_id: str
+    language: int
+    version: int
+    last_update: float
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    group: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    channels: dict[Connection, ClientChannel] = field(default_factory=dict)
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return [c.client_id for c in self.channels.values()]
+
+
+class ClientRegistry:
+    def __init__(self, expiry: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.expiry = expiry
+        self.clock = clock
+        self.consumers: dict[str, ConsumerGroupInfo] = {}
+        self.producers: dict[str, dict[Connection, ClientChannel]] = {}
+        self.notify_enabled: Callable[[str], bool] = lambda _g: True
+
+    # consumers --------------------------------------------------------------------------------
+    def register_consumer(
+        self,
+        group: str,
+        conn: Connection,
+        client_id: str,
+        language: int,
+        version: int,
+        consume_type: str,
+        message_model: str,
+        consume_from_where: str,
+        subscriptions: list[Subscription],
+    ) -> bool:
+        """Record a consumer heartbeat. Return True when the group's membership changed."""
+        info = self.consumers.get(group)
+        if info is None:
+            info = self.consumers[group] = ConsumerGroupInfo(group)
+        info.consume_type = consume_type
+        info.message_model = message_model
+        info.consume_from_where = consume_from_where
+        now = self.clock()
+        ch = info.channels.get(conn)
+        changed = ch is None
+        if ch is None:
+            info.channels[conn] = ClientChannel(conn, client_id, language, version, now)
+            log.info("consumer %s joined group %s (%d members)", client_id, group, len(info.channels))
+        else:
+            ch.last_update = now
+            ch.client_id = client_id
+        for sub in subscriptions:
+            old = info.subscriptions.get(sub.topic)
+            if old is None or old.sub_version < sub.sub_version or old.expression != sub.expression:
+                info.subscriptions[sub.topic] = sub
+        if changed:
+            self._notify(info)
+        return changed
+
+    def unregister_consumer(self, group: str, conn: Connection) -> bool:
+        info = self.consumers.get(group)
+        if info is None or info.channels.pop(conn, None) is None:
+            return False
+        log.info("a consumer left group %s (%d members)", group, len(info.channels))
+        if not info.channels:
+            del self.consumers[group]
+        else:
+            self._notify(info)
+        return True
+
+    def register_producer(self, group: str, conn: Connection, client_id: str, language: int, version: int) -> None:
+        chans = self.producers.setdefault(group, {})
+        ch = chans.get(conn)
+        if ch is None:
+            chans[conn] = ClientChannel(conn, client_id, language, version, self.clock())
+        else:
+            ch.last_update = self.clock()
+
+    def unregister_producer(self, group: str, conn: Connection) -> None:
+        chans = self.producers.get(group)
+        if chans is not None:
+            chans.pop(conn, None)
+            if not chans:
+                del self.producers[group]
+
+    def connection_closed(self, conn: Connection) -> None:
+        for group in list(self.consumers):
+            self.unregister_consumer(group, conn)
+        for group in list(self.producers):
+            self.unregister_producer(group, conn)
+
+    def scan_expired(self) -> int:
+        deadline = self.clock() - self.expiry
+        dropped = 0
+        for group, info in list(self.consumers.items()):
+            stale = [c for c, ch in info.channels.items() if ch.last_update < deadline]
+            for conn in stale:
+                self.unregister_consumer(group, conn)
+                dropped += 1
+        for group, chans in list(self.producers.items()):
+            for conn in [c for c, ch in chans.items() if ch.last_update < deadline]:
+                self.unregister_producer(group, conn)
+                dropped += 1
+        if dropped:
+            log.info("dropped %d clients silent for %.0f s", dropped, self.expiry)
+        return dropped
+
+    def group(self, group: str) -> ConsumerGroupInfo | None:
+        return self.consumers.get(group)
+
+    def subscription(self, group: str, topic: str) -> Subscription | None:
+        info = self.consumers.get(group)
+        return None if info is None else info.subscriptions.get(topic)
+
+    def _notify(self, info: ConsumerGroupInfo) -> None:
+        if not self.notify_enabled(info.group):
+            return
+        for conn in list(info.channels):
+            cmd = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": info.group}, oneway=True
+            )
+            try:
+                conn.invoke_oneway(cmd)
+            except Exception as exc:  # a closing connection is cleaned up by connection_closed
+                log.debug("could not notify %s: %s", conn.peer, exc)

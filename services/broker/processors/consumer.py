@@ -1,0 +1,201 @@
+"""Client management: HEART_BEAT, UNREGISTER_CLIENT, consumer lists, offsets and queue locks."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import orjson
+
+from tidemq.broker.clients import (
+    CONSUME_FROM,
+    CONSUME_TYPES,
+    MESSAGE_MODELS,
+    Subscription,
+    SubscriptionParseError,
+    enum_name,
+    parse_tag_expression,
+)
+from tidemq.broker.topics import RETRY_PREFIX
+from tidemq.errors import FrameError
+from tidemq.remoting import Connection, LanguageCode, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting import fastjson
+
+if TYPE_CHECKING:
+    from tidemq.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+def _json_body(cmd: RemotingCommand) -> dict:
+    try:
+        obj = fastjson.loads(cmd.body_bytes() or b"{}")
+    except FrameError as exc:
+        raise ValueError(f"body is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("body is not a JSON object")
+    return obj
+
+
+def _as_int(v: object, default: int = 0) -> int:
+    try:
+        return int(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+
+
+class ConsumerManageProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, object]:
+        return {
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_offset,
+            RequestCode.LOCK_BATCH_MQ: self.lock,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.connection_list,
+        }
+
+    def heartbeat(self, conn: Connection, cmd: RemotingCommand):
+        b = self.broker
+        data = _json_body(cmd)
+        client_id = str(data.get("clientID") or conn.peer)
+        created_topic = False
+        for cd in data.get("consumerDataSet") or []:
+            if not isinstance(cd, dict) or not cd.get("groupName"):
+                continue
+            group = str(cd["groupName"])
+            g = b.groups.find_or_create(group, b.config.auto_create_subscription_group)
+            if g is None:
+                return cmd.response(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"subscription group [{group}] does not exist; create it with `tidemq admin updateSubGroup`",
+                )
+            retry = RETRY_PREFIX + group
+            if g.retry_queue_nums > 0 and b.topics.get(retry) is None:
+                b.topics.create_retry_or_dlq(retry)
+                created_topic = True
+            subs = []
+            for sd in cd.get("subscriptionDataSet") or []:
+                if not isinstance(sd, dict) or not sd.get("topic"):
+                    continue
+                expr = str(sd.get("subString") or "*")
+                try:
+                    parsed = parse_tag_expression(expr)
+                except SubscriptionParseError:
+                    parsed = None
+                subs.append(
+                    Subscription(
+                        topic=str(sd["topic"]),
+                        expression=expr,
+                        sub_version=_as_int(sd.get("subVersion"), 0),
+                        tag_codes=parsed[1] if parsed else None,
+                        expression_type=str(sd.get("expressionType") or "TAG"),
+                    )
+                )
+            b.clients.register_consumer(
+                group,
+                conn,
+                client_id,
+                cmd.language,
+                cmd.version,
+                enum_name(cd.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                enum_name(cd.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
+                enum_name(cd.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
+                subs,
+            )
+        for pd in data.get("producerDataSet") or []:
+            if isinstance(pd, dict) and pd.get("groupName"):
+                b.clients.register_producer(str(pd["groupName"]), conn, client_id, cmd.language, cmd.version)
+        if created_topic:
+            b.topics_changed()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def unregister(self, conn: Connection, cmd: RemotingCommand):
+        b = self.broker
+        pg = cmd.get_str("producerGroup") or ""
+        cg = cmd.get_str("consumerGroup") or ""
+        if pg:
+            b.clients.unregister_producer(pg, conn)
+        if cg:
+            b.clients.unregister_consumer(cg, conn)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand):
+        group = cmd.get_str("consumerGroup") or ""
+        info = self.broker.clients.group(group)
+        if info is None or not info.channels:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return cmd.response(body=orjson.dumps({"consumerIdList": info.client_ids()}))
+
+    def query_offset(self, conn: Connection, cmd: RemotingCommand):
+        b = self.broker
+        group = cmd.get_str("consumerGroup") or ""
+        topic = cmd.get_str("topic") or ""
+        queue_id = cmd.get_int("queueId")
+        offset = b.offsets.query(group, topic, queue_id)
+        if offset is not None:
+            return cmd.response(fields={"offset": offset})
+        # RocketMQ answers 0 for a group without an offset on a queue that still starts at 0 and
+        # is not far behind, so a new group reads a young queue from its first message.
+        if b.store.min_offset(topic, queue_id) <= 0:
+            return cmd.response(fields={"offset": 0})
+        return cmd.response(
+            ResponseCode.QUERY_NOT_FOUND,
+            "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+        )
+
+    def update_offset(self, conn: Connection, cmd: RemotingCommand):
+        group = cmd.get_str("consumerGroup") or ""
+        topic = cmd.get_str("topic") or ""
+        if not group or not topic:
+            raise ValueError("consumerGroup and topic are required")
+        self.broker.offsets.commit(group, topic, cmd.get_int("queueId"), cmd.get_int("commitOffset"))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _mq_set(self, cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+        data = _json_body(cmd)
+        mqs = []
+        for mq in data.get("mqSet") or []:
+            if isinstance(mq, dict):
+                mqs.append((str(mq.get("topic")), str(mq.get("brokerName")), _as_int(mq.get("queueId"))))
+        return str(data.get("consumerGroup") or ""), str(data.get("clientId") or ""), mqs
+
+    def lock(self, conn: Connection, cmd: RemotingCommand):
+        group, client_id, mqs = self._mq_set(cmd)
+        locked = self.broker.locks.try_lock(group, client_id, mqs)
+        body = {"lockOKMQSet": [{"topic": t, "brokerName": bn, "queueId": q} for t, bn, q in locked]}
+        return cmd.response(body=orjson.dumps(body))
+
+    def unlock(self, conn: Connection, cmd: RemotingCommand):
+        group, client_id, mqs = self._mq_set(cmd)
+        self.broker.locks.unlock(group, client_id, mqs)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def connection_list(self, conn: Connection, cmd: RemotingCommand):
+        group = cmd.get_str("consumerGroup") or ""
+        info = self.broker.clients.group(group)
+        if info is None or not info.channels:
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [
+                {"clientId": ch.client_id, "clientAddr": ch.conn.peer, "language": _lang(ch.language), "version": ch.version}
+                for ch in info.channels.values()
+            ],
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "consumeFromWhere": info.consume_from_where,
+        }
+        return cmd.response(body=orjson.dumps(body))
+
+
+def _lang(code: int) -> str:
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return "OTHER"

@@ -1,0 +1,48 @@
+"""QUERY_MESSAGE (12, by key or unique key) and VIEW_MESSAGE_BY_ID (33, by commit-log offset)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from tidemq.broker.broker import Broker
+
+DEFAULT_QUERY_MAX = 32
+MAX_QUERY = 1024
+
+
+class QueryProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, object]:
+        return {RequestCode.QUERY_MESSAGE: self.query, RequestCode.VIEW_MESSAGE_BY_ID: self.view}
+
+    def query(self, conn: Connection, cmd: RemotingCommand):
+        topic = cmd.get_str("topic") or ""
+        key = cmd.get_str("key") or ""
+        if not topic or not key:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "topic and key are required")
+        max_num = min(max(cmd.get_int("maxNum", DEFAULT_QUERY_MAX), 1), MAX_QUERY)
+        if cmd.get_bool("_UNIQUE_KEY_QUERY"):
+            max_num = DEFAULT_QUERY_MAX
+        begin = cmd.get_int("beginTimestamp", 0)
+        end = cmd.get_int("endTimestamp", 0) or int(time.time() * 1000) + 60_000
+        store = self.broker.store
+        records = store.query_by_key(topic, key, max_num, begin, end)
+        fields = {"indexLastUpdateTimestamp": 0, "indexLastUpdatePhyoffset": store.commitlog_max_offset}
+        if not records:
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", fields
+            )
+        return cmd.response(ResponseCode.SUCCESS, None, fields, records)
+
+    def view(self, conn: Connection, cmd: RemotingCommand):
+        offset = cmd.get_int("offset")
+        record = self.broker.store.read_record(offset)
+        if record is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        return cmd.response(body=record)

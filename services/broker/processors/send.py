@@ -1,0 +1,268 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+One send path for all three: V2's one-letter header names are mapped to the long ones first. A
+batch is also recognised on code 10 with ``batch`` "1"/"true" (the RocketMQ C++ client 1.2.3 sends
+batches that way and zlib-compresses a whole batch of 4 KiB or more: such a body is inflated and
+split, so consumers get the individual messages). Nothing is stored unless the whole request is
+valid. Every response carries msgId/queueId/queueOffset as strings, whatever its code.
+
+Hot path (guarded by bench/produce_consume.py): no JSON, one properties parse per message.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from tidemq.broker.store.store import PutRequest, PutResult, PutStatus
+from tidemq.broker.topics import (
+    DLQ_PREFIX,
+    NOT_ALLOWED_SEND,
+    RETRY_PREFIX,
+    Perm,
+    TopicConfig,
+    validate_topic_name,
+)
+from tidemq.errors import CodecError
+from tidemq.message import Prop, SysFlag, decode_batch, decode_properties, inflate
+from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from tidemq.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "bname",
+}
+
+_PUT_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+
+class SendError(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def _error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    return cmd.response(
+        code,
+        remark,
+        {"msgId": "", "queueId": "0", "queueOffset": "0", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"},
+    )
+
+
+class SendProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.errors = 0
+
+    def handlers(self) -> dict[int, object]:
+        return {
+            RequestCode.SEND_MESSAGE: self.send,
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+        }
+
+    def send(self, conn: Connection, cmd: RemotingCommand):
+        try:
+            return self._send(conn, cmd)
+        except SendError as exc:
+            self.errors += 1
+            log.debug("send from %s refused (%d): %s", conn.peer, exc.code, exc.remark)
+            return _error(cmd, exc.code, exc.remark)
+        except ValueError as exc:
+            self.errors += 1
+            return _error(cmd, ResponseCode.SYSTEM_ERROR, f"bad send request header: {exc}")
+        except CodecError as exc:
+            self.errors += 1
+            return _error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad message body: {exc}")
+
+    def _send(self, conn: Connection, cmd: RemotingCommand):
+        if cmd.code != RequestCode.SEND_MESSAGE:
+            cmd.ext_fields = {V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items()}
+        b = self.broker
+        cfg = b.config
+        topic = cmd.get_str("topic") or ""
+        if not cfg.broker_permission & Perm.WRITE:
+            raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
+        problem = validate_topic_name(topic)
+        if problem:
+            raise SendError(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
+        if topic in NOT_ALLOWED_SEND:
+            raise SendError(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
+        tc = self._topic_config(cmd, topic)
+        if not tc.writable:
+            raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        queue_id = cmd.get_int("queueId", -1)
+        if queue_id >= tc.queue_nums:
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues",
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(tc.write_queue_nums or 1)
+        sys_flag = cmd.get_int("sysFlag", 0)
+        born_ts = cmd.get_int("bornTimestamp", 0)
+        flag = cmd.get_int("flag", 0)
+        reconsume = cmd.get_int("reconsumeTimes", 0)
+        header_props = decode_properties(cmd.get_str("properties") or "")
+        header_props[Prop.CLUSTER] = cfg.cluster_name
+        host = _peer_host(conn)
+        body = cmd.body_bytes()
+        is_batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or cmd.get_bool("batch")
+
+        if topic.startswith(RETRY_PREFIX):
+            topic, tc, queue_id = self._maybe_dlq(cmd, topic, tc, queue_id, reconsume, header_props)
+
+        if not is_batch:
+            if len(body) > cfg.store.max_message_size:
+                raise SendError(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"message body is {len(body)} bytes, larger than the broker's maximum "
+                    f"{cfg.store.max_message_size}",
+                )
+            if not body:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
+            wait = header_props.pop(Prop.WAIT, "true").lower() != "false"
+            req = PutRequest(
+                topic=topic,
+                queue_id=queue_id,
+                body=body,
+                properties=header_props,
+                flag=flag,
+                sys_flag=sys_flag,
+                born_timestamp=born_ts,
+                born_host=host,
+                store_host=b.store_host,
+                reconsume_times=reconsume,
+            )
+            result = b.store.put(req)
+            return self._respond(cmd, result, queue_id, wait, len(body))
+
+        if sys_flag & SysFlag.COMPRESSED:
+            body = inflate(body, cfg.store.max_message_size * 4)
+            sys_flag &= ~SysFlag.COMPRESSED
+        items = decode_batch(body)
+        reqs = []
+        wait = True
+        size = 0
+        for item in items:
+            if len(item.body) > cfg.store.max_message_size:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a message of the batch exceeds the maximum body size")
+            props = decode_properties(item.properties)
+            if Prop.DELAY in props:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level")
+            for k, v in header_props.items():
+                props.setdefault(k, v)
+            if props.pop(Prop.WAIT, "true").lower() == "false":
+                wait = False
+            size += len(item.body)
+            reqs.append(
+                PutRequest(
+                    topic=topic,
+                    queue_id=queue_id,
+                    body=item.body,
+                    properties=props,
+                    flag=item.flag,
+                    sys_flag=sys_flag,
+                    born_timestamp=born_ts,
+                    born_host=host,
+                    store_host=b.store_host,
+                    reconsume_times=reconsume,
+                )
+            )
+        result = b.store.put_batch(reqs)
+        return self._respond(cmd, result, queue_id, wait, size)
+
+    def _topic_config(self, cmd: RemotingCommand, topic: str) -> TopicConfig:
+        b = self.broker
+        tc = b.topics.get(topic)
+        if tc is not None:
+            return tc
+        if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
+            tc = b.topics.create_retry_or_dlq(topic)
+        elif b.config.auto_create_topic:
+            default = cmd.get_str("defaultTopic") or ""
+            tc = b.topics.create_from_default(topic, default, cmd.get_int("defaultTopicQueueNums", 4))
+        if tc is None:
+            raise SendError(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please! (create it with `tidemq admin updateTopic`)",
+            )
+        b.topics_changed()
+        return tc
+
+    def _maybe_dlq(self, cmd, topic, tc, queue_id, reconsume, props):
+        group = topic[len(RETRY_PREFIX):]
+        g = self.broker.groups.get(group)
+        max_times = g.retry_max_times if g else 16
+        if cmd.version >= 121 and cmd.get_str("maxReconsumeTimes"):
+            max_times = cmd.get_int("maxReconsumeTimes", max_times)
+        if reconsume < max_times:
+            return topic, tc, queue_id
+        dlq = DLQ_PREFIX + group
+        dtc = self.broker.topics.get(dlq) or self.broker.topics.create_retry_or_dlq(dlq)
+        self.broker.topics_changed()
+        props.pop(Prop.DELAY, None)
+        return dlq, dtc, 0
+
+    def _respond(self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool, size: int):
+        code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            self.errors += 1
+            return _error(cmd, code, result.remark or f"store refused the message: {result.status.name}")
+        self.messages_in += result.count
+        self.bytes_in += size
+        self.broker.metrics.on_put(cmd.ext_fields.get("topic", ""), result.count, size)
+        fields = {
+            "msgId": ",".join(result.msg_ids),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.queue_offset),
+            "MSG_REGION": self.broker.config.region,
+            "TRACE_ON": "true",
+        }
+        if not self.broker.sync_flush:
+            return cmd.response(code, None, fields)
+        if not wait:
+            return cmd.response(code, None, fields)
+        return self._await_durable(cmd, result.end_offset, fields)
+
+    async def _await_durable(self, cmd: RemotingCommand, end_offset: int, fields: dict) -> RemotingCommand:
+        ok = await self.broker.store.wait_durable(end_offset)
+        if ok:
+            return cmd.response(ResponseCode.SUCCESS, None, fields)
+        log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
+        return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored", fields)
+
+
+def _peer_host(conn: Connection) -> tuple[str, int]:
+    host, _, port = conn.peer.rpartition(":")
+    try:
+        return host, int(port)
+    except ValueError:
+        return "127.0.0.1", 0

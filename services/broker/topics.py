@@ -1,0 +1,207 @@
+"""Topic configurations of one broker, persisted in config/topics.json.
+
+Invariants: names are valid RocketMQ topic names; the data version counter grows on every change,
+so name servers re-read queue data only when it moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import IntFlag
+from pathlib import Path
+
+from tidemq.broker.store.jsonfile import read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_TOPIC_LENGTH = 127
+DEFAULT_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+# Topics clients may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
+NOT_ALLOWED_SEND = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+
+class Perm(IntFlag):
+    INHERIT = 1
+    WRITE = 2
+    READ = 4
+    PRIORITY = 8
+
+
+def validate_topic_name(name: str) -> str | None:
+    """Return an error sentence, or None when ``name`` is a valid topic name."""
+    if not name or not name.strip():
+        return "the topic name is blank"
+    if len(name.encode()) > MAX_TOPIC_LENGTH:
+        return f"the topic name is longer than {MAX_TOPIC_LENGTH} bytes"
+    if not TOPIC_PATTERN.match(name):
+        return f"the topic name {name!r} contains characters other than [%|a-zA-Z0-9_-]"
+    return None
+
+
+def is_system_topic(name: str) -> bool:
+    return name in NOT_ALLOWED_SEND or name.startswith("rmq_sys_") or name == DEFAULT_TOPIC
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": self.topic_filter_type,
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TopicConfig":
+        return cls(
+            topic_name=str(d["topicName"]),
+            read_queue_nums=int(d.get("readQueueNums", 16)),
+            write_queue_nums=int(d.get("writeQueueNums", 16)),
+            perm=int(d.get("perm", 6)),
+            topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
+            topic_sys_flag=int(d.get("topicSysFlag", 0)),
+            order=bool(d.get("order", False)),
+        )
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & Perm.READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & Perm.WRITE)
+
+    @property
+    def queue_nums(self) -> int:
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+
+class TopicConfigManager:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.clock = clock
+        self.topics: dict[str, TopicConfig] = {}
+        self.counter = 0
+        self.timestamp = int(clock() * 1000)
+
+    def load(self) -> None:
+        data = read_json(self.path, None)
+        if not data:
+            return
+        for name, d in (data.get("topicConfigTable") or {}).items():
+            self.topics[name] = TopicConfig.from_json(d)
+        dv = data.get("dataVersion") or {}
+        self.counter = int(dv.get("counter", 0))
+        self.timestamp = int(dv.get("timestamp", self.timestamp))
+        log.info("loaded %d topic configs from %s", len(self.topics), self.path)
+
+    def ensure_system_topics(self, cluster: str, broker: str, auto_create: bool, default_queues: int) -> None:
+        wanted = [
+            TopicConfig(SELF_TEST_TOPIC, 1, 1, 6),
+            TopicConfig(cluster, 16, 16, 7),
+            TopicConfig(broker, 1, 1, 7),
+            TopicConfig(OFFSET_MOVED_EVENT, 1, 1, 6),
+            TopicConfig(SCHEDULE_TOPIC, 18, 18, 6),
+        ]
+        if auto_create:
+            wanted.append(TopicConfig(DEFAULT_TOPIC, default_queues, default_queues, 7))
+        elif DEFAULT_TOPIC in self.topics:
+            del self.topics[DEFAULT_TOPIC]
+            self._bump()
+        for tc in wanted:
+            if tc.topic_name not in self.topics:
+                self.topics[tc.topic_name] = tc
+                self._bump()
+
+    def _bump(self) -> None:
+        self.counter += 1
+        self.timestamp = int(self.clock() * 1000)
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self.topics.get(name)
+
+    def put(self, tc: TopicConfig) -> bool:
+        """Create or update; return True when something changed."""
+        if self.topics.get(tc.topic_name) == tc:
+            return False
+        self.topics[tc.topic_name] = tc
+        self._bump()
+        log.info(
+            "topic %s set: read=%d write=%d perm=%d", tc.topic_name, tc.read_queue_nums,
+            tc.write_queue_nums, tc.perm,
+        )
+        return True
+
+    def create_retry_or_dlq(self, name: str) -> TopicConfig:
+        tc = self.topics.get(name)
+        if tc is None:
+            tc = TopicConfig(name, 1, 1, 6)
+            self.put(tc)
+        return tc
+
+    def create_from_default(self, name: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+        tmpl = self.topics.get(default_topic)
+        if tmpl is None or not tmpl.perm & Perm.INHERIT:
+            return None
+        q = max(1, min(queue_nums, tmpl.write_queue_nums))
+        tc = TopicConfig(name, q, q, tmpl.perm & ~Perm.INHERIT, tmpl.topic_filter_type)
+        self.put(tc)
+        return tc
+
+    def delete(self, name: str) -> bool:
+        if self.topics.pop(name, None) is None:
+            return False
+        self._bump()
+        log.info("topic %s deleted", name)
+        return True
+
+    def data_version(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    def wrapper(self) -> dict[str, object]:
+        return {
+            "topicConfigTable": {n: tc.to_json() for n, tc in self.topics.items()},
+            "dataVersion": self.data_version(),
+        }
+
+    def persist(self) -> None:
+        """Blocking: call from a thread."""
+        write_json_atomic(self.path, self.wrapper())
+
+    def snapshot(self) -> dict[str, object]:
+        return self.wrapper()
+
+    def with_perm(self, name: str, perm: int) -> TopicConfig | None:
+        tc = self.topics.get(name)
+        return None if tc is None else replace(tc, perm=perm)

@@ -1,0 +1,272 @@
+"""The broker over the wire: bad input, permissions, pull statuses, long polling.
+
+Talks RocketMQ remoting directly (tidemq.remoting) to a real broker process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+import uuid
+
+import orjson
+import pytest
+
+from tidemq.message import decode_records, encode_properties
+from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.frame import encode_frame
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def send_cmd(topic: str, body: bytes, queue_id: int = 0, props: dict | None = None, v2: bool = True) -> RemotingCommand:
+    fields = {
+        "producerGroup": "pg", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "queueId": queue_id, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
+        "properties": encode_properties(props or {"TAGS": "TagA"}), "reconsumeTimes": 0,
+    }
+    if v2:
+        short = dict(zip(["producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+                          "bornTimestamp", "flag", "properties", "reconsumeTimes"], "abcdefghij"))
+        fields = {short[k]: v for k, v in fields.items()}
+        return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body)
+
+
+def pull_cmd(topic: str, queue_id: int, offset: int, suspend_ms: int = 0, group: str = "g1", sub: str = "*") -> RemotingCommand:
+    sys_flag = 0x4 | (0x2 if suspend_ms else 0)
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+        "maxMsgNums": 32, "sysFlag": sys_flag, "commitOffset": 0, "suspendTimeoutMillis": suspend_ms,
+        "subscription": sub, "subVersion": 0,
+    })
+
+
+def raw_exchange(addr: str, payload: bytes, timeout: float = 3.0) -> bytes:
+    """Send raw bytes, return what comes back before the broker closes (b'' = closed at once)."""
+    host, port = addr.split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(payload)
+        chunks = []
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        except socket.timeout:
+            return b"TIMEOUT" + b"".join(chunks)
+        return b"".join(chunks)
+
+
+def broker_still_serves(cluster) -> None:
+    async def probe():
+        c = RemotingClient()
+        try:
+            r = await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
+            assert r.code == ResponseCode.SUCCESS
+        finally:
+            await c.close()
+    run(probe())
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        struct.pack(">i", 16 * 1024 * 1024 + 1) + b"\0" * 16,  # longer than the maximum frame
+        struct.pack(">i", -5) + b"\0" * 16,                       # negative length
+        struct.pack(">i", 2) + b"\0\0",                           # shorter than the header length word
+        struct.pack(">ii", 4 + 9, 9) + b"not json!",              # header that is not JSON
+        struct.pack(">ii", 4 + 4, 400) + b"{}{}",                 # header length past the frame
+    ],
+    ids=["too-long", "negative", "short", "bad-json", "header-overflow"],
+)
+def test_broken_frames_close_only_that_connection(cluster, payload):
+    assert raw_exchange(cluster.broker_addr, payload) == b""
+    broker_still_serves(cluster)
+
+
+def test_unknown_request_code_is_answered_not_supported(cluster):
+    async def go():
+        c = RemotingClient()
+        try:
+            return await c.invoke(cluster.broker_addr, RemotingCommand.request(9999, {"x": 1}), 3)
+        finally:
+            await c.close()
+    r = run(go())
+    assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert "9999" in (r.remark or "")
+
+
+def test_response_to_json_request_is_json_with_string_fields(cluster):
+    topic = f"wire_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+    frame = encode_frame(send_cmd(topic, b"hello", v2=False))
+    raw = b""
+    host, port = cluster.broker_addr.split(":")
+    with socket.create_connection((host, int(port)), timeout=3) as s:
+        s.sendall(frame)
+        while len(raw) < 8 or len(raw) < 4 + struct.unpack(">i", raw[:4])[0]:
+            raw += s.recv(65536)
+    length, type_len = struct.unpack(">iI", raw[:8])
+    assert type_len >> 24 == 0  # JSON serialize type: the C++ client reads no other
+    header = orjson.loads(raw[8 : 8 + (type_len & 0xFFFFFF)])
+    assert header["flag"] == 1 and header["code"] == 0
+    for key in ("msgId", "queueId", "queueOffset"):
+        assert isinstance(header["extFields"][key], str)
+
+
+def _max_offset(c: RemotingClient, addr: str, topic: str, q: int):
+    return c.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": q}), 3)
+
+
+def test_bad_sends_get_rocketmq_codes_and_store_nothing(cluster):
+    topic = f"bad_{uuid.uuid4().hex[:6]}"
+    ro_topic = f"ro_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=2)
+    cluster.create_topic(ro_topic, queues=2, p="4")
+
+    async def go():
+        c = RemotingClient()
+        try:
+            addr = cluster.broker_addr
+            missing = await c.invoke(addr, send_cmd("no_such_topic_x", b"x"), 3)
+            readonly = await c.invoke(addr, send_cmd(ro_topic, b"x"), 3)
+            bad_queue = await c.invoke(addr, send_cmd(topic, b"x", queue_id=99), 3)
+            bad_name = await c.invoke(addr, send_cmd("bad topic!", b"x"), 3)
+            empty = await c.invoke(addr, send_cmd(topic, b""), 3)
+            huge = await c.invoke(addr, send_cmd(topic, b"z" * (4 * 1024 * 1024 + 1)), 10)
+            system = await c.invoke(addr, send_cmd("SCHEDULE_TOPIC_XXXX", b"x"), 3)
+            bad_batch = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {"a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0}, b"\x00\x00\x00\x40garbage")
+            batch = await c.invoke(addr, bad_batch, 3)
+            maxes = [(await _max_offset(c, addr, t, q)).ext_fields["offset"] for t in (topic, ro_topic) for q in (0, 1)]
+            return missing, readonly, bad_queue, bad_name, empty, huge, system, batch, maxes
+        finally:
+            await c.close()
+
+    missing, readonly, bad_queue, bad_name, empty, huge, system, batch, maxes = run(go())
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "updateTopic" in missing.remark
+    assert readonly.code == ResponseCode.NO_PERMISSION
+    assert bad_queue.code == ResponseCode.SYSTEM_ERROR and "queueId" in bad_queue.remark
+    assert bad_name.code == ResponseCode.SYSTEM_ERROR
+    assert empty.code == ResponseCode.MESSAGE_ILLEGAL
+    assert huge.code == ResponseCode.MESSAGE_ILLEGAL
+    assert system.code == ResponseCode.NO_PERMISSION
+    assert batch.code == ResponseCode.MESSAGE_ILLEGAL
+    for r in (missing, readonly, bad_queue, empty, huge, batch):  # the C++ client needs the header always
+        assert set(r.ext_fields) >= {"msgId", "queueId", "queueOffset"}
+    assert maxes == ["0", "0", "0", "0"]
+
+
+def test_pull_statuses_follow_rocketmq(cluster):
+    topic = f"pulls_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=2)
+
+    async def go():
+        c = RemotingClient()
+        try:
+            addr = cluster.broker_addr
+            for i in range(3):
+                r = await c.invoke(addr, send_cmd(topic, f"m{i}".encode(), queue_id=0), 3)
+                assert r.code == 0
+            found = await c.invoke(addr, pull_cmd(topic, 0, 0), 3)
+            at_end = await c.invoke(addr, pull_cmd(topic, 0, 3), 3)
+            beyond = await c.invoke(addr, pull_cmd(topic, 0, 50), 3)
+            empty_q_nonzero = await c.invoke(addr, pull_cmd(topic, 1, 7), 3)
+            bad_queue = await c.invoke(addr, pull_cmd(topic, 5, 0), 3)
+            no_topic = await c.invoke(addr, pull_cmd("nope_" + topic, 0, 0), 3)
+            filtered = await c.invoke(addr, pull_cmd(topic, 0, 0, sub="TagZ"), 3)
+            return found, at_end, beyond, empty_q_nonzero, bad_queue, no_topic, filtered
+        finally:
+            await c.close()
+
+    found, at_end, beyond, empty_nz, bad_queue, no_topic, filtered = run(go())
+    assert found.code == ResponseCode.SUCCESS
+    assert [m.body for m in decode_records(found.body_bytes())] == [b"m0", b"m1", b"m2"]
+    assert found.ext_fields["nextBeginOffset"] == "3" and found.ext_fields["maxOffset"] == "3"
+    assert at_end.code == ResponseCode.PULL_NOT_FOUND and at_end.ext_fields["nextBeginOffset"] == "3"
+    assert beyond.code == ResponseCode.PULL_OFFSET_MOVED and beyond.ext_fields["nextBeginOffset"] == "3"
+    assert empty_nz.code == ResponseCode.PULL_OFFSET_MOVED and empty_nz.ext_fields["nextBeginOffset"] == "0"
+    assert bad_queue.code == ResponseCode.SYSTEM_ERROR
+    assert no_topic.code == ResponseCode.TOPIC_NOT_EXIST
+    assert filtered.code == ResponseCode.PULL_RETRY_IMMEDIATELY and filtered.ext_fields["nextBeginOffset"] == "3"
+    for r in (found, at_end, beyond, empty_nz, bad_queue, no_topic, filtered):
+        assert set(r.ext_fields) >= {"nextBeginOffset", "minOffset", "maxOffset", "suggestWhichBrokerId"}
+
+
+def test_long_poll_wakes_within_50ms_of_arrival(cluster):
+    topic = f"lp_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+
+    async def go():
+        c = RemotingClient()
+        try:
+            addr = cluster.broker_addr
+            await c.connection(addr)
+            pulls = asyncio.ensure_future(c.invoke(addr, pull_cmd(topic, 0, 0, suspend_ms=10_000), 15))
+            await asyncio.sleep(0.5)
+            assert not pulls.done()  # held, not answered
+            sent = await c.invoke(addr, send_cmd(topic, b"wake up"), 3)
+            acked = time.monotonic()
+            resp = await pulls
+            return sent, resp, time.monotonic() - acked
+        finally:
+            await c.close()
+
+    sent, resp, delay = run(go())
+    assert sent.code == 0
+    assert resp.code == ResponseCode.SUCCESS
+    assert [m.body for m in decode_records(resp.body_bytes())] == [b"wake up"]
+    assert delay < 0.05, f"long poll answered {delay * 1000:.1f} ms after the send was acknowledged"
+
+
+def test_long_poll_ignores_messages_that_do_not_match_and_times_out(cluster):
+    topic = f"lpf_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+
+    async def go():
+        c = RemotingClient()
+        try:
+            addr = cluster.broker_addr
+            t0 = time.monotonic()
+            pull = asyncio.ensure_future(c.invoke(addr, pull_cmd(topic, 0, 0, suspend_ms=1000, sub="TagB"), 5))
+            await asyncio.sleep(0.2)
+            await c.invoke(addr, send_cmd(topic, b"a", props={"TAGS": "TagA"}), 3)
+            resp = await pull
+            return resp, time.monotonic() - t0
+        finally:
+            await c.close()
+
+    resp, elapsed = run(go())
+    assert elapsed >= 0.9  # not woken by TagA
+    assert resp.code in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND)
+    assert resp.ext_fields["nextBeginOffset"] in ("0", "1")
+
+
+def test_heartbeat_registers_consumer_and_retry_topic(cluster):
+    group = f"hb_{uuid.uuid4().hex[:6]}"
+    body = orjson.dumps({
+        "clientID": "9017-127.0.0.1@DEFAULT",
+        "consumerDataSet": [{"consumeFromWhere": 0, "consumeType": 1, "groupName": group, "messageModel": 1,
+                             "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": "x"}]}],
+    }) + b"\n"
+
+    async def go():
+        c = RemotingClient()
+        try:
+            addr = cluster.broker_addr
+            hb = await c.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), 3)
+            lst = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}), 3)
+            topics = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
+            return hb, lst, topics
+        finally:
+            await c.close()
+
+    hb, lst, topics = run(go())
+    assert hb.code == 0
+    assert orjson.loads(lst.body_bytes()) == {"consumerIdList": ["9017-127.0.0.1@DEFAULT"]}
+    assert f"%RETRY%{group}" in orjson.loads(topics.body_bytes())["topicConfigTable"]

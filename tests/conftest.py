@@ -1,0 +1,40 @@
+"""Shared fixtures: real TideMQ processes on loopback (see tests/procs.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.procs import Cluster
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory, **kw) -> Cluster:
+    c = Cluster(tmp_path_factory.mktemp("cluster"), **kw)
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise RuntimeError(f"cluster did not start:\n{c.namesrv.log()[-3000:]}\n{c.broker.log()[-3000:]}")
+    return c
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A name server + broker shared by the tests of one module (use unique topic names)."""
+    c = _start(tmp_path_factory)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path_factory):
+    """Start clusters with custom settings (flush mode, expiry ...); all are stopped at the end."""
+    started: list[Cluster] = []
+
+    def make(**kw) -> Cluster:
+        c = _start(tmp_path_factory, **kw)
+        started.append(c)
+        return c
+
+    yield make
+    for c in started:
+        c.stop()

@@ -1,0 +1,141 @@
+"""Message codecs: the stored record layout (golden vector from PROTOCOL-REFERENCE A.6), properties,
+batches, message ids, tag hashes; round trips and random bytes."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidemq.errors import CodecError
+from tidemq.message import (
+    decode_batch,
+    decode_offset_msg_id,
+    decode_properties,
+    decode_record,
+    decode_record_header,
+    decode_records,
+    encode_batch,
+    encode_offset_msg_id,
+    encode_properties,
+    encode_record,
+    inflate,
+    java_hash,
+    make_uniq_id,
+)
+
+A6 = bytes.fromhex(
+    "00000089daa320a73610a686000000000000000000000000000000000000000000000000000000000000018bcfe568"
+    "007f0000010000c3500000018bcfe5687b7f00000100002a9f0000000000000000000000000000000568656c6c6f09"
+    "546f70696354657374002054414753015461674102434c55535445520144656661756c74436c7573746572"
+)
+LOCAL = bytes([127, 0, 0, 1])
+
+
+def _record(**kw) -> bytes:
+    base = dict(
+        topic=b"TopicTest", body=b"hello",
+        properties=encode_properties({"TAGS": "TagA", "CLUSTER": "DefaultCluster"}).encode(),
+        queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
+        born_timestamp=1700000000000, born_host=LOCAL, born_port=50000,
+        store_timestamp=1700000000123, store_host=LOCAL, store_port=10911,
+    )
+    base.update(kw)
+    return encode_record(**base)
+
+
+def test_record_matches_the_reference_vector():
+    assert _record() == A6
+    m = decode_record(A6)
+    assert (m.topic, m.body, m.tags, m.store_host, m.born_host) == ("TopicTest", b"hello", "TagA", "127.0.0.1:10911", "127.0.0.1:50000")
+    assert m.offset_msg_id == "7F00000100002A9F0000000000000000"
+    assert m.body_crc == 907060870 and m.store_size == 137
+
+
+def test_java_hash_matches_reference_values():
+    assert [java_hash(t) for t in ("TagA", "TagB", "TagC", "*", "中文")] == [2598919, 2598920, 2598921, 42, 646394]
+    assert java_hash("polygenelubricants") == -2147483648  # wraps like Java's int
+
+
+def test_properties_accept_java_and_cpp_forms():
+    assert decode_properties("a\x01b\x02c\x01d") == {"a": "b", "c": "d"}
+    assert decode_properties("a\x01b\x02c\x01d\x02") == {"a": "b", "c": "d"}
+    assert decode_properties("a\x01\x02\x01x\x02junk\x02k\x01v") == {"k": "v"}
+    assert encode_properties({"a": "b", "c": "d"}) == "a\x01b\x02c\x01d"
+
+
+def test_offset_message_id_round_trip():
+    mid = encode_offset_msg_id(LOCAL, 10911, 123456789)
+    assert len(mid) == 32 and mid == mid.upper()
+    assert decode_offset_msg_id(mid) == ("127.0.0.1:10911", 123456789)
+    with pytest.raises(CodecError):
+        decode_offset_msg_id("nothex")
+
+
+def test_uniq_id_is_32_upper_hex():
+    u = make_uniq_id(LOCAL, 1234, b"abcd", 5000, 7)
+    assert len(u) == 32 and u == u.upper() and u != make_uniq_id(LOCAL, 1234, b"abcd", 5000, 8)
+
+
+def test_batch_round_trip_and_compressed_bodies():
+    items = [(0, b"one", "TAGS\x01a"), (3, b"two" * 100, "KEYS\x01k1 k2")]
+    back = decode_batch(encode_batch(items))
+    assert [(b.flag, b.body, b.properties) for b in back] == items
+    assert inflate(zlib.compress(b"x" * 10000)) == b"x" * 10000
+    with pytest.raises(CodecError):
+        inflate(zlib.compress(b"x" * 10000), limit=100)
+    with pytest.raises(CodecError):
+        decode_batch(b"")
+
+
+def test_records_concatenate_and_decompress():
+    big = b"abc" * 5000
+    two = _record(body=b"plain", physical_offset=0) + _record(body=zlib.compress(big), sys_flag=1, physical_offset=137)
+    msgs = decode_records(two)
+    assert [m.body for m in msgs] == [b"plain", big]
+
+
+hosts = st.sampled_from([LOCAL, bytes(16), bytes(range(16))])
+
+
+@given(
+    topic=st.text(st.characters(min_codepoint=48, max_codepoint=122), min_size=1, max_size=100),
+    body=st.binary(max_size=500),
+    props=st.dictionaries(st.text("abcXYZ_", min_size=1, max_size=8), st.text("xyz012 ", min_size=1, max_size=20), max_size=5),
+    qid=st.integers(0, 2**31 - 1),
+    qoff=st.integers(0, 2**62),
+    born=hosts,
+    store=hosts,
+    reconsume=st.integers(0, 100),
+)
+def test_record_round_trip(topic, body, props, qid, qoff, born, store, reconsume):
+    raw = _record(topic=topic.encode(), body=body, properties=encode_properties(props).encode(), queue_id=qid,
+                  queue_offset=qoff, born_host=born, store_host=store, reconsume_times=reconsume)
+    m = decode_record(raw)
+    assert (m.topic, m.body, m.properties, m.queue_id, m.queue_offset, m.reconsume_times) == (topic, body, props, qid, qoff, reconsume)
+    assert m.store_size == len(raw)
+    h = decode_record_header(raw)
+    assert raw[h.body_start : h.body_start + h.body_length] == body
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400))
+def test_random_bytes_raise_only_codec_error(data):
+    for fn in (decode_record, decode_records, decode_batch, decode_properties):
+        try:
+            fn(data)
+        except CodecError:
+            pass
+
+
+@settings(max_examples=200)
+@given(st.integers(0, 136), st.binary(min_size=1, max_size=8))
+def test_corrupted_vector_raises_only_codec_error(pos, junk):
+    data = bytearray(A6)
+    data[pos : pos + len(junk)] = junk
+    try:
+        decode_record(bytes(data))
+    except CodecError:
+        pass

@@ -1,0 +1,228 @@
+"""`tidemq admin ...`: RocketMQ mqadmin's commands with its flag letters."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import click
+import orjson
+
+from tidemq.cli.common import run_async, user_errors
+from tidemq.client import Admin
+
+T = TypeVar("T")
+
+namesrv_option = click.option(
+    "-n", "--namesrvAddr", "namesrv", envvar="NAMESRV_ADDR", required=True,
+    help="Name server address(es), ADDR[;ADDR] (also $NAMESRV_ADDR).",
+)
+
+
+def _with_admin(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
+    addrs = [a for a in namesrv.replace(",", ";").split(";") if a.strip()]
+
+    async def main() -> T:
+        async with Admin(name_servers=addrs) as admin:
+            return await fn(admin)
+
+    return run_async(main)
+
+
+def _bool(value: str | None, name: str) -> bool | None:
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise click.BadParameter(f"{value!r} is not true or false", param_hint=name)
+
+
+def _target(cluster: str | None, broker: str | None) -> dict[str, str | None]:
+    if bool(cluster) == bool(broker):
+        raise click.UsageError("give exactly one of -c CLUSTER or -b BROKER_ADDR")
+    return {"cluster": cluster, "broker_addr": broker}
+
+
+def _ts(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.group("admin")
+def admin_group() -> None:
+    """Administer topics, groups and clusters (mqadmin-compatible flags)."""
+
+
+@admin_group.command("updateTopic")
+@namesrv_option
+@click.option("-c", "--clusterName", "cluster", help="Create/update on every master of this cluster.")
+@click.option("-b", "--brokerAddr", "broker", help="Create/update on this broker only.")
+@click.option("-t", "--topic", required=True)
+@click.option("-r", "--readQueueNums", "read", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("-w", "--writeQueueNums", "write", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("-p", "--perm", type=click.Choice(["2", "4", "6"]), default="6", show_default=True, help="2 write, 4 read, 6 both.")
+@click.option("-o", "--order", default=None, help="true|false")
+@user_errors
+def update_topic(namesrv, cluster, broker, topic, read, write, perm, order) -> None:
+    """Create or update a topic."""
+    target = _target(cluster, broker)
+    is_order = _bool(order, "-o") or False
+    done = _with_admin(namesrv, lambda a: a.create_topic(topic, read_queues=read, write_queues=write, perm=int(perm), order=is_order, **target))
+    for addr in done:
+        click.echo(f"create topic to {addr} success.")
+    click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, perm={perm}, order={is_order}]")
+
+
+@admin_group.command("deleteTopic")
+@namesrv_option
+@click.option("-c", "--clusterName", "cluster", required=True)
+@click.option("-t", "--topic", required=True)
+@user_errors
+def delete_topic(namesrv, cluster, topic) -> None:
+    """Delete a topic from every broker of a cluster and from the name servers."""
+    _with_admin(namesrv, lambda a: a.delete_topic(topic, cluster))
+    click.echo(f"delete topic [{topic}] from cluster [{cluster}] success.")
+
+
+@admin_group.command("topicList")
+@namesrv_option
+@user_errors
+def topic_list(namesrv) -> None:
+    """List every topic the name servers know."""
+    for t in sorted(_with_admin(namesrv, lambda a: a.topic_list())):
+        click.echo(t)
+
+
+@admin_group.command("topicRoute")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@user_errors
+def topic_route(namesrv, topic) -> None:
+    """Show a topic's route (brokers and queues) as JSON."""
+    route = _with_admin(namesrv, lambda a: a.topic_route(topic))
+    click.echo(orjson.dumps(route.to_json(), option=orjson.OPT_INDENT_2).decode())
+
+
+@admin_group.command("topicStatus")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@user_errors
+def topic_status(namesrv, topic) -> None:
+    """Show min/max offsets and last update time of every queue of a topic."""
+    rows = _with_admin(namesrv, lambda a: a.topic_status(topic))
+    click.echo(f"{'#Broker Name':<24}{'#QID':>5}  {'#Min Offset':>12}  {'#Max Offset':>12}  #Last Updated")
+    for mq, mn, mx, last in sorted(rows, key=lambda r: (r[0].broker_name, r[0].queue_id)):
+        click.echo(f"{mq.broker_name:<24}{mq.queue_id:>5}  {mn:>12}  {mx:>12}  {_ts(last)}")
+
+
+@admin_group.command("clusterList")
+@namesrv_option
+@user_errors
+def cluster_list(namesrv) -> None:
+    """List clusters, brokers and their addresses."""
+    info = _with_admin(namesrv, lambda a: a.cluster_info())
+    click.echo(f"{'#Cluster Name':<22}{'#Broker Name':<22}{'#BID':<6}#Addr")
+    for cluster, names in sorted(info.cluster_addr_table.items()):
+        for name in sorted(names):
+            bd = info.broker_addr_table.get(name)
+            addrs = bd.broker_addrs if bd else {}
+            for bid, addr in sorted(addrs.items()):
+                click.echo(f"{cluster:<22}{name:<22}{bid:<6}{addr}")
+
+
+@admin_group.command("updateSubGroup")
+@namesrv_option
+@click.option("-c", "--clusterName", "cluster")
+@click.option("-b", "--brokerAddr", "broker")
+@click.option("-g", "--groupName", "group", required=True)
+@click.option("-s", "--consumeEnable", "consume_enable", default="true", show_default=True)
+@click.option("-m", "--consumeFromMinEnable", "from_min", default="true", show_default=True)
+@click.option("-d", "--consumeBroadcastEnable", "broadcast", default="true", show_default=True)
+@click.option("-q", "--retryQueueNums", "retry_queues", type=click.IntRange(0, 64), default=1, show_default=True)
+@click.option("-r", "--retryMaxTimes", "retry_max", type=click.IntRange(0, 64), default=16, show_default=True)
+@user_errors
+def update_sub_group(namesrv, cluster, broker, group, consume_enable, from_min, broadcast, retry_queues, retry_max) -> None:
+    """Create or update a subscription (consumer) group."""
+    target = _target(cluster, broker)
+    done = _with_admin(
+        namesrv,
+        lambda a: a.update_subscription_group(
+            group,
+            consume_enable=_bool(consume_enable, "-s"),
+            consume_from_min_enable=_bool(from_min, "-m"),
+            consume_broadcast_enable=_bool(broadcast, "-d"),
+            retry_queue_nums=retry_queues,
+            retry_max_times=retry_max,
+            **target,
+        ),
+    )
+    for addr in done or []:
+        click.echo(f"create subscription group to {addr} success.")
+
+
+@admin_group.command("consumerProgress")
+@namesrv_option
+@click.option("-g", "--groupName", "group", required=True)
+@click.option("-t", "--topicName", "topic", default=None)
+@user_errors
+def consumer_progress(namesrv, group, topic) -> None:
+    """Show a group's committed offsets and lag per queue."""
+    rows = _with_admin(namesrv, lambda a: a.consumer_progress(group, topic))
+    click.echo(f"{'#Topic':<32}{'#Broker Name':<20}{'#QID':>5}  {'#Broker Offset':>14}  {'#Consumer Offset':>16}  {'#Diff':>10}  #LastTime")
+    total = 0
+    for mq, broker_off, consumer_off, last in sorted(rows, key=lambda r: (r[0].topic, r[0].broker_name, r[0].queue_id)):
+        diff = broker_off - consumer_off
+        total += diff
+        click.echo(f"{mq.topic:<32}{mq.broker_name:<20}{mq.queue_id:>5}  {broker_off:>14}  {consumer_off:>16}  {diff:>10}  {_ts(last)}")
+    click.echo(f"\nDiff Total: {total}")
+
+
+def _print_message(m) -> None:
+    click.echo(f"OffsetID:            {m.offset_msg_id}")
+    click.echo(f"Topic:               {m.topic}")
+    click.echo(f"Tags:                [{m.tags or ''}]")
+    click.echo(f"Keys:                [{' '.join(m.keys)}]")
+    click.echo(f"Queue ID:            {m.queue_id}")
+    click.echo(f"Queue Offset:        {m.queue_offset}")
+    click.echo(f"CommitLog Offset:    {m.commit_log_offset}")
+    click.echo(f"Reconsume Times:     {m.reconsume_times}")
+    click.echo(f"Born Timestamp:      {_ts(m.born_timestamp)}")
+    click.echo(f"Store Timestamp:     {_ts(m.store_timestamp)}")
+    click.echo(f"Born Host:           {m.born_host}")
+    click.echo(f"Store Host:          {m.store_host}")
+    click.echo(f"System Flag:         {m.sys_flag}")
+    click.echo(f"Properties:          {m.properties}")
+    preview = m.body[:256].decode("utf-8", errors="replace")
+    click.echo(f"Message Body:        {preview!r}{' ...' if len(m.body) > 256 else ''}")
+
+
+@admin_group.command("queryMsgByKey")
+@namesrv_option
+@click.option("-t", "--topic", required=True)
+@click.option("-k", "--msgKey", "key", required=True)
+@click.option("-c", "--maxNum", "max_num", type=click.IntRange(1, 1024), default=64, show_default=True)
+@user_errors
+def query_msg_by_key(namesrv, topic, key, max_num) -> None:
+    """Find messages by key."""
+    msgs = _with_admin(namesrv, lambda a: a.query_msg_by_key(topic, key, max_num=max_num))
+    if not msgs:
+        raise click.ClickException(f"no message with key {key!r} in topic {topic!r}")
+    click.echo(f"{'#Message ID':<34}{'#QID':>5}  #Offset")
+    for m in msgs:
+        click.echo(f"{m.msg_id:<34}{m.queue_id:>5}  {m.queue_offset}")
+
+
+@admin_group.command("queryMsgById")
+@namesrv_option
+@click.option("-t", "--topic", default=None, help="Topic (needed for unique keys set by producers).")
+@click.option("-i", "--msgId", "msg_id", required=True)
+@user_errors
+def query_msg_by_id(namesrv, topic, msg_id) -> None:
+    """Show one message by offset message id or unique key."""
+    m = _with_admin(namesrv, lambda a: a.query_msg_by_id(topic, msg_id))
+    _print_message(m)

@@ -1,0 +1,231 @@
+"""`tidemq namesrv`, `tidemq broker` and `tidemq local` (both in one process)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import click
+
+from tidemq.broker.broker import Broker
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.store.config import FlushMode, StoreConfig
+from tidemq.cli.common import parse_listen, run_async, setup_logging, user_errors, wait_for_signal
+from tidemq.cli.config import load_config_file
+from tidemq.monitoring import MetricsServer
+from tidemq.namesrv import NamesrvConfig, NamesrvServer
+from tidemq.namesrv.metrics import namesrv_registry
+
+log = logging.getLogger("tidemq.cli")
+
+
+def _config_callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    defaults = load_config_file(value)
+    if defaults:
+        ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+config_option = click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    callback=_config_callback,
+    is_eager=True,
+    expose_value=False,
+    help="TOML file or RocketMQ broker.conf (key=value); flags and TIDEMQ_* variables win.",
+)
+
+
+def _advertise_default(listen_host: str, port: int) -> str:
+    host = listen_host if listen_host not in ("0.0.0.0", "", "::") else os.environ.get("POD_IP", "127.0.0.1")
+    return f"{host}:{port}"
+
+
+def build_broker_config(
+    namesrv: str,
+    listen: str,
+    store: str,
+    cluster: str,
+    broker_name: str,
+    advertise: str | None,
+    flush: str,
+    auto_create_topic: bool,
+    segment_size: int,
+    retention_hours: float,
+    broker_id: int = 0,
+) -> BrokerConfig:
+    lhost, lport = parse_listen(listen, "--listen")
+    adv = advertise or _advertise_default(lhost, lport)
+    ahost, aport = parse_listen(adv, "--advertise")
+    if ahost in ("0.0.0.0", "::"):
+        raise click.BadParameter("the advertised address must be one clients can reach", param_hint="--advertise")
+    addrs = tuple(a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip())
+    for a in addrs:
+        parse_listen(a, "--namesrv")
+    store_cfg = StoreConfig(
+        root=Path(store).expanduser().resolve(),
+        flush_mode=FlushMode(flush),
+        commitlog_segment_size=segment_size,
+        file_reserved_hours=retention_hours,
+    )
+    return BrokerConfig(
+        store=store_cfg,
+        namesrv_addrs=addrs,
+        listen_host=lhost,
+        listen_port=lport,
+        advertise_host=ahost,
+        advertise_port=aport,
+        cluster_name=cluster,
+        broker_name=broker_name,
+        broker_id=broker_id,
+        auto_create_topic=auto_create_topic,
+    )
+
+
+@click.command("namesrv")
+@config_option
+@click.option("--listen", default="0.0.0.0:9876", show_default=True, help="HOST:PORT to serve remoting on.")
+@click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz.")
+@click.option("--broker-expiry", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds of silence before a broker leaves the routes.")
+@click.option("--log-level", default="INFO", show_default=True)
+@user_errors
+def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, log_level: str) -> None:
+    """Run a name server."""
+    setup_logging(log_level)
+    host, port = parse_listen(listen, "--listen")
+    mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
+    cfg = NamesrvConfig(
+        listen_host=host, listen_port=port, broker_expiry=broker_expiry,
+        scan_interval=min(10.0, max(0.1, broker_expiry / 4)),
+    )
+
+    async def main() -> None:
+        server = NamesrvServer(cfg)
+        await server.start()
+        metrics = None
+        if mhost_port:
+            metrics = MetricsServer([namesrv_registry(server)])
+            await metrics.start(*mhost_port)
+        try:
+            await wait_for_signal()
+        finally:
+            if metrics:
+                await metrics.stop()
+            await server.stop()
+
+    run_async(main)
+
+
+def broker_options(fn):
+    opts = [
+        click.option("--namesrv", "-n", envvar="NAMESRV_ADDR", default="127.0.0.1:9876", show_default=True, help="Name servers, ADDR[;ADDR...] (also $NAMESRV_ADDR)."),
+        click.option("--listen", default="0.0.0.0:10911", show_default=True, help="HOST:PORT to serve remoting on."),
+        click.option("--store", default="./tidemq-store", show_default=True, type=click.Path(file_okay=False), help="Store directory."),
+        click.option("--cluster", default="DefaultCluster", show_default=True),
+        click.option("--broker-name", default="broker-a", show_default=True),
+        click.option("--broker-id", default=0, show_default=True, type=click.IntRange(min=0), hidden=True),
+        click.option("--advertise", default=None, help="HOST:PORT clients use to reach this broker (default: the listen address, or $POD_IP)."),
+        click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True, help="ASYNC_FLUSH or SYNC_FLUSH."),
+        click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz."),
+        click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True, help="Create unknown topics on send (TBW102)."),
+        click.option("--segment-size", default=1 << 30, show_default=True, type=click.IntRange(min=64 * 1024), help="CommitLog segment size in bytes."),
+        click.option("--retention-hours", default=72.0, show_default=True, type=click.FloatRange(min=0.01)),
+        click.option("--register-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between registrations with the name servers."),
+        click.option("--log-level", default="INFO", show_default=True),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+@click.command("broker", context_settings={"auto_envvar_prefix": "TIDEMQ_BROKER"})
+@config_option
+@broker_options
+@user_errors
+def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
+               auto_create_topic, segment_size, retention_hours, register_interval, log_level) -> None:
+    """Run a broker."""
+    setup_logging(log_level)
+    cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
+                              auto_create_topic, segment_size, retention_hours, broker_id)
+    cfg = dataclasses.replace(cfg, register_interval=register_interval)
+    mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
+
+    async def main() -> None:
+        broker = Broker(cfg)
+        await broker.start()
+        metrics = None
+        try:
+            if mhost_port:
+                broker.metrics.attach(broker)
+                metrics = MetricsServer([broker.metrics.registry], ready=lambda: broker.ready)
+                await metrics.start(*mhost_port)
+            await wait_for_signal()
+        finally:
+            if metrics:
+                await metrics.stop()
+            await broker.stop()
+
+    run_async(main)
+
+
+@click.command("local")
+@click.option("--data", default="./tidemq-data", show_default=True, type=click.Path(file_okay=False), help="Data directory.")
+@click.option("--namesrv-port", default=9876, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--broker-port", default=10911, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on and advertise.")
+@click.option("--metrics-port", default=9877, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True)
+@click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True)
+@click.option("--demo", is_flag=True, help="Create topic 'demo', send and consume a few messages.")
+@click.option("--exit-after-demo", is_flag=True, help="Stop after the demo instead of serving.")
+@click.option("--log-level", default="INFO", show_default=True)
+@user_errors
+def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_create_topic, demo,
+              exit_after_demo, log_level) -> None:
+    """Run a name server and a broker in one process (the embedded cluster)."""
+    setup_logging(log_level)
+    data_dir = Path(data).expanduser().resolve()
+
+    async def main() -> None:
+        ns = NamesrvServer(NamesrvConfig(listen_host=host, listen_port=namesrv_port))
+        ns_host, ns_port = await ns.start()
+        cfg = build_broker_config(
+            f"{host}:{ns_port}", f"{host}:{broker_port}", str(data_dir / "store"), "DefaultCluster",
+            "broker-a", None, flush, auto_create_topic, 1 << 30, 72.0,
+        )
+        broker = Broker(cfg)
+        try:
+            _h, b_port = await broker.start()
+        except BaseException:
+            await ns.stop()
+            raise
+        if b_port != cfg.advertise_port:  # port 0: advertise what we got
+            log.warning("broker bound to port %d", b_port)
+        broker.metrics.attach(broker)
+        registries = [namesrv_registry(ns), broker.metrics.registry]
+        metrics = MetricsServer(registries, ready=lambda: broker.ready)
+        m_host, m_port = await metrics.start(host, metrics_port)
+        ns_addr = f"{host}:{ns_port}"
+        click.echo(f"TideMQ local is running.")
+        click.echo(f"  name server : {ns_addr}   (export NAMESRV_ADDR={ns_addr})")
+        click.echo(f"  broker      : {cfg.advertise_addr}  (cluster DefaultCluster, broker-a, {flush} flush)")
+        click.echo(f"  metrics     : http://{m_host}:{m_port}/metrics  (health: /healthz, /readyz)")
+        click.echo(f"  data        : {data_dir}")
+        try:
+            if demo:
+                from tidemq.cli.demo import run_demo
+
+                await run_demo(ns_addr)
+            if not exit_after_demo:
+                click.echo("Press Ctrl-C to stop.")
+                await wait_for_signal()
+        finally:
+            await metrics.stop()
+            await broker.stop()
+            await ns.stop()
+            click.echo("TideMQ local stopped.")
+
+    run_async(main)
