@@ -80,6 +80,15 @@ def loads(data: bytes | str) -> object:
     return value
 
 
+def _freeze(value: object) -> object:
+    """A hashable form of a decoded JSON value (object keys may nest objects and arrays)."""
+    if isinstance(value, dict):
+        return ObjectKey(sorted(((str(k), _freeze(v)) for k, v in value.items()), key=lambda kv: kv[0]))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -139,7 +148,7 @@ class _Parser:
             if c == '"':
                 key: object = self.string()
             elif c == "{":
-                key = ObjectKey(sorted(self.obj(depth + 1).items()))
+                key = _freeze(self.obj(depth + 1))
             else:
                 key = self.scalar()
                 if not isinstance(key, (int, float)) or isinstance(key, bool):

@@ -1,0 +1,284 @@
+"""The name server: RocketMQ remoting requests in, route answers out.
+
+Wires a :class:`tidemq.remoting.RemotingServer` to a :class:`RouteInfoManager` and a
+:class:`KvConfigStore`. Invariants: every request gets exactly one answer unless it is oneway (the
+transport drops answers to oneway requests); a malformed header or body is answered with
+SYSTEM_ERROR and a remark naming the request and the field, never by closing the connection; an
+unknown code is answered REQUEST_CODE_NOT_SUPPORTED. All handlers are synchronous and O(routes),
+so none blocks the loop for long. The expiry scan is one task owned by the server and cancelled
+by :meth:`NamesrvServer.stop`; a closed broker connection drops that broker's routes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Callable
+
+from tidemq.errors import TideMQError
+from tidemq.namesrv.bodies import dumps, parse_data_version, parse_register_body
+from tidemq.namesrv.config import NamesrvConfig
+from tidemq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KvConfigStore
+from tidemq.namesrv.routes import RouteInfoManager
+from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+
+# Name-server request codes not (yet) in tidemq.remoting.codes.RequestCode.
+PUT_KV_CONFIG = 100
+GET_KV_CONFIG = 101
+DELETE_KV_CONFIG = 102
+GET_KVLIST_BY_NAMESPACE = 219
+
+_CODE_NAMES = {
+    PUT_KV_CONFIG: "PUT_KV_CONFIG",
+    GET_KV_CONFIG: "GET_KV_CONFIG",
+    DELETE_KV_CONFIG: "DELETE_KV_CONFIG",
+    GET_KVLIST_BY_NAMESPACE: "GET_KVLIST_BY_NAMESPACE",
+}
+
+Handler = Callable[[Connection, RemotingCommand], RemotingCommand]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return _CODE_NAMES.get(code, str(code))
+
+
+def _required(cmd: RemotingCommand, name: str) -> str:
+    value = cmd.get_str(name)
+    if value is None or value == "":
+        raise ValueError(f"missing header field {name!r}")
+    return value
+
+
+class NamesrvServer:
+    """A RocketMQ 4.x compatible name server (a remoting RequestHandler).
+
+    Counters for metrics are plain attributes: ``registrations``, ``unregistrations``,
+    ``route_lookups``, ``route_not_found``, ``brokers_expired``, ``brokers_dropped_on_close``,
+    ``requests``, ``request_errors``; gauges are the properties ``brokers_alive`` and ``topics``.
+    """
+
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.routes = RouteInfoManager(clock, config.broker_expiry)
+        self.kv = KvConfigStore()
+        self._remoting = RemotingServer(self, config.max_frame)
+        self._scan_task: asyncio.Task | None = None
+        self.address: tuple[str, int] | None = None
+        self.registrations = 0
+        self.unregistrations = 0
+        self.route_lookups = 0
+        self.route_not_found = 0
+        self.brokers_expired = 0
+        self.brokers_dropped_on_close = 0
+        self.requests = 0
+        self.request_errors = 0
+        self._handlers: dict[int, Handler] = {
+            RequestCode.REGISTER_BROKER: self._register_broker,
+            RequestCode.UNREGISTER_BROKER: self._unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self._get_route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._all_topics,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_by_cluster,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self._add_write_perm,
+            RequestCode.QUERY_DATA_VERSION: self._query_data_version,
+            PUT_KV_CONFIG: self._put_kv,
+            GET_KV_CONFIG: self._get_kv,
+            DELETE_KV_CONFIG: self._delete_kv,
+            GET_KVLIST_BY_NAMESPACE: self._get_kv_list,
+        }
+
+    # lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> tuple[str, int]:
+        """Listen and start the expiry scan. Returns the bound (host, port); port 0 picks one."""
+        if self.address is not None:
+            raise RuntimeError("name server already started")
+        self.address = await self._remoting.start(self.config.listen_host, self.config.listen_port)
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
+        log.info(
+            "name server listening on %s:%d (broker expiry %g s, scan every %g s)",
+            self.address[0],
+            self.address[1],
+            self.config.broker_expiry,
+            self.config.scan_interval,
+        )
+        return self.address
+
+    async def stop(self) -> None:
+        """Stop scanning, close every connection and stop listening."""
+        task, self._scan_task = self._scan_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._remoting.stop()
+        if self.address is not None:
+            log.info("name server on %s:%d stopped", *self.address)
+        self.address = None
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.scan_interval)
+            try:
+                self.brokers_expired += len(self.routes.scan_expired())
+            except Exception:  # a bug in one scan must not end liveness checking
+                log.exception("broker expiry scan failed")
+
+    # metrics ------------------------------------------------------------------------------------
+    @property
+    def brokers_alive(self) -> int:
+        return self.routes.broker_count
+
+    @property
+    def topics(self) -> int:
+        return self.routes.topic_count
+
+    # RequestHandler -----------------------------------------------------------------------------
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.requests += 1
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            self.request_errors += 1
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        try:
+            return handler(conn, cmd)
+        except (ValueError, TideMQError) as exc:
+            self.request_errors += 1
+            remark = f"{_code_name(cmd.code)}: {exc}"
+            log.warning("bad request from %s: %s", conn.peer, remark)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
+
+    def connection_lost(self, conn: Connection) -> None:
+        self.brokers_dropped_on_close += len(self.routes.on_connection_closed(conn))
+
+    # brokers ------------------------------------------------------------------------------------
+    def _register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _required(cmd, "clusterName")
+        name = _required(cmd, "brokerName")
+        addr = _required(cmd, "brokerAddr")
+        broker_id = cmd.get_int("brokerId")
+        crc = cmd.get_int("bodyCrc32", 0)
+        body = cmd.body_bytes()
+        if crc != 0 and (zlib.crc32(body) & 0x7FFFFFFF) != (crc & 0x7FFFFFFF):
+            self.request_errors += 1
+            log.warning(
+                "register of broker %s (%s) from %s: body crc32 does not match", name, addr, conn.peer
+            )
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        reg = parse_register_body(body, cmd.get_bool("compressed"))
+        info = self.routes.register_broker(
+            cluster,
+            name,
+            addr,
+            broker_id,
+            reg.topic_configs,
+            reg.data_version,
+            conn_key=conn,
+            ha_server_addr=cmd.get_str("haServerAddr") or "",
+        )
+        self.registrations += 1
+        order_conf = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return cmd.response(
+            ResponseCode.SUCCESS,
+            None,
+            {k: v for k, v in info.items() if v},
+            dumps({"table": order_conf}) if order_conf else None,
+        )
+
+    def _unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _required(cmd, "clusterName")
+        name = _required(cmd, "brokerName")
+        addr = _required(cmd, "brokerAddr")
+        broker_id = cmd.get_int("brokerId")
+        if self.routes.unregister_broker(cluster, name, addr, broker_id):
+            self.unregistrations += 1
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        addr = _required(cmd, "brokerAddr")
+        changed, stored = self.routes.query_data_version(addr, parse_data_version(cmd.body_bytes()))
+        return cmd.response(
+            ResponseCode.SUCCESS,
+            None,
+            {"changed": changed},
+            dumps(stored) if stored is not None else None,
+        )
+
+    # routes -------------------------------------------------------------------------------------
+    def _get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _required(cmd, "topic")
+        self.route_lookups += 1
+        route = self.routes.pickup_topic_route(topic)
+        if route is None:
+            self.route_not_found += 1
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}",
+            )
+        return cmd.response(ResponseCode.SUCCESS, None, None, dumps(route))
+
+    def _cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, None, None, dumps(self.routes.cluster_info()))
+
+    def _all_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(
+            ResponseCode.SUCCESS, None, None, dumps({"topicList": self.routes.all_topics()})
+        )
+
+    def _topics_by_cluster(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _required(cmd, "cluster")
+        body = dumps({"topicList": self.routes.topics_by_cluster(cluster)})
+        return cmd.response(ResponseCode.SUCCESS, None, None, body)
+
+    def _delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _required(cmd, "topic")
+        self.routes.delete_topic(topic, cmd.get_str("clusterName") or None)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _wipe_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        count = self.routes.wipe_write_perm(_required(cmd, "brokerName"))
+        return cmd.response(ResponseCode.SUCCESS, None, {"wipeTopicCount": count})
+
+    def _add_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        count = self.routes.add_write_perm(_required(cmd, "brokerName"))
+        return cmd.response(ResponseCode.SUCCESS, None, {"addTopicCount": count})
+
+    # kv config ----------------------------------------------------------------------------------
+    def _put_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns, key = _required(cmd, "namespace"), _required(cmd, "key")
+        value = cmd.get_str("value")
+        if value is None:
+            raise ValueError("missing header field 'value'")
+        self.kv.put(ns, key, value)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _get_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns, key = _required(cmd, "namespace"), _required(cmd, "key")
+        value = self.kv.get(ns, key)
+        if value is None:
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}"
+            )
+        return cmd.response(ResponseCode.SUCCESS, None, {"value": value})
+
+    def _delete_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.kv.delete(_required(cmd, "namespace"), _required(cmd, "key"))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _get_kv_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns = _required(cmd, "namespace")
+        table = self.kv.namespace(ns)
+        if not table:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
+        return cmd.response(ResponseCode.SUCCESS, None, None, dumps({"table": table}))

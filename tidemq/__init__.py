@@ -1,0 +1,101 @@
+"""TideMQ: a message queue speaking Apache RocketMQ's wire protocol, and its Python client.
+
+``import tidemq`` is cheap: the errors load eagerly, everything else on first use.
+
+    import tidemq
+    async with tidemq.Producer("my-group", "127.0.0.1:9876") as producer:
+        await producer.send(tidemq.Message("TopicTest", b"hello", tags="TagA"))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tidemq.errors import (
+    AdminError,
+    BrokerError,
+    ClientError,
+    CodecError,
+    ConfigError,
+    ConnectError,
+    FrameError,
+    RemotingError,
+    RemotingTimeoutError,
+    StoreCorruptError,
+    StoreError,
+    TideMQError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Message": "tidemq.message",
+    "MessageExt": "tidemq.message",
+    "MessageQueue": "tidemq.client.route",
+    "ClientConfig": "tidemq.client.config",
+    "Producer": "tidemq.client.producer",
+    "PullConsumer": "tidemq.client.consumer",
+    "Admin": "tidemq.client.admin",
+    "SendResult": "tidemq.client.send",
+    "SendStatus": "tidemq.client.send",
+    "PullResult": "tidemq.client.pull",
+    "PullStatus": "tidemq.client.pull",
+    "SyncProducer": "tidemq.client.sync",
+    "SyncPullConsumer": "tidemq.client.sync",
+    "SyncAdmin": "tidemq.client.sync",
+}
+
+__all__ = [
+    "Admin",
+    "AdminError",
+    "BrokerError",
+    "ClientConfig",
+    "ClientError",
+    "CodecError",
+    "ConfigError",
+    "ConnectError",
+    "FrameError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "RemotingError",
+    "RemotingTimeoutError",
+    "SendResult",
+    "SendStatus",
+    "StoreCorruptError",
+    "StoreError",
+    "SyncAdmin",
+    "SyncProducer",
+    "SyncPullConsumer",
+    "TideMQError",
+    "__version__",
+]
+
+if TYPE_CHECKING:
+    from tidemq.client.admin import Admin
+    from tidemq.client.config import ClientConfig
+    from tidemq.client.consumer import PullConsumer
+    from tidemq.client.producer import Producer
+    from tidemq.client.pull import PullResult, PullStatus
+    from tidemq.client.route import MessageQueue
+    from tidemq.client.send import SendResult, SendStatus
+    from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
+    from tidemq.message import Message, MessageExt
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tidemq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,43 @@
+"""TideMQ's client: Producer, PullConsumer, Admin (asyncio) and their blocking facades.
+
+Layout (aiokafka-like): pure wire codecs in ``send``, ``pull``, ``heartbeat``,
+``admin_protocol`` and ``route``; state in ``route_cache``; I/O in ``instance`` (connections,
+name servers, heartbeats) used by ``producer``, ``consumer`` and ``admin``; ``sync`` wraps them.
+"""
+
+from tidemq.client.admin import Admin
+from tidemq.client.admin_protocol import ConsumerProgress, QueueProgress, TopicOffset
+from tidemq.client.allocate import allocate_averagely
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import PullConsumer
+from tidemq.client.instance import ClientInstance
+from tidemq.client.producer import Producer
+from tidemq.client.pull import PullResult, PullStatus
+from tidemq.client.route import BrokerData, ClusterInfo, MessageQueue, Perm, QueueData, TopicRouteData
+from tidemq.client.send import SendResult, SendStatus
+from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
+
+__all__ = [
+    "Admin",
+    "BrokerData",
+    "ClientConfig",
+    "ClientInstance",
+    "ClusterInfo",
+    "ConsumerProgress",
+    "MessageQueue",
+    "Perm",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "QueueData",
+    "QueueProgress",
+    "SendResult",
+    "SendStatus",
+    "SyncAdmin",
+    "SyncProducer",
+    "SyncPullConsumer",
+    "TopicOffset",
+    "TopicRouteData",
+    "allocate_averagely",
+]

@@ -1,0 +1,372 @@
+"""Admin: topics, subscription groups, cluster info, stats and message queries (mqadmin's calls).
+
+Every operation that targets "the cluster" goes to each master broker of it, found through
+GET_BROKER_CLUSTER_INFO, as ``mqadmin ... -c CLUSTER`` does. Errors are AdminError (what cannot be
+done and why) or BrokerError (a server refused, with its remark and a hint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from tidemq.client.admin_protocol import (
+    ConsumerProgress,
+    QueueProgress,
+    SubscriptionGroupConfig,
+    TopicOffset,
+    create_topic_request,
+    parse_consume_stats,
+    parse_string_list,
+    parse_topic_stats,
+    query_message_request,
+)
+from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.instance import ClientInstance
+from tidemq.client.response import broker_error, check
+from tidemq.client.route import ClusterInfo, MessageQueue, Perm, TopicRouteData
+from tidemq.client.validation import check_group, check_topic_name
+from tidemq.errors import AdminError, ClientError, CodecError, RemotingError
+from tidemq.message import MessageExt, Prop, decode_offset_msg_id, decode_records
+from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+
+DEFAULT_QUERY_MAX_NUM = 32
+
+
+class Admin:
+    """An asyncio admin client. Use ``async with Admin("127.0.0.1:9876") as admin:``."""
+
+    def __init__(
+        self, name_servers: str | Sequence[str] | None = None, config: ClientConfig | None = None
+    ) -> None:
+        self.config = make_config(name_servers, config)
+        self._instance: ClientInstance | None = None
+
+    async def start(self) -> None:
+        if self._instance is None:
+            self._instance = await ClientInstance.acquire(self.config)
+
+    async def close(self) -> None:
+        inst, self._instance = self._instance, None
+        if inst is not None:
+            await inst.release()
+
+    async def __aenter__(self) -> "Admin":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _require(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientError("admin is not started: call `await admin.start()` or use "
+                              "`async with Admin(...)`")
+        return self._instance
+
+    # helpers -----------------------------------------------------------------------------------
+    async def _namesrv(self, code: RequestCode, fields: dict | None, what: str) -> RemotingCommand:
+        inst = self._require()
+        resp = await inst.invoke_namesrv(lambda: RemotingCommand.request(code, fields))
+        return check(resp, what)
+
+    async def _broker(self, addr: str, cmd: RemotingCommand, what: str,
+                      ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        return check(await self._require().invoke(addr, cmd), what, addr, ok)
+
+    async def _targets(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        """Master addresses for an operation given exactly one of cluster / broker_addr."""
+        if (cluster is None) == (broker_addr is None):
+            raise ClientError("give exactly one of cluster= or broker_addr=")
+        if broker_addr is not None:
+            return [broker_addr]
+        info = await self.cluster_info()
+        if cluster not in info.cluster_addr_table:
+            known = ", ".join(sorted(info.cluster_addr_table)) or "none"
+            raise AdminError(
+                f"cluster {cluster!r} is not known to the name server (known clusters: {known}); "
+                "check the cluster name and that its brokers are running"
+            )
+        addrs = sorted(info.master_addrs(cluster).values())
+        if not addrs:
+            raise AdminError(f"cluster {cluster!r} has no running master broker")
+        return addrs
+
+    async def _gather_brokers(self, addrs: Sequence[str], call) -> list:
+        return list(await asyncio.gather(*(call(a) for a in addrs)))
+
+    # cluster -----------------------------------------------------------------------------------
+    async def cluster_info(self) -> ClusterInfo:
+        resp = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO, None, "cluster info")
+        try:
+            return ClusterInfo.from_json(resp.body_bytes() or b"{}")
+        except CodecError as exc:
+            raise AdminError(f"cluster info from the name server is malformed: {exc}") from None
+
+    # topics ------------------------------------------------------------------------------------
+    async def create_topic(
+        self,
+        topic: str,
+        read_queues: int = 8,
+        write_queues: int = 8,
+        perm: int = 6,
+        order: bool = False,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """Create or update ``topic`` on one broker or on every master of ``cluster``.
+
+        Returns the broker addresses updated. The brokers register the topic with the name
+        servers themselves.
+        """
+        check_topic_name(topic)
+        if read_queues < 0 or write_queues < 0 or read_queues + write_queues == 0:
+            raise ClientError("read_queues and write_queues must be >= 0 and not both 0")
+        if perm & ~int(Perm.INHERIT | Perm.WRITE | Perm.READ | Perm.PRIORITY):
+            raise ClientError(f"perm {perm} is not a combination of 2 (write), 4 (read), 1, 8")
+        addrs = await self._targets(cluster, broker_addr)
+
+        async def one(addr: str) -> str:
+            cmd = create_topic_request(topic, read_queues, write_queues, perm, order)
+            await self._broker(addr, cmd, f"create topic {topic}")
+            return addr
+
+        return await self._gather_brokers(addrs, one)
+
+    async def delete_topic(self, topic: str, cluster: str) -> list[str]:
+        """Delete ``topic`` on every master of ``cluster``, then from every name server."""
+        check_topic_name(topic)
+        addrs = await self._targets(cluster, None)
+
+        async def one(addr: str) -> str:
+            cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+            await self._broker(addr, cmd, f"delete topic {topic}")
+            return addr
+
+        done = await self._gather_brokers(addrs, one)
+        inst = self._require()
+        for ns in inst.config.name_servers:
+            cmd = RemotingCommand.request(
+                RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster}
+            )
+            check(await inst.invoke(ns, cmd), f"delete topic {topic} from name server", ns)
+        inst.routes.forget(topic)
+        return done
+
+    async def topic_list(self) -> list[str]:
+        resp = await self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, "topic list")
+        try:
+            return sorted(parse_string_list(resp.body_bytes(), "topicList", "topic list"))
+        except CodecError as exc:
+            raise AdminError(str(exc)) from None
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        check_topic_name(topic)
+        inst = self._require()
+        route = await inst.fetch_route(topic)
+        if route is None:
+            raise AdminError(
+                f"topic {topic} does not exist on the name server: create it with "
+                f"`tidemq admin updateTopic -t {topic} -c DefaultCluster`"
+            )
+        inst.routes.update(topic, route)
+        return route
+
+    async def topic_status(self, topic: str) -> list[TopicOffset]:
+        """(queue, min offset, max offset, last update ms) of every queue of ``topic``."""
+        route = await self.topic_route(topic)
+        addrs = sorted(set(route.master_addrs().values()))
+
+        async def one(addr: str) -> list[TopicOffset]:
+            cmd = RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+            resp = await self._broker(addr, cmd, f"status of topic {topic}")
+            try:
+                return parse_topic_stats(resp.body_bytes())
+            except CodecError as exc:
+                raise AdminError(f"topic stats from {addr} are malformed: {exc}") from None
+
+        parts = await self._gather_brokers(addrs, one)
+        return sorted(t for part in parts for t in part)
+
+    # subscription groups -----------------------------------------------------------------------
+    async def update_subscription_group(
+        self,
+        group: str,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        consume_enable: bool = True,
+        consume_broadcast_enable: bool = True,
+        retry_max_times: int = 16,
+        retry_queue_nums: int = 1,
+        consume_from_min_enable: bool = True,
+    ) -> list[str]:
+        check_group(group)
+        config = SubscriptionGroupConfig(
+            group=group,
+            consume_enable=consume_enable,
+            consume_from_min_enable=consume_from_min_enable,
+            consume_broadcast_enable=consume_broadcast_enable,
+            retry_queue_nums=retry_queue_nums,
+            retry_max_times=retry_max_times,
+        )
+        addrs = await self._targets(cluster, broker_addr)
+
+        async def one(addr: str) -> str:
+            cmd = RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, config.to_json()
+            )
+            await self._broker(addr, cmd, f"update subscription group {group}")
+            return addr
+
+        return await self._gather_brokers(addrs, one)
+
+    async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
+        """Per-queue broker offset, consumer offset and last consume time; ``.total_lag``.
+
+        With a topic, asks that topic's brokers about it; without, asks every master of every
+        cluster about all topics the group has offsets for.
+        """
+        check_group(group)
+        if topic is not None:
+            route = await self.topic_route(topic)
+            addrs = sorted(set(route.master_addrs().values()))
+        else:
+            addrs = sorted(set((await self.cluster_info()).all_master_addrs().values()))
+
+        async def one(addr: str) -> tuple[list[QueueProgress], float]:
+            cmd = RemotingCommand.request(
+                RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic}
+            )
+            resp = await self._require().invoke(addr, cmd)
+            if resp.code in (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                             ResponseCode.CONSUMER_NOT_ONLINE):
+                return [], 0.0
+            check(resp, f"consumer progress of group {group}", addr)
+            try:
+                return parse_consume_stats(resp.body_bytes())
+            except CodecError as exc:
+                raise AdminError(f"consume stats from {addr} are malformed: {exc}") from None
+
+        parts = await self._gather_brokers(addrs, one)
+        queues = sorted(q for qs, _ in parts for q in qs)
+        return ConsumerProgress(group, tuple(queues), sum(tps for _, tps in parts))
+
+    async def get_consumer_list(self, group: str, topic: str) -> list[str]:
+        """Client ids of the group's consumers, as a broker of ``topic`` knows them."""
+        check_group(group)
+        route = await self.topic_route(topic)
+        addrs = sorted(set(route.master_addrs().values()))
+        if not addrs:
+            raise AdminError(f"topic {topic} has no running master broker")
+        cmd = RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        resp = await self._broker(addrs[0], cmd, f"consumer list of group {group}")
+        try:
+            return sorted(parse_string_list(resp.body_bytes(), "consumerIdList", "consumer list"))
+        except CodecError as exc:
+            raise AdminError(str(exc)) from None
+
+    # messages ----------------------------------------------------------------------------------
+    async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,
+                     unique_key: bool) -> list[MessageExt]:
+        route = await self.topic_route(topic)
+        addrs = sorted(set(route.master_addrs().values()))
+
+        async def one(addr: str) -> list[MessageExt]:
+            cmd = query_message_request(topic, key, max_num, begin_ms, end_ms, unique_key)
+            resp = await self._require().invoke(addr, cmd)
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                return []
+            check(resp, f"query of topic {topic} for key {key}", addr)
+            try:
+                return decode_records(resp.body_bytes())
+            except CodecError as exc:
+                raise AdminError(f"query answer from {addr} is malformed: {exc}") from None
+
+        parts = await self._gather_brokers(addrs, one)
+        msgs = [m for part in parts for m in part if m.topic == topic]
+        msgs.sort(key=lambda m: (m.store_timestamp, m.offset_msg_id))
+        return msgs
+
+    async def query_msg_by_key(
+        self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, begin_ms: int = 0,
+        end_ms: int | None = None,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS contain ``key`` (from the brokers' index)."""
+        check_topic_name(topic)
+        if not key:
+            raise ClientError("key is blank")
+        end = end_ms if end_ms is not None else self._require().now_ms()
+        msgs = await self._query(topic, key, max_num, begin_ms, end, unique_key=False)
+        return [m for m in msgs if key in m.keys][:max_num]
+
+    async def query_msg_by_id(self, topic: str | None, msg_id: str) -> MessageExt:
+        """Find a message by offset message id or by its UNIQ_KEY (client message id).
+
+        An offset id names its broker, so ``topic`` may be None for it; a UNIQ_KEY is looked up
+        in the index of every master of ``topic``.
+        """
+        msg_id = msg_id.strip().upper()
+        decoded = _decode_offset_id(msg_id)
+        if topic is None:
+            if decoded is None:
+                raise ClientError(
+                    f"{msg_id!r} is not an offset message id; give the topic to look it up as a "
+                    "unique key (client message id)"
+                )
+            found = await self._view(*decoded)
+            if found is None:
+                raise AdminError(f"message {msg_id} not found at broker {decoded[0]}")
+            return found
+        check_topic_name(topic)
+        inst = self._require()
+        route = await self.topic_route(topic)
+        known = {a for bd in route.broker_datas for a in bd.broker_addrs.values()}
+        if decoded is not None and decoded[0] in known:
+            found = await self._view(*decoded)
+            if found is not None:
+                return found
+        msgs = await self._query(topic, msg_id, DEFAULT_QUERY_MAX_NUM, 0, inst.now_ms(),
+                                 unique_key=True)
+        for m in msgs:
+            if m.properties.get(Prop.UNIQ_KEY) == msg_id:
+                return m
+        if decoded is not None and decoded[0] not in known:
+            # The store host inside the id may be an address the route spells differently.
+            found = await self._view(*decoded)
+            if found is not None and found.topic == topic:
+                return found
+        raise AdminError(f"message {msg_id} not found in topic {topic}")
+
+    async def _view(self, addr: str, offset: int) -> MessageExt | None:
+        cmd = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+        try:
+            resp = await self._require().invoke(addr, cmd)
+        except RemotingError as exc:
+            log.info("view message at %s offset %d failed: %s", addr, offset, exc)
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            log.info("%s", broker_error(resp, f"view message at offset {offset}", addr))
+            return None
+        try:
+            msgs = decode_records(resp.body_bytes())
+        except CodecError as exc:
+            raise AdminError(f"message at {addr} offset {offset} is malformed: {exc}") from None
+        return msgs[0] if msgs else None
+
+
+def _decode_offset_id(msg_id: str) -> tuple[str, int] | None:
+    """(broker address, commit-log offset) if ``msg_id`` can be an offset id, else None."""
+    if len(msg_id) not in (32, 56):
+        return None
+    try:
+        addr, offset = decode_offset_msg_id(msg_id)
+    except CodecError:
+        return None
+    port = int(addr.rsplit(":", 1)[1])
+    if not 0 < port < 65536 or offset < 0:
+        return None
+    return addr, offset
+

@@ -1,0 +1,218 @@
+"""Admin request headers and response bodies: pure codecs, no I/O.
+
+Stats bodies (GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208) key their ``offsetTable`` by
+MessageQueue in fastjson's inline-object form ``{{"brokerName":..,"queueId":..,"topic":..}:{..}}``;
+:func:`tidemq.remoting.fastjson.loads` returns such keys as ObjectKey. A key that arrives as a
+JSON string holding that object is accepted too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import orjson
+
+from tidemq.client.route import MessageQueue, Perm
+from tidemq.client.validation import AUTO_CREATE_TOPIC
+from tidemq.errors import CodecError, FrameError
+from tidemq.remoting import RemotingCommand, RequestCode, fastjson
+
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+
+
+class TopicOffset(NamedTuple):
+    """One queue of GET_TOPIC_STATS_INFO."""
+
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_ms: int
+
+
+class QueueProgress(NamedTuple):
+    """One queue of GET_CONSUME_STATS. ``lag`` = broker_offset - consumer_offset."""
+
+    queue: MessageQueue
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def lag(self) -> int:
+        return max(self.broker_offset - self.consumer_offset, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerProgress:
+    """A group's progress: one entry per queue, sorted. Iterates over its queues."""
+
+    group: str
+    queues: tuple[QueueProgress, ...] = ()
+    consume_tps: float = 0.0
+
+    @property
+    def total_lag(self) -> int:
+        return sum(q.lag for q in self.queues)
+
+    def __iter__(self):
+        return iter(self.queues)
+
+    def __len__(self) -> int:
+        return len(self.queues)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionGroupConfig:
+    group: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "groupName": self.group,
+                "consumeEnable": self.consume_enable,
+                "consumeFromMinEnable": self.consume_from_min_enable,
+                "consumeBroadcastEnable": self.consume_broadcast_enable,
+                "retryQueueNums": self.retry_queue_nums,
+                "retryMaxTimes": self.retry_max_times,
+                "brokerId": self.broker_id,
+                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+                "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+                **self.extra,
+            }
+        )
+
+
+def create_topic_request(
+    topic: str, read_queues: int, write_queues: int, perm: int, order: bool
+) -> RemotingCommand:
+    return RemotingCommand.request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": topic,
+            "defaultTopic": AUTO_CREATE_TOPIC,
+            "readQueueNums": read_queues,
+            "writeQueueNums": write_queues,
+            "perm": int(Perm(perm)),
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": bool(order),
+        },
+    )
+
+
+def query_message_request(
+    topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, unique_key: bool = False
+) -> RemotingCommand:
+    fields: dict[str, object] = {
+        "topic": topic,
+        "key": key,
+        "maxNum": max_num,
+        "beginTimestamp": begin_ms,
+        "endTimestamp": end_ms,
+    }
+    if unique_key:
+        fields[UNIQUE_KEY_QUERY] = True
+    return RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# bodies
+
+
+def _load_obj(body: bytes, what: str) -> dict:
+    try:
+        obj = fastjson.loads(body)
+    except (FrameError, TypeError) as exc:
+        # TypeError: fastjson.loads meets an object key holding a nested object/array.
+        raise CodecError(f"{what} body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise CodecError(f"{what} body is not a JSON object")
+    return obj
+
+
+def _queue_key(key: object, what: str) -> MessageQueue:
+    if isinstance(key, fastjson.ObjectKey):
+        return MessageQueue.from_json(key.as_dict())
+    if isinstance(key, str) and key.lstrip().startswith("{"):
+        try:
+            return MessageQueue.from_json(fastjson.loads(key))
+        except (FrameError, TypeError):
+            pass
+    raise CodecError(f"{what}: offsetTable key {key!r} is not a message queue")
+
+
+def _num(obj: dict, key: str, what: str) -> int:
+    v = obj.get(key, 0)
+    try:
+        return int(v if v is not None else 0)
+    except (TypeError, ValueError):
+        raise CodecError(f"{what}: {key} is not a number: {v!r}") from None
+
+
+def _offset_table(body: bytes, what: str) -> tuple[dict, dict]:
+    obj = _load_obj(body, what)
+    table = obj.get("offsetTable") or {}
+    if not isinstance(table, dict):
+        raise CodecError(f"{what}: offsetTable is not an object")
+    return obj, table
+
+
+def parse_topic_stats(body: bytes) -> list[TopicOffset]:
+    what = "topic stats"
+    _obj, table = _offset_table(body, what)
+    out = []
+    for key, value in table.items():
+        if not isinstance(value, dict):
+            raise CodecError(f"{what}: entry for {key!r} is not an object")
+        out.append(
+            TopicOffset(
+                _queue_key(key, what),
+                _num(value, "minOffset", what),
+                _num(value, "maxOffset", what),
+                _num(value, "lastUpdateTimestamp", what),
+            )
+        )
+    return sorted(out)
+
+
+def parse_consume_stats(body: bytes) -> tuple[list[QueueProgress], float]:
+    what = "consume stats"
+    obj, table = _offset_table(body, what)
+    out = []
+    for key, value in table.items():
+        if not isinstance(value, dict):
+            raise CodecError(f"{what}: entry for {key!r} is not an object")
+        out.append(
+            QueueProgress(
+                _queue_key(key, what),
+                _num(value, "brokerOffset", what),
+                _num(value, "consumerOffset", what),
+                _num(value, "lastTimestamp", what),
+            )
+        )
+    try:
+        tps = float(obj.get("consumeTps") or 0.0)
+    except (TypeError, ValueError):
+        tps = 0.0
+    return sorted(out), tps
+
+
+def parse_string_list(body: bytes, field_name: str, what: str) -> list[str]:
+    """``{"topicList":[...]}`` / ``{"consumerIdList":[...]}``; an empty body is an empty list."""
+    if not body:
+        return []
+    obj = _load_obj(body, what)
+    items = obj.get(field_name) or []
+    if not isinstance(items, list):
+        raise CodecError(f"{what}: {field_name} is not an array")
+    return [str(i) for i in items]

@@ -1,0 +1,91 @@
+"""Typed configuration of a client instance (shared by producers, consumers and admin).
+
+Configuration enters here and nowhere else: the client never reads environment variables. A
+config is frozen and hashable, so it keys the one :class:`~tidemq.client.instance.ClientInstance`
+that every producer/consumer/admin built from an equal config shares within an event loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tidemq.errors import ConfigError
+from tidemq.remoting import parse_addr
+
+DEFAULT_NAME_SERVER = "127.0.0.1:9876"
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
+def parse_name_servers(value: str | Iterable[str]) -> tuple[str, ...]:
+    """Accept ``"a:1;b:2"`` (RocketMQ's namesrvAddr form), ``"a:1,b:2"`` or a list of addresses."""
+    items = [value] if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"name server address {item!r} is not a string like 'host:9876'")
+        for part in item.replace(",", ";").split(";"):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                parse_addr(part)
+            except ValueError:
+                raise ConfigError(
+                    f"name server address {part!r} is not HOST:PORT (e.g. 127.0.0.1:9876)"
+                ) from None
+            if part not in out:
+                out.append(part)
+    if not out:
+        raise ConfigError("no name server address given: pass e.g. name_servers='127.0.0.1:9876'")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Settings of one client instance. Times are seconds, sizes bytes.
+
+    ``name_servers`` accepts a list or a ``"a:1;b:2"`` string and is stored as a tuple.
+    """
+
+    name_servers: tuple[str, ...] = (DEFAULT_NAME_SERVER,)
+    instance_name: str = "DEFAULT"
+    request_timeout: float = 3.0
+    route_refresh_interval: float = 30.0
+    heartbeat_interval: float = 30.0
+    retry_times_when_send_failed: int = 2
+    compress_threshold: int = 4096
+    compress_level: int = 5
+    max_message_size: int = MAX_MESSAGE_SIZE
+    connect_timeout: float = 3.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name_servers", parse_name_servers(self.name_servers))
+        if not self.instance_name or "@" in self.instance_name:
+            raise ConfigError("instance_name must be non-empty and must not contain '@'")
+        for name in ("request_timeout", "route_refresh_interval", "heartbeat_interval",
+                     "connect_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.retry_times_when_send_failed < 0:
+            raise ConfigError("retry_times_when_send_failed must be >= 0")
+        if not 0 <= self.compress_level <= 9:
+            raise ConfigError(f"compress_level must be 0..9 (zlib), got {self.compress_level}")
+        if self.compress_threshold < 0:
+            raise ConfigError("compress_threshold must be >= 0")
+        if self.max_message_size <= 0:
+            raise ConfigError("max_message_size must be positive")
+
+    def with_name_servers(self, name_servers: str | Iterable[str] | None) -> "ClientConfig":
+        if name_servers is None:
+            return self
+        return dataclasses.replace(self, name_servers=parse_name_servers(name_servers))
+
+
+def make_config(
+    name_servers: str | Iterable[str] | None, config: ClientConfig | None
+) -> ClientConfig:
+    """The config a Producer/PullConsumer/Admin uses: ``name_servers`` overrides the config's."""
+    base = config if config is not None else ClientConfig()
+    return base.with_name_servers(name_servers)

@@ -1,0 +1,204 @@
+"""PullConsumer: the application chooses queues and offsets; the client pulls and commits.
+
+The consumer registers its group with every broker through the instance's heartbeat
+(CONSUME_ACTIVELY, CLUSTERING) listing the topics it has used, so that brokers report the group
+in consumer progress. A topic seen for the first time (or a new tag expression) triggers an
+immediate heartbeat before the request that uses it. Offsets are the *next* offset to consume.
+Pulls go to the queue's master broker; a long poll (``suspend_ms`` > 0) waits up to that long
+at the broker and the request timeout grows by the same amount.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.heartbeat import CLUSTERING, CONSUME_ACTIVELY, ConsumerData, Subscription
+from tidemq.client.instance import ClientInstance
+from tidemq.client.pull import (
+    PullResult,
+    build_pull_request,
+    normalize_expression,
+    parse_pull_response,
+    parse_tag_expression,
+)
+from tidemq.client.response import check, header_int
+from tidemq.client.route import MessageQueue
+from tidemq.client.validation import check_group, check_topic_name
+from tidemq.errors import ClientError
+from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+
+
+class PullConsumer:
+    """An asyncio pull consumer. Use ``async with PullConsumer("group", "127.0.0.1:9876") as c:``."""
+
+    def __init__(
+        self,
+        group: str,
+        name_servers: str | Sequence[str] | None = None,
+        config: ClientConfig | None = None,
+    ) -> None:
+        self.group = check_group(group)
+        self.config = make_config(name_servers, config)
+        self._instance: ClientInstance | None = None
+        self._subscriptions: dict[str, Subscription] = {}
+
+    # lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._instance is not None:
+            return
+        inst = await ClientInstance.acquire(self.config)
+        inst.add_consumer(self)
+        self._instance = inst
+
+    async def close(self) -> None:
+        inst, self._instance = self._instance, None
+        if inst is None:
+            return
+        try:
+            await inst.remove_consumer(self)
+        finally:
+            await inst.release()
+
+    async def __aenter__(self) -> "PullConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def client_id(self) -> str:
+        return self._require().client_id
+
+    def _require(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientError("consumer is not started: call `await consumer.start()` or use "
+                              "`async with PullConsumer(...)`")
+        return self._instance
+
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(
+            group=self.group,
+            subscriptions=tuple(self._subscriptions.values()),
+            consume_type=CONSUME_ACTIVELY,
+            message_model=CLUSTERING,
+        )
+
+    async def _subscribe(self, inst: ClientInstance, topic: str, expression: str = "*") -> None:
+        expr = normalize_expression(expression)
+        current = self._subscriptions.get(topic)
+        if current is not None and current.expression == expr:
+            return
+        self._subscriptions[topic] = Subscription(topic, expr, inst.now_ms())
+        if await inst.get_route(topic) is None:
+            return
+        await inst.send_heartbeat()
+
+    # queues ------------------------------------------------------------------------------------
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues, sorted (topic, broker name, queue id)."""
+        inst = self._require()
+        check_topic_name(topic)
+        route = await inst.get_route(topic)
+        if route is None:
+            raise ClientError(
+                f"no route for topic {topic}: create it with `tidemq admin updateTopic -t {topic} "
+                "-c DefaultCluster` and check the name server address"
+            )
+        await self._subscribe(inst, topic, self._subscriptions.get(topic, Subscription(topic)).expression)
+        return route.subscribe_queues(topic)
+
+    async def _addr(self, inst: ClientInstance, mq: MessageQueue) -> str:
+        if not isinstance(mq, MessageQueue):
+            raise ClientError(f"expected a MessageQueue, got {type(mq).__name__}")
+        if inst.routes.get(mq.topic) is None and await inst.get_route(mq.topic) is None:
+            raise ClientError(f"no route for topic {mq.topic}: create the topic first")
+        return await inst.master_addr(mq.topic, mq.broker_name)
+
+    # pulling -----------------------------------------------------------------------------------
+    async def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        expression: str = "*",
+        suspend_ms: int = 0,
+        timeout: float | None = None,
+    ) -> PullResult:
+        """Pull up to ``max_nums`` messages from ``offset``; with ``suspend_ms`` > 0 the broker
+        holds the request until a message arrives or that many milliseconds pass."""
+        inst = self._require()
+        if offset < 0:
+            raise ClientError(f"offset must be >= 0, got {offset}")
+        if max_nums <= 0:
+            raise ClientError(f"max_nums must be positive, got {max_nums}")
+        if suspend_ms < 0:
+            raise ClientError(f"suspend_ms must be >= 0, got {suspend_ms}")
+        addr = await self._addr(inst, mq)
+        await self._subscribe(inst, mq.topic, expression)
+        expr = normalize_expression(expression)
+        cmd = build_pull_request(self.group, mq, offset, max_nums, expr, suspend_ms,
+                                 self._subscriptions[mq.topic].sub_version)
+        wait = (timeout if timeout is not None else self.config.request_timeout) + suspend_ms / 1000
+        resp = await inst.invoke(addr, cmd, wait)
+        return parse_pull_response(resp, mq, parse_tag_expression(expr), addr)
+
+    # offsets -----------------------------------------------------------------------------------
+    async def committed_offset(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq``; None when the broker has none."""
+        inst = self._require()
+        addr = await self._addr(inst, mq)
+        await self._subscribe(inst, mq.topic, self._expr(mq.topic))
+        cmd = RemotingCommand.request(
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id},
+        )
+        what = f"query offset of group {self.group} on {mq}"
+        resp = await inst.invoke(addr, cmd)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        check(resp, what, addr)
+        return header_int(resp, "offset", what)
+
+    async def commit(self, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` (the next offset to consume) for the group at the broker."""
+        inst = self._require()
+        if offset < 0:
+            raise ClientError(f"offset must be >= 0, got {offset}")
+        addr = await self._addr(inst, mq)
+        await self._subscribe(inst, mq.topic, self._expr(mq.topic))
+        cmd = RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
+             "commitOffset": offset},
+        )
+        check(await inst.invoke(addr, cmd), f"commit offset of group {self.group} on {mq}", addr)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the next message of ``mq`` will get (0 for an empty queue)."""
+        return await self._offset_request(RequestCode.GET_MAX_OFFSET, mq, "max offset")
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._offset_request(RequestCode.GET_MIN_OFFSET, mq, "min offset")
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of the message stored closest to ``timestamp_ms``."""
+        return await self._offset_request(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, "offset search", timestamp=int(timestamp_ms)
+        )
+
+    def _expr(self, topic: str) -> str:
+        sub = self._subscriptions.get(topic)
+        return sub.expression if sub is not None else "*"
+
+    async def _offset_request(self, code: RequestCode, mq: MessageQueue, what: str,
+                              **extra: object) -> int:
+        inst = self._require()
+        addr = await self._addr(inst, mq)
+        cmd = RemotingCommand.request(code, {"topic": mq.topic, "queueId": mq.queue_id, **extra})
+        resp = check(await inst.invoke(addr, cmd), f"{what} of {mq}", addr)
+        return header_int(resp, "offset", f"{what} of {mq}")

@@ -1,0 +1,329 @@
+"""ClientInstance: the connections, routes and background work that producers, consumers and
+admins share.
+
+One instance exists per (ClientConfig, event loop): :meth:`ClientInstance.acquire` hands out the
+shared one and counts users; the last :meth:`release` closes it. An instance owns
+
+* a :class:`tidemq.remoting.RemotingClient` (one connection per broker / name server address);
+* the :class:`~tidemq.client.route_cache.RouteCache` (topic routes, broker name -> addresses);
+* two background tasks, route refresh and heartbeat, cancelled on close;
+* the group registry a heartbeat reports (producer groups, consumer groups + subscriptions).
+
+Name servers are tried in turn: a request that cannot reach one (connect error or timeout) moves
+on to the next, and the next request starts from the one that last answered. Brokers' requests
+to the client (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, ...) are ignored for now;
+sync ones are answered REQUEST_CODE_NOT_SUPPORTED so the broker never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from tidemq.client.config import ClientConfig
+from tidemq.client.heartbeat import ConsumerData, build_heartbeat, build_unregister
+from tidemq.client.ids import UniqIdGenerator, make_client_id
+from tidemq.client.response import check
+from tidemq.client.route import TopicRouteData
+from tidemq.client.route_cache import RouteCache
+from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
+from tidemq.message import local_ip_bytes
+from tidemq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+
+UNREGISTER_TIMEOUT = 1.0
+
+
+class ConsumerMember(Protocol):
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+
+class ClientInstance:
+    _registry: dict[tuple[ClientConfig, asyncio.AbstractEventLoop], "ClientInstance"] = {}
+
+    def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.remoting = RemotingClient(handler=self, connect_timeout=config.connect_timeout)
+        self.routes = RouteCache()
+        self.client_id = ""
+        self._uniq: UniqIdGenerator | None = None
+        self._ns_index = random.randrange(len(config.name_servers))
+        self._producers: Counter[str] = Counter()
+        self._consumers: list[ConsumerMember] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._route_lock = asyncio.Lock()
+        self._users = 0
+        self._state = "new"  # new -> started -> closed
+        self._start_task: asyncio.Future[None] | None = None
+        self._key: tuple[ClientConfig, asyncio.AbstractEventLoop] | None = None
+
+    # lifecycle ---------------------------------------------------------------------------------
+    @classmethod
+    async def acquire(cls, config: ClientConfig) -> "ClientInstance":
+        """The shared instance for ``config`` in the running loop, started; count one user."""
+        loop = asyncio.get_running_loop()
+        for key in [k for k in cls._registry if k[1].is_closed()]:
+            del cls._registry[key]
+        key = (config, loop)
+        inst = cls._registry.get(key)
+        if inst is None:
+            inst = cls(config)
+            inst._key = key
+            cls._registry[key] = inst
+        inst._users += 1
+        try:
+            await inst.start()
+        except BaseException:
+            await inst.release()
+            raise
+        return inst
+
+    async def release(self) -> None:
+        self._users -= 1
+        if self._users <= 0:
+            if self._key is not None and self._registry.get(self._key) is self:
+                del self._registry[self._key]
+            await self.close()
+
+    async def start(self) -> None:
+        """Start once; concurrent callers wait for the same start."""
+        if self._state == "closed":
+            raise ClientError("client instance is closed; create a new producer/consumer")
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._start_task)
+
+    async def _start(self) -> None:
+        ip = await asyncio.to_thread(local_ip_bytes)
+        self.client_id = make_client_id(socket.inet_ntoa(ip), self.config.instance_name)
+        self._uniq = UniqIdGenerator(ip, self.clock)
+        self._state = "started"
+        self._spawn(self._every(self.config.route_refresh_interval, self.refresh_routes, "route refresh"))
+        self._spawn(self._every(self.config.heartbeat_interval, self.send_heartbeat, "heartbeat"))
+        log.debug("client instance %s started (name servers %s)", self.client_id,
+                  ";".join(self.config.name_servers))
+
+    async def close(self) -> None:
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.remoting.close()
+        log.debug("client instance %s closed", self.client_id)
+
+    @property
+    def started(self) -> bool:
+        return self._state == "started"
+
+    def _spawn(self, coro: Awaitable[object]) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _every(self, interval: float, fn: Callable[[], Awaitable[object]], name: str) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except TideMQError as exc:
+                log.warning("%s of client %s failed: %s", name, self.client_id, exc)
+            except Exception:
+                log.exception("%s of client %s failed", name, self.client_id)
+
+    def next_uniq_id(self) -> str:
+        if self._uniq is None:
+            raise ClientError("client instance not started")
+        return self._uniq.next_id()
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # group registry ----------------------------------------------------------------------------
+    def add_producer(self, group: str) -> None:
+        self._producers[group] += 1
+
+    async def remove_producer(self, group: str) -> None:
+        self._producers[group] -= 1
+        if self._producers[group] <= 0:
+            del self._producers[group]
+            await self._unregister(producer_group=group)
+
+    def add_consumer(self, consumer: ConsumerMember) -> None:
+        self._consumers.append(consumer)
+
+    async def remove_consumer(self, consumer: ConsumerMember) -> None:
+        if consumer in self._consumers:
+            self._consumers.remove(consumer)
+        if not any(c.group == consumer.group for c in self._consumers):
+            await self._unregister(consumer_group=consumer.group)
+
+    async def _unregister(self, producer_group: str | None = None,
+                          consumer_group: str | None = None) -> None:
+        addrs = self.routes.all_addrs() if consumer_group else set(self.routes.master_addrs().values())
+
+        async def one(addr: str) -> None:
+            cmd = build_unregister(self.client_id, producer_group, consumer_group)
+            try:
+                await self.remoting.invoke(addr, cmd, UNREGISTER_TIMEOUT)
+            except RemotingError as exc:
+                log.debug("unregister of %s from %s failed: %s", producer_group or consumer_group,
+                          addr, exc)
+
+        await asyncio.gather(*(one(a) for a in sorted(addrs)))
+
+    # heartbeats --------------------------------------------------------------------------------
+    async def send_heartbeat(self) -> int:
+        """Send the heartbeat to every master (every broker when consumers exist).
+
+        Returns the number of brokers that acknowledged it. Failures are logged, not raised.
+        """
+        if not self._producers and not self._consumers:
+            return 0
+        consumers = [c.consumer_data() for c in self._consumers]
+        producers = sorted(self._producers)
+        addrs = self.routes.all_addrs() if consumers else set(self.routes.master_addrs().values())
+
+        async def one(addr: str) -> bool:
+            cmd = build_heartbeat(self.client_id, producers, consumers)
+            try:
+                resp = await self.remoting.invoke(addr, cmd, self.config.request_timeout)
+                check(resp, "heartbeat", addr)
+                return True
+            except TideMQError as exc:
+                log.warning("heartbeat of client %s to %s failed: %s", self.client_id, addr, exc)
+                return False
+
+        results = await asyncio.gather(*(one(a) for a in sorted(addrs)))
+        return sum(results)
+
+    def schedule_heartbeat(self) -> None:
+        if self.started and (self._producers or self._consumers):
+            self._spawn(self.send_heartbeat())
+
+    # name servers ------------------------------------------------------------------------------
+    async def invoke_namesrv(self, cmd_factory: Callable[[], RemotingCommand],
+                             timeout: float | None = None) -> RemotingCommand:
+        """Send a request to the name servers in turn until one answers."""
+        timeout = timeout or self.config.request_timeout
+        servers = self.config.name_servers
+        errors: list[str] = []
+        for step in range(len(servers)):
+            index = (self._ns_index + step) % len(servers)
+            addr = servers[index]
+            try:
+                resp = await self.remoting.invoke(addr, cmd_factory(), timeout)
+            except RemotingError as exc:
+                errors.append(str(exc))
+                log.info("name server %s failed, trying the next: %s", addr, exc)
+                self.remoting.close_connection(addr)
+                continue
+            self._ns_index = index
+            return resp
+        raise ConnectError(
+            "no name server answered (" + "; ".join(errors) + "): check name_servers "
+            f"{';'.join(servers)} and that the name server is running"
+        )
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """Ask the name servers for ``topic``'s route; None if they do not know the topic."""
+        resp = await self.invoke_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        )
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        check(resp, f"route lookup of topic {topic}")
+        body = resp.body_bytes()
+        if not body:
+            return None
+        try:
+            return TopicRouteData.from_json(body)
+        except CodecError as exc:
+            raise ClientError(f"route of topic {topic} is malformed: {exc}") from None
+
+    async def get_route(self, topic: str, refresh: bool = False) -> TopicRouteData | None:
+        """The cached route, fetched when missing (or when ``refresh``). None: no such topic.
+
+        A route once learned survives a failed or empty refresh (as in RocketMQ's clients).
+        """
+        cached = self.routes.get(topic)
+        if cached is not None and not refresh:
+            return cached
+        async with self._route_lock:
+            cached = self.routes.get(topic)
+            if cached is not None and not refresh:
+                return cached
+            try:
+                route = await self.fetch_route(topic)
+            except TideMQError:
+                if cached is None:
+                    raise
+                log.warning("route refresh of topic %s failed; keeping the cached route", topic)
+                return cached
+            if route is None:
+                if cached is not None:
+                    log.info("name servers no longer know topic %s; keeping its cached route", topic)
+                return cached
+            new_addrs = self.routes.update(topic, route)
+        if new_addrs:
+            log.debug("client %s learned brokers %s", self.client_id, sorted(new_addrs))
+            self.schedule_heartbeat()
+        return route
+
+    async def refresh_routes(self) -> None:
+        for topic in self.routes.topics():
+            await self.get_route(topic, refresh=True)
+
+    async def master_addr(self, topic: str, broker_name: str) -> str:
+        """The master address of ``broker_name``, refreshing ``topic``'s route once if unknown."""
+        addr = self.routes.master_addr(broker_name)
+        if addr is None:
+            await self.get_route(topic, refresh=True)
+            addr = self.routes.master_addr(broker_name)
+        if addr is None:
+            raise ClientError(
+                f"broker {broker_name} of topic {topic} has no master address in the route; "
+                "is the broker running and registered with the name server?"
+            )
+        return addr
+
+    # brokers -----------------------------------------------------------------------------------
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        return await self.remoting.invoke(addr, cmd, timeout or self.config.request_timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        await self.remoting.invoke_oneway(addr, cmd)
+
+    # requests from servers (RequestHandler) ----------------------------------------------------
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            name = RequestCode(cmd.code).name
+        except ValueError:
+            name = str(cmd.code)
+        log.debug("client %s ignores request %s from %s (%s)", self.client_id, name, conn.peer,
+                  cmd.ext_fields)
+        if cmd.is_oneway:
+            return None
+        return cmd.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f" request type {cmd.code} not supported by the TideMQ Python client",
+        )
+
+    def connection_lost(self, conn: Connection) -> None:
+        log.debug("client %s lost connection to %s", self.client_id, conn.peer)
