@@ -46,6 +46,10 @@ class Perm(IntFlag):
     PRIORITY = 8
 
 
+_READ = int(Perm.READ)  # plain ints on the send/pull path (bench/produce_consume.py)
+_WRITE = int(Perm.WRITE)
+
+
 def validate_topic_name(name: str) -> str | None:
     """Return an error sentence, or None when ``name`` is a valid topic name."""
     if not name or not name.strip():
@@ -96,11 +100,11 @@ class TopicConfig:
 
     @property
     def readable(self) -> bool:
-        return bool(self.perm & Perm.READ)
+        return bool(self.perm & _READ)
 
     @property
     def writable(self) -> bool:
-        return bool(self.perm & Perm.WRITE)
+        return bool(self.perm & _WRITE)
 
     @property
     def queue_nums(self) -> int:

@@ -173,6 +173,12 @@ def update_sub_group(namesrv, cluster, broker, group, consume_enable, from_min, 
 def consumer_progress(namesrv, group, topic) -> None:
     """Show a group's committed offsets and lag per queue."""
     rows = _with_admin(namesrv, lambda a: a.consumer_progress(group, topic))
+    if not len(rows):  # as mqadmin: an empty offset table is an error, not "Diff Total: 0"
+        on_topic = f" on topic {topic!r}" if topic else ""
+        raise click.ClickException(
+            f"no consume stats for group {group!r}{on_topic}: it has committed no offsets "
+            "(it has not consumed anything yet, or the group name is wrong)"
+        )
     click.echo(f"{'#Topic':<32}{'#Broker Name':<20}{'#QID':>5}  {'#Broker Offset':>14}  {'#Consumer Offset':>16}  {'#Diff':>10}  #LastTime")
     total = 0
     for mq, broker_off, consumer_off, last in sorted(rows, key=lambda r: (r[0].topic, r[0].broker_name, r[0].queue_id)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 from pathlib import Path
 
 import click
@@ -43,6 +44,12 @@ def _advertise_default(listen_host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def build_broker_config(
     namesrv: str,
     listen: str,
@@ -57,6 +64,8 @@ def build_broker_config(
     broker_id: int = 0,
 ) -> BrokerConfig:
     lhost, lport = parse_listen(listen, "--listen")
+    if lport == 0:  # the advertised port (and offset message ids) must be the real one: pick it now
+        lport = _free_port(lhost)
     adv = advertise or _advertise_default(lhost, lport)
     ahost, aport = parse_listen(adv, "--advertise")
     if ahost in ("0.0.0.0", "::"):

@@ -46,8 +46,14 @@ class Connection(asyncio.Protocol):
         self.max_frame = max_frame
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
-        self.closed = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.closed = self._loop.create_future()
         self._buf = bytearray()
+        # Outgoing frames are coalesced: everything sent while a read is processed, or within one
+        # loop iteration, leaves in one writev (bench/produce_consume.py, pipelined sends).
+        self._out: list[bytes | memoryview] = []
+        self._in_read = False
+        self._flush_scheduled = False
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task] = set()
         self.attrs: dict[str, object] = {}
@@ -60,6 +66,14 @@ class Connection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
 
     def data_received(self, data: bytes) -> None:
+        self._in_read = True
+        try:
+            self._read(data)
+        finally:
+            self._in_read = False
+            self._flush()
+
+    def _read(self, data: bytes) -> None:
         buf = self._buf
         buf += data
         try:
@@ -134,7 +148,20 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing():
             return
-        t.writelines(encode_frame_parts(cmd))
+        self._out.extend(encode_frame_parts(cmd))
+        if not self._in_read and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.writelines(out)
 
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if not self.is_open:

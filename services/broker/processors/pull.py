@@ -27,6 +27,9 @@ FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 
 
+_READ = int(Perm.READ)
+
+
 class PullError(Exception):
     def __init__(self, code: int, remark: str) -> None:
         super().__init__(remark)
@@ -82,7 +85,7 @@ class PullProcessor:
 
     def _check(self, cmd: RemotingCommand):
         b = self.broker
-        if not b.config.broker_permission & Perm.READ:
+        if not b.config.broker_permission & _READ:
             raise PullError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] pulling message is forbidden")
         group = cmd.get_str("consumerGroup") or ""
         topic = cmd.get_str("topic") or ""

@@ -59,6 +59,10 @@ _PUT_CODES = {
 }
 
 
+_WRITE = int(Perm.WRITE)
+_COMPRESSED = int(SysFlag.COMPRESSED)
+
+
 class SendError(Exception):
     def __init__(self, code: int, remark: str) -> None:
         super().__init__(remark)
@@ -108,7 +112,7 @@ class SendProcessor:
         b = self.broker
         cfg = b.config
         topic = cmd.get_str("topic") or ""
-        if not cfg.broker_permission & Perm.WRITE:
+        if not cfg.broker_permission & _WRITE:
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
         problem = validate_topic_name(topic)
         if problem:
@@ -164,9 +168,9 @@ class SendProcessor:
             result = b.store.put(req)
             return self._respond(cmd, result, queue_id, wait, len(body))
 
-        if sys_flag & SysFlag.COMPRESSED:
+        if sys_flag & _COMPRESSED:
             body = inflate(body, cfg.store.max_message_size * 4)
-            sys_flag &= ~SysFlag.COMPRESSED
+            sys_flag &= ~_COMPRESSED
         items = decode_batch(body)
         reqs = []
         wait = True

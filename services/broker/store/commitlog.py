@@ -1,0 +1,264 @@
+"""The CommitLog: every stored record, back to back, in fixed-size mapped segments.
+
+Invariants:
+- Segment files are named by their start offset, 20 digits zero-padded, all ``segment_size``
+  bytes, contiguous: segment k+1 starts where segment k ends.
+- A record never spans segments. A record is written into a segment only if ``size + 8`` still fits;
+  otherwise an 8-byte filler ``(i32 remaining, u32 BLANK_MAGIC)`` claims the rest of the segment and
+  the record goes to the start of the next one. So every full segment ends with a filler.
+- ``write_pos`` (the max offset) always lies inside the active (last) segment.
+- The next segment is created (and preallocated) by a worker thread as soon as a segment becomes
+  active, so a rollover on the event loop normally only swaps objects.
+- Reads verify size, magic and the record's own PHYSICALOFFSET field before returning bytes, so a
+  stale or wrong pointer yields None, never foreign bytes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import struct
+from pathlib import Path
+
+from tidemq.errors import StoreCorruptError
+from tidemq.message import BLANK_MAGIC, MESSAGE_MAGIC, SysFlag
+
+from tidemq.broker.store.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
+
+BLANK = struct.Struct(">iI")
+# totalSize, magic, physicalOffset (at byte 28)
+CHECK = struct.Struct(">iI20xq")
+# sysFlag (byte 36) and storeTimestamp (byte 56 with an IPv4 born host)
+SYSFLAG_STORE_TS = struct.Struct(">36xi16xq")
+_Q = struct.Struct(">q")
+FILLER_MIN = 8
+
+
+def segment_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def store_timestamp_in(buf, pos: int) -> int:
+    """The STORETIMESTAMP of the record at ``pos`` of ``buf`` (handles an IPv6 born host)."""
+    sys_flag, ts = SYSFLAG_STORE_TS.unpack_from(buf, pos)
+    if sys_flag & SysFlag.BORNHOST_V6:
+        (ts,) = _Q.unpack_from(buf, pos + 68)
+    return ts
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.dir = directory
+        self.segment_size = segment_size
+        self.segments: list[MappedFile] = []
+        self.write_pos = 0
+        self.executor: concurrent.futures.Executor | None = None
+        self._pending: concurrent.futures.Future[MappedFile] | None = None
+        self._pending_start = -1
+        self.created_segments = 0
+        self.sync_creations = 0
+
+    # ------------------------------------------------------------------------------ opening
+    def open_segments(self) -> None:
+        """Map every segment file (blocking). Raises StoreCorruptError on size mismatch or gaps."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        names = []
+        for entry in os.scandir(self.dir):
+            if entry.name.endswith(".tmp"):
+                log.info("removing %s left by an interrupted segment creation", entry.path)
+                os.unlink(entry.path)
+            elif len(entry.name) == 20 and entry.name.isdigit():
+                names.append(entry.name)
+            else:
+                log.warning("ignoring unexpected file %s in the commitlog directory", entry.path)
+        names.sort()
+        expected = None
+        for name in names:
+            path = self.dir / name
+            start = int(name)
+            size = path.stat().st_size
+            if size != self.segment_size:
+                raise StoreCorruptError(
+                    f"commitlog segment {path} is {size} bytes but commitlog_segment_size is "
+                    f"{self.segment_size}; start the broker with the segment size the store was "
+                    f"written with, or restore the file from a backup"
+                )
+            if start % self.segment_size:
+                raise StoreCorruptError(
+                    f"commitlog segment {path} does not start at a multiple of the segment size "
+                    f"{self.segment_size}; remove the stray file or fix commitlog_segment_size"
+                )
+            if expected is not None and start != expected:
+                raise StoreCorruptError(
+                    f"commitlog segment {self.dir / segment_name(expected)} is missing (found {path} "
+                    f"after it); restore the missing segment from a backup"
+                )
+            self.segments.append(MappedFile(path, size, start, keep_fd=True))
+            expected = start + size
+
+    def ensure_active(self, write_pos: int) -> None:
+        """Set the write position after recovery, creating the segment that must hold it."""
+        self.write_pos = write_pos
+        if not self.segments or self.segments[-1].end <= write_pos:
+            start = (write_pos // self.segment_size) * self.segment_size
+            if self.segments and self.segments[-1].end != start:
+                raise StoreCorruptError(
+                    f"commitlog ends at {self.segments[-1].end} but data continues at {start}")
+            self.segments.append(self._create(start))
+
+    # ------------------------------------------------------------------------------ geometry
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start if self.segments else 0
+
+    @property
+    def active(self) -> MappedFile:
+        return self.segments[-1]
+
+    def segment_for(self, offset: int) -> MappedFile | None:
+        segs = self.segments
+        if not segs:
+            return None
+        i = (offset - segs[0].start) // self.segment_size
+        if 0 <= i < len(segs):
+            return segs[i]
+        return None
+
+    def next_segment_start(self, offset: int) -> int:
+        return (offset // self.segment_size + 1) * self.segment_size
+
+    # ------------------------------------------------------------------------------ writing
+    # Hot path (bench/produce_consume.py): reserve + the caller's pack_into + commit.
+    def reserve(self, total: int) -> tuple[MappedFile, int]:
+        """Where a run of ``total`` bytes goes: (segment, position in it). Rolls over (filler +
+        next segment) when it does not fit. The caller writes there, then calls ``commit``."""
+        seg = self.segments[-1]
+        rel = self.write_pos - seg.start
+        remaining = seg.size - rel
+        if total + FILLER_MIN <= remaining:
+            return seg, rel
+        nxt = self._next_segment(seg.end)  # may raise OSError: nothing written yet
+        BLANK.pack_into(seg.mm, rel, remaining, BLANK_MAGIC)
+        self.segments.append(nxt)
+        self.write_pos = nxt.start
+        self._prepare_next()
+        return nxt, 0
+
+    def commit(self, total: int) -> None:
+        self.write_pos += total
+
+    def fits_one_segment(self, total: int) -> bool:
+        return total + FILLER_MIN <= self.segment_size
+
+    def _create(self, start: int) -> MappedFile:
+        path = self.dir / segment_name(start)
+        mf = MappedFile.create(path, self.segment_size, start, keep_fd=True, preallocate=True)
+        self.created_segments += 1
+        log.info("created commitlog segment %s", path)
+        return mf
+
+    def _next_segment(self, start: int) -> MappedFile:
+        fut = self._pending
+        if fut is not None and self._pending_start == start:
+            self._pending = None
+            if fut.cancel():
+                self.sync_creations += 1
+                return self._create(start)
+            return fut.result()  # done, or finishing right now in the worker
+        self.sync_creations += 1
+        return self._create(start)
+
+    def _prepare_next(self) -> None:
+        if self.executor is None or not self.segments:
+            return
+        start = self.segments[-1].end
+        if self._pending is not None and self._pending_start == start:
+            return
+        self._pending_start = start
+        self._pending = self.executor.submit(self._create, start)
+
+    def start_preallocation(self, executor: concurrent.futures.Executor) -> None:
+        self.executor = executor
+        self._prepare_next()
+
+    def drop_pending(self) -> None:
+        """Forget a pre-created segment (at shutdown); its zeroed file is harmless on disk."""
+        fut, self._pending = self._pending, None
+        if fut is not None and not fut.cancel():
+            try:
+                fut.result().close()
+            except OSError as exc:
+                log.warning("pre-creating the next commitlog segment failed: %s", exc)
+
+    # ------------------------------------------------------------------------------ reading
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The record at ``offset`` if it is whole, ``size`` bytes long and really starts there."""
+        seg = self.segment_for(offset)
+        if seg is None or size < 91 or offset + size > self.write_pos:
+            return None
+        rel = offset - seg.start
+        if rel + size > seg.size:
+            return None
+        total, magic, phys = CHECK.unpack_from(seg.mm, rel)
+        if total != size or magic != MESSAGE_MAGIC or phys != offset:
+            log.warning("commitlog offset %d does not hold a %d-byte record; not served", offset, size)
+            return None
+        return seg.mm[rel : rel + size]
+
+    def read_record(self, offset: int) -> bytes | None:
+        seg = self.segment_for(offset)
+        if seg is None or offset + 8 > self.write_pos:
+            return None
+        rel = offset - seg.start
+        if rel + CHECK.size > seg.size:
+            return None
+        total, magic, _phys = CHECK.unpack_from(seg.mm, rel)
+        if magic != MESSAGE_MAGIC:
+            return None
+        return self.read(offset, total)
+
+    def store_timestamp(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``offset``, or -1 if it cannot be read."""
+        seg = self.segment_for(offset)
+        if seg is None or offset + size > self.write_pos:
+            return -1
+        rel = offset - seg.start
+        if rel + size > seg.size or size < 91:
+            return -1
+        total, magic, phys = CHECK.unpack_from(seg.mm, rel)
+        if total != size or magic != MESSAGE_MAGIC or phys != offset:
+            return -1
+        return store_timestamp_in(seg.mm, rel)
+
+    def first_store_timestamp(self, seg: MappedFile) -> int | None:
+        """Store time of the first record of ``seg`` (None when it starts with no record)."""
+        if seg.start >= self.write_pos:
+            return None
+        total, magic, _phys = CHECK.unpack_from(seg.mm, 0)
+        if magic != MESSAGE_MAGIC or total < 91:
+            return None
+        return store_timestamp_in(seg.mm, 0)
+
+    # ------------------------------------------------------------------------------ flushing
+    def segments_between(self, lo: int, hi: int) -> list[MappedFile]:
+        """Segments holding bytes of [lo, hi) (snapshot taken on the loop thread)."""
+        return [s for s in self.segments if s.start < hi and s.end > lo]
+
+    # ------------------------------------------------------------------------------ retention
+    def detach_head(self, count: int) -> list[MappedFile]:
+        """Remove the ``count`` oldest segments from lookups (never the active one)."""
+        count = min(count, len(self.segments) - 1)
+        if count <= 0:
+            return []
+        gone = self.segments[:count]
+        del self.segments[:count]
+        return gone
+
+    def close(self) -> None:
+        self.drop_pending()
+        for seg in self.segments:
+            seg.close()
+        self.segments = []

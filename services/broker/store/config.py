@@ -1,0 +1,85 @@
+"""Configuration of the message store: one frozen value, built at the edge (CLI / broker config).
+
+Defaults follow RocketMQ 4.x's MessageStoreConfig where TideMQ keeps the same behaviour, except
+``sync_flush_timeout``: RocketMQ waits 5 s, longer than the clients' 3 s send timeout, so a slow
+disk there makes clients drop the connection; TideMQ answers FLUSH_DISK_TIMEOUT after 2.5 s.
+"""
+
+from __future__ import annotations
+
+import enum
+import pathlib
+from dataclasses import dataclass
+
+from tidemq.errors import ConfigError
+
+
+class FlushMode(enum.Enum):
+    """ASYNC: acknowledge after the append, flush in the background. SYNC: acknowledge once durable."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    root: pathlib.Path
+    flush_mode: FlushMode = FlushMode.ASYNC
+    commitlog_segment_size: int = 1 << 30
+    consume_queue_units_per_file: int = 300_000
+    index_hash_slots: int = 5_000_000
+    index_max_entries: int = 20_000_000
+    async_flush_interval: float = 0.5
+    sync_flush_timeout: float = 2.5
+    file_reserved_hours: float = 72.0
+    delete_when_hours: tuple[int, ...] = (4,)
+    disk_clean_ratio: float = 0.75
+    disk_refuse_ratio: float = 0.90
+    max_message_size: int = 4 * 1024 * 1024
+    check_crc_on_recover: bool = True
+    cleanup_interval: float = 10.0
+    # Above this usage the oldest segments go even when younger than file_reserved_hours (RocketMQ's
+    # diskSpaceCleanForciblyRatio), so a full disk does not refuse writes forever.
+    disk_force_clean_ratio: float = 0.85
+    # How often consume queues and the index are flushed and the checkpoint is written.
+    logics_flush_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, pathlib.Path):
+            object.__setattr__(self, "root", pathlib.Path(self.root))
+        if self.commitlog_segment_size < 4096:
+            raise ConfigError(f"commitlog_segment_size {self.commitlog_segment_size} is below 4096 bytes")
+        if self.consume_queue_units_per_file < 1:
+            raise ConfigError("consume_queue_units_per_file must be at least 1")
+        if self.index_hash_slots < 1 or self.index_max_entries < 2:
+            raise ConfigError("index_hash_slots must be >= 1 and index_max_entries >= 2")
+        if not 0.0 < self.disk_clean_ratio <= self.disk_refuse_ratio <= 1.0:
+            raise ConfigError("disk ratios must satisfy 0 < disk_clean_ratio <= disk_refuse_ratio <= 1")
+        if not self.disk_clean_ratio <= self.disk_force_clean_ratio:
+            raise ConfigError("disk_force_clean_ratio must not be below disk_clean_ratio")
+        if self.sync_flush_timeout <= 0 or self.async_flush_interval <= 0:
+            raise ConfigError("flush interval and timeout must be positive")
+        if self.max_message_size < 1:
+            raise ConfigError("max_message_size must be positive")
+        if any(not 0 <= h <= 23 for h in self.delete_when_hours):
+            raise ConfigError(f"delete_when_hours {self.delete_when_hours} must be hours 0..23")
+
+    @property
+    def commitlog_dir(self) -> pathlib.Path:
+        return self.root / "commitlog"
+
+    @property
+    def consume_queue_dir(self) -> pathlib.Path:
+        return self.root / "consumequeue"
+
+    @property
+    def index_dir(self) -> pathlib.Path:
+        return self.root / "index"
+
+    @property
+    def checkpoint_path(self) -> pathlib.Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort_path(self) -> pathlib.Path:
+        return self.root / "abort"

@@ -1,0 +1,277 @@
+"""ConsumeQueue: the per-(topic, queueId) list of pointers into the CommitLog.
+
+Layout: ``consumequeue/<topic>/<queueId>/<20-digit start byte offset>``, each file holding
+``units_per_file`` units of 20 bytes: ``i64 commitLogOffset | i32 size | i64 tagsCode``.
+
+Invariants:
+- The unit of queue offset ``q`` lives at byte ``q * 20`` of the queue's byte space; queue offset =
+  unit index. A unit with size 0 is empty (never written).
+- Units in ``[min_offset, max_offset)`` have strictly increasing commit-log offsets; ``max_offset`` is
+  the next queue offset to write. Only the first file may start with empty units (a queue rebuilt
+  after old CommitLog segments were deleted).
+- ``min_offset`` advances when the CommitLog's oldest segments go: it is the first unit whose record
+  still exists. The last file is never deleted, so ``max_offset`` survives any cleanup.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+from pathlib import Path
+
+from tidemq.broker.store.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
+
+UNIT = struct.Struct(">qiq")
+UNIT_SIZE = UNIT.size  # 20
+_ZERO_UNIT = bytes(UNIT_SIZE)
+_SCAN_CHUNK = UNIT_SIZE * 3276  # 65520 bytes, a whole number of units
+_ZERO = bytes(_SCAN_CHUNK)
+
+
+class ConsumeQueue:
+    __slots__ = ("dir", "topic", "queue_id", "units_per_file", "file_size", "files", "_starts",
+                 "min_offset", "max_offset", "_tail", "_dirty", "_new_dirs")
+
+    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int,
+                 dirty: set[MappedFile], new_dirs: set[Path] | None = None) -> None:
+        self.dir = root / topic / str(queue_id)
+        self.topic = topic
+        self.queue_id = queue_id
+        self.units_per_file = units_per_file
+        self.file_size = units_per_file * UNIT_SIZE
+        self.files: list[MappedFile] = []
+        self._starts: list[int] = []
+        self.min_offset = 0
+        self.max_offset = 0
+        self._tail: MappedFile | None = None
+        self._dirty = dirty  # files written since the last logics flush
+        self._new_dirs = new_dirs if new_dirs is not None else set()  # dirs to fsync before it
+
+    # ------------------------------------------------------------------------------ loading
+    def load(self) -> None:
+        """Map the queue's files and find min/max offsets (blocking). Wrong-sized files are
+        logged and set aside (renamed ``.bad``): the queue is rebuilt from the CommitLog."""
+        names = sorted(n for n in os.listdir(self.dir) if len(n) == 20 and n.isdigit())
+        for name in names:
+            path = self.dir / name
+            size = path.stat().st_size
+            start = int(name)
+            if size != self.file_size or start % self.file_size:
+                bad = path.with_name(name + ".bad")
+                log.warning("consume queue file %s has %d bytes (expected %d); moved to %s",
+                            path, size, self.file_size, bad.name)
+                os.replace(path, bad)
+                continue
+            self._add_file(MappedFile(path, size, start))
+        if not self.files:
+            return
+        last = self.files[-1]
+        first_used = self._first_used(last)
+        if first_used is None:  # an empty last file: the queue ends where it starts
+            self.max_offset = last.start // UNIT_SIZE
+        else:
+            pos = self._first_empty(last, first_used)
+            self.max_offset = (last.start + pos) // UNIT_SIZE
+            if pos < last.size and last.zero_from(pos):
+                log.warning("consume queue %s: cleared stale units after offset %d",
+                            self.dir, self.max_offset)
+        first = self.files[0]
+        first_used = self._first_used(first)
+        if first_used is None:
+            self.min_offset = self.max_offset
+        else:
+            self.min_offset = (first.start + first_used) // UNIT_SIZE
+        self._tail = last
+
+    @staticmethod
+    def _first_used(f: MappedFile) -> int | None:
+        """Byte position of the first non-empty unit (chunks compared in C, then units)."""
+        mm = f.mm
+        chunk = _SCAN_CHUNK
+        pos = 0
+        while pos < f.size:
+            n = min(chunk, f.size - pos)
+            if mm[pos : pos + n] != _ZERO[:n]:
+                end = pos + n
+                while pos < end:
+                    if UNIT.unpack_from(mm, pos)[1] > 0:
+                        return pos
+                    pos += UNIT_SIZE
+            else:
+                pos += n
+        return None
+
+    @staticmethod
+    def _first_empty(f: MappedFile, pos: int) -> int:
+        """Byte position of the first empty unit at or after ``pos`` (f.size when full).
+
+        Valid units never contain 20 consecutive zero bytes (size > 0, and only the record at
+        CommitLog offset 0 has an all-zero offset), so the first such run marks the end."""
+        mm = f.mm
+        while True:
+            p = mm.find(_ZERO_UNIT, pos)
+            if p < 0:
+                return f.size
+            aligned = -(-p // UNIT_SIZE) * UNIT_SIZE
+            if aligned >= f.size:
+                return f.size
+            if mm[aligned : aligned + UNIT_SIZE] == _ZERO_UNIT:
+                return aligned
+            pos = p + 1
+
+    def _add_file(self, f: MappedFile) -> None:
+        i = bisect.bisect(self._starts, f.start)
+        self._starts.insert(i, f.start)
+        self.files.insert(i, f)
+
+    def _file_for(self, q: int) -> MappedFile | None:
+        byte = q * UNIT_SIZE
+        i = bisect.bisect(self._starts, byte) - 1
+        if i >= 0:
+            f = self.files[i]
+            if byte < f.end:
+                return f
+        return None
+
+    # ------------------------------------------------------------------------------ writing
+    # Hot path (bench/produce_consume.py): one pack_into per stored message.
+    def put(self, q: int, phys: int, size: int, tags_code: int) -> None:
+        f = self._tail
+        pos = q * UNIT_SIZE - f.start if f is not None else -1
+        if f is None or not 0 <= pos < f.size:
+            f = self._file_for(q) or self._new_file(q)
+            pos = q * UNIT_SIZE - f.start
+            if f.start >= self._tail_start():
+                self._tail = f
+        UNIT.pack_into(f.mm, pos, phys, size, tags_code)
+        if not f.dirty:
+            f.dirty = True
+            self._dirty.add(f)
+        if q >= self.max_offset:
+            if q > self.max_offset and self.max_offset > self.min_offset:
+                log.warning("consume queue %s: gap from offset %d to %d", self.dir, self.max_offset, q)
+            if self.max_offset == self.min_offset:  # first unit of an empty queue
+                self.min_offset = q
+            self.max_offset = q + 1
+
+    def prepare(self, q: int, n: int) -> None:
+        """Create the files units q..q+n-1 need, before anything is appended (may raise OSError)."""
+        f = self._tail
+        if f is not None and f.start <= q * UNIT_SIZE and (q + n) * UNIT_SIZE <= f.end:
+            return
+        byte = (q * UNIT_SIZE // self.file_size) * self.file_size
+        while byte < (q + n) * UNIT_SIZE:
+            if self._file_for(byte // UNIT_SIZE) is None:
+                self._new_file(byte // UNIT_SIZE)
+            byte += self.file_size
+
+    def _tail_start(self) -> int:
+        return self._tail.start if self._tail is not None else -1
+
+    def _new_file(self, q: int) -> MappedFile:
+        # Creating a sparse file is a few metadata syscalls; it happens once per
+        # units_per_file messages of a queue (and for a queue's first message).
+        start = (q * UNIT_SIZE // self.file_size) * self.file_size
+        self.dir.mkdir(parents=True, exist_ok=True)
+        f = MappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False)
+        self._new_dirs.update((self.dir, self.dir.parent, self.dir.parent.parent))
+        self._add_file(f)
+        return f
+
+    def truncate_to(self, q: int) -> list[MappedFile]:
+        """Drop units at queue offsets >= q. Returns whole files removed from lookups."""
+        if q >= self.max_offset:
+            return []
+        gone = []
+        while self.files and self.files[-1].start >= q * UNIT_SIZE and len(self.files) > 1:
+            gone.append(self.files.pop())
+            self._starts.pop()
+        f = self._file_for(q) or (self.files[-1] if self.files else None)
+        if f is not None:
+            pos = max(0, q * UNIT_SIZE - f.start)
+            f.zero_from(pos)
+            if not f.dirty:
+                f.dirty = True
+                self._dirty.add(f)
+        self.max_offset = q
+        self.min_offset = min(self.min_offset, q)
+        self._tail = self.files[-1] if self.files else None
+        return gone
+
+    # ------------------------------------------------------------------------------ reading
+    def unit(self, q: int) -> tuple[int, int, int] | None:
+        if not self.min_offset <= q < self.max_offset:
+            return None
+        f = self._file_for(q)
+        if f is None:
+            return None
+        return UNIT.unpack_from(f.mm, q * UNIT_SIZE - f.start)
+
+    def units(self, q: int, limit: int) -> list[tuple[int, int, int]] | None:
+        """Up to ``limit`` units from ``q`` within q's file (None when that file is missing)."""
+        f = self._file_for(q)
+        if f is None:
+            return None
+        pos = q * UNIT_SIZE - f.start
+        n = min(limit, (f.size - pos) // UNIT_SIZE, self.max_offset - q)
+        if n <= 0:
+            return []
+        return list(UNIT.iter_unpack(f.mm[pos : pos + n * UNIT_SIZE]))
+
+    def next_file_offset(self, q: int) -> int:
+        """Queue offset of the first unit of the file after the one that would hold ``q``."""
+        return (q * UNIT_SIZE // self.file_size + 1) * self.units_per_file
+
+    def last_phys_end(self) -> int:
+        """CommitLog offset just past the record of the last unit (0 when empty)."""
+        u = self.unit(self.max_offset - 1)
+        return u[0] + u[1] if u else 0
+
+    def first_offset_at_or_after(self, phys: int) -> int:
+        """Smallest queue offset in [min, max] whose record starts at or after ``phys``."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self.unit(mid)
+            if u is None or u[1] <= 0 or u[0] < phys:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def first_offset_ending_after(self, phys_end: int) -> int:
+        """Smallest queue offset whose record ends beyond ``phys_end`` (max when none)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self.unit(mid)
+            if u is None or u[1] <= 0 or u[0] + u[1] <= phys_end:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # ------------------------------------------------------------------------------ retention
+    def detach_below(self, phys_min: int) -> list[MappedFile]:
+        """Detach whole files whose records all precede ``phys_min`` (never the last file) and
+        advance ``min_offset`` to the first unit whose record still exists."""
+        gone = []
+        while len(self.files) > 1:
+            f = self.files[0]
+            phys, size, _tags = UNIT.unpack_from(f.mm, f.size - UNIT_SIZE)
+            if size > 0 and phys >= phys_min:
+                break
+            gone.append(self.files.pop(0))
+            self._starts.pop(0)
+        if gone:
+            self.min_offset = max(self.min_offset, self.files[0].start // UNIT_SIZE)
+        self.min_offset = self.first_offset_at_or_after(phys_min)
+        return gone
+
+    def detach_all(self) -> list[MappedFile]:
+        gone, self.files, self._starts, self._tail = self.files, [], [], None
+        return gone

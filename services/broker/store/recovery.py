@@ -1,0 +1,266 @@
+"""CommitLog recovery: find the end of valid data, cut a torn tail, refuse real corruption, and
+replay records into consume queues and the index.
+
+The walk starts at a record boundary the caller trusts (a segment start or a checkpoint offset)
+and validates every record: magic, size within the segment (leaving room for the 8-byte filler),
+a full decode of the framing (tidemq.message.decode_record_header), PHYSICALOFFSET equal to the
+record's own position, and the body CRC when asked to. At the first position that holds neither a
+valid record nor a correct filler:
+
+- nothing valid follows (in the rest of that segment or any later one): a torn tail. Cut there
+  (zero the rest, delete later segments) and log it -- unless the position lies below the
+  ``durable`` mark (data fdatasynced before the checkpoint was written): then acknowledged data is
+  damaged and recovery refuses (StoreCorruptError) rather than drop it silently;
+- a valid record follows: corruption in the middle, refuse -- except past the durable mark when the
+  damaged stretch contains a page of zeros, the signature of pages the kernel had not yet written
+  back when the machine died (no fsync covered them). Those unflushed bytes are cut like a torn
+  tail, with a warning that counts what was discarded.
+
+Never does recovery leave a record in place that failed validation, so nothing corrupt is served.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tidemq.errors import CodecError, StoreCorruptError
+from tidemq.message import BLANK_MAGIC, MESSAGE_MAGIC, RecordHeader, decode_record_header
+
+from tidemq.broker.store.checkpoint import read_checkpoint
+from tidemq.broker.store.commitlog import BLANK, FILLER_MIN, CommitLog
+from tidemq.broker.store.config import StoreConfig
+from tidemq.broker.store.index import IndexService
+from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.queues import QueueTable
+from tidemq.broker.store.replay import Replayer, ScheduleTagsCode
+from tidemq.broker.store.retention import destroy_all
+
+log = logging.getLogger(__name__)
+
+_MAGIC_BYTES = struct.pack(">I", MESSAGE_MAGIC)
+_MIN_RECORD = 91
+PAGE = mmap.PAGESIZE
+
+
+def validate_record(seg: MappedFile, rel: int, check_crc: bool) -> RecordHeader | str:
+    """The header of the valid record at ``rel`` of ``seg``, or why there is none."""
+    remaining = seg.size - rel
+    if rel < 0 or remaining < _MIN_RECORD + FILLER_MIN:
+        return "no room for a record"
+    total, magic = BLANK.unpack_from(seg.mm, rel)
+    if magic != MESSAGE_MAGIC:
+        return f"bad magic code 0x{magic:08X}" if total or magic else "zero bytes (end of data)"
+    if total < _MIN_RECORD or total + FILLER_MIN > remaining:
+        return f"record size {total} does not fit the segment"
+    raw = seg.mm[rel : rel + total]
+    try:
+        h = decode_record_header(raw)
+    except CodecError as exc:
+        return f"undecodable record ({exc})"
+    if h.physical_offset != seg.start + rel:
+        return f"record claims offset {h.physical_offset}"
+    if check_crc:
+        body = memoryview(raw)[h.body_start : h.body_start + h.body_length]
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        body.release()
+        if crc != h.body_crc:
+            return f"body CRC {crc} does not match the stored {h.body_crc}"
+    return h
+
+
+def _find_valid_after(segs: list[MappedFile], i: int, rel: int, check_crc: bool) -> int | None:
+    """CommitLog offset of the first valid record after position ``rel`` of ``segs[i]``."""
+    for j in range(i, len(segs)):
+        seg = segs[j]
+        search = rel + 1 + 4 if j == i else 4
+        while True:
+            f = seg.mm.find(_MAGIC_BYTES, search)
+            if f < 0:
+                break
+            if not isinstance(validate_record(seg, f - 4, check_crc), str):
+                return seg.start + f - 4
+            search = f + 1
+    return None
+
+
+def _zero_page_between(seg: MappedFile, rel: int, limit: int) -> bool:
+    """Whether [rel, limit) of ``seg`` shows a page the kernel never wrote back (all zeros)."""
+    first_end = min(limit, (rel // PAGE + 1) * PAGE)
+    if first_end - rel >= FILLER_MIN and seg.mm[rel:first_end] == bytes(first_end - rel):
+        return True
+    zero_page = bytes(PAGE)
+    a = -(-rel // PAGE) * PAGE
+    while a + PAGE <= limit:
+        if seg.mm[a : a + PAGE] == zero_page:
+            return True
+        a += PAGE
+    return False
+
+
+def scan_commitlog(
+    commitlog: CommitLog,
+    walk_from: int,
+    durable: int,
+    check_crc: bool,
+    search_past_end: bool,
+    on_record: Callable[[int, RecordHeader], None],
+) -> int:
+    """Validate records from ``walk_from`` (a record boundary) on, calling ``on_record(offset,
+    header)`` for each; cut a torn tail; return the end of valid data. Blocking.
+
+    ``search_past_end=False`` (after a clean shutdown) trusts zeros at the end of data and skips
+    looking for valid records beyond them."""
+    segs = commitlog.segments
+    if not segs:
+        return max(walk_from, 0)
+    pos = min(max(walk_from, segs[0].start), segs[-1].end)
+    i = (pos - segs[0].start) // commitlog.segment_size
+    reason = ""
+    while i < len(segs):
+        seg = segs[i]
+        rel = pos - seg.start
+        total, magic = BLANK.unpack_from(seg.mm, rel) if seg.size - rel >= 8 else (0, 0)
+        if magic == BLANK_MAGIC and total == seg.size - rel:
+            pos = seg.end
+            i += 1
+            continue
+        res = validate_record(seg, rel, check_crc)
+        if isinstance(res, str):
+            reason = res
+            break
+        on_record(pos, res)
+        pos += res.total_size
+    else:
+        if pos < durable:
+            raise StoreCorruptError(
+                f"the commitlog ends at offset {pos} (segment {segment_name_of(commitlog, pos)} is missing) "
+                f"but the checkpoint says data up to offset {durable} was flushed; restore the missing "
+                f"segment(s), or delete the whole store directory to start empty"
+            )
+        return pos
+    seg = segs[i]
+    rel = pos - seg.start
+    at_end = reason.startswith("zero bytes")
+    if at_end and not search_past_end and pos >= durable and _later_segments_empty(segs, i):
+        # Clean shutdown: the data ends here. Drop segments pre-created beyond it.
+        _drop_later(commitlog, i)
+        return pos
+    nxt = _find_valid_after(segs, i, rel, check_crc)
+    where = f"commitlog segment {seg.path} at offset {pos} (file position {rel})"
+    if nxt is None:
+        if pos < durable:
+            raise StoreCorruptError(
+                f"{where}: {reason}, but the checkpoint says data up to offset {durable} was flushed "
+                f"to disk. Acknowledged messages are damaged, so the store refuses to start. Restore "
+                f"the segment from a backup or replica; to accept the loss, truncate the file at "
+                f"position {rel} (zero the rest), delete later segments and the checkpoint, and start again."
+            )
+        _cut(commitlog, i, rel, f"{where}: {reason}" if not at_end else "")
+        return pos
+    if pos >= durable and _zero_page_between(seg, rel, min(nxt, seg.end) - seg.start):
+        log.warning(
+            "%s: %s; data up to offset %d was never flushed and pages of it are missing, so "
+            "everything from here on (including valid-looking records from offset %d) is discarded",
+            where, reason, max(durable, 0), nxt,
+        )
+        _cut(commitlog, i, rel, "")
+        return pos
+    raise StoreCorruptError(
+        f"{where}: {reason}, and a valid record follows at offset {nxt}: the commitlog is "
+        f"corrupt in the middle, so the store refuses to start rather than drop or serve damaged "
+        f"messages. Restore {seg.path.name} from a backup or replica; to give up the messages "
+        f"from offset {pos} on, truncate the file at position {rel} (zero the rest), delete the "
+        f"later segments and the checkpoint, and start again."
+    )
+
+
+def segment_name_of(commitlog: CommitLog, offset: int) -> str:
+    return str(commitlog.dir / f"{offset // commitlog.segment_size * commitlog.segment_size:020d}")
+
+
+def _later_segments_empty(segs: list[MappedFile], i: int) -> bool:
+    return all(s.mm[0:8] == bytes(8) for s in segs[i + 1 :])
+
+
+def _drop_later(commitlog: CommitLog, i: int) -> list[MappedFile]:
+    later = commitlog.segments[i + 1 :]
+    del commitlog.segments[i + 1 :]
+    for s in later:
+        log.info("removing commitlog segment %s past the end of data", s.path)
+        s.destroy()
+    return later
+
+
+def _cut(commitlog: CommitLog, i: int, rel: int, what: str) -> None:
+    seg = commitlog.segments[i]
+    chunks = seg.zero_from(rel)
+    later = _drop_later(commitlog, i)
+    if what or chunks or later:
+        log.warning(
+            "truncated the commitlog at offset %d (%s, file position %d)%s; %d segment(s) after it removed",
+            seg.start + rel, seg.path, rel, f": {what}" if what else "", len(later),
+        )
+    if chunks:
+        seg.flush()
+
+
+# --------------------------------------------------------------------------- the recovery plan
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    end: int  # CommitLog write position after recovery
+    durable: int  # what the checkpoint vouched for as flushed (-1: nothing)
+    walk_from: int
+    scanned: int
+    units_written: int
+    indexed: int
+    last_store_timestamp: int
+
+
+def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTable, index: IndexService,
+            schedule_tags_code: ScheduleTagsCode) -> Recovered:
+    """Open CommitLog, consume queues and index and bring them in line (blocking).
+
+    Plan: consume queues are replayed from the checkpoint's logics offset and the index from its
+    index offset (from the CommitLog's start when the checkpoint is missing or their files were
+    deleted); the walk validates from the start of the segment holding the flushed end (or
+    earlier, where replay starts), so the last segment is always checked; consume-queue units
+    past the recovered end are dropped; units and index files below the CommitLog's start go."""
+    ckpt = read_checkpoint(cfg.checkpoint_path)
+    commitlog.open_segments()
+    if not commitlog.segments and ckpt is not None and ckpt.physic_offset > 0:
+        raise StoreCorruptError(
+            f"{commitlog.dir} holds no segments but the checkpoint says {ckpt.physic_offset} bytes were "
+            f"flushed; restore the commitlog, or delete the whole store directory {cfg.root} to start empty"
+        )
+    cl_min = commitlog.min_offset
+    rebuild_queues = queues.load_all(has_data=bool(commitlog.segments))
+    rebuild_index = index.load(crash or ckpt is None, ckpt.index_file if ckpt else -1,
+                               ckpt.index_count if ckpt else 0)
+    cq_from = ckpt.logics_offset if ckpt and not rebuild_queues and ckpt.logics_offset >= 0 else cl_min
+    idx_from = ckpt.index_offset if ckpt and not rebuild_index and ckpt.index_offset >= 0 else cl_min
+    cq_from, idx_from = max(cq_from, cl_min), max(idx_from, cl_min)
+    durable = ckpt.physic_offset if ckpt else -1
+    if durable > cl_min:
+        walk_from = min(cq_from, idx_from, durable - 1 - (durable - 1) % commitlog.segment_size)
+    else:
+        walk_from = cl_min
+    replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code)
+    seen = [0, 0]
+
+    def on_record(phys: int, h: RecordHeader) -> None:
+        seen[0] += 1
+        seen[1] = h.store_timestamp
+        replayer(phys, h)
+
+    end = scan_commitlog(commitlog, walk_from, durable, cfg.check_crc_on_recover, crash, on_record)
+    end = max(end, cl_min)
+    commitlog.ensure_active(end)
+    destroy_all(replayer.dropped_files + queues.truncate_past(end) + queues.detach_below(cl_min))
+    return Recovered(end, durable, walk_from, seen[0], replayer.units_written, replayer.indexed, seen[1])

@@ -1,0 +1,451 @@
+"""MessageStore: CommitLog + consume queues + index + flushing + recovery + retention.
+
+Threading: every public method except ``load`` is called from one asyncio event-loop thread and
+does only memory work there (appends and reads are copies in and out of mapped files). fdatasync,
+file creation for segments, deletion and the checkpoint run on two worker threads (one only for
+CommitLog flushes, so group commit never queues behind other disk work).
+
+Invariants:
+- A put is appended, assigned its queue offset and dispatched (consume queue unit, index entries,
+  listeners) before ``put`` returns, so it is pullable at once; the CommitLog write position only
+  moves after a whole record (or batch) is in place.
+- Queue offsets come from the consume queue (``max_offset`` = next offset), so they survive restarts.
+- An ``abort`` file exists while the store is loaded and open; finding it at ``load`` means a crash.
+- In SYNC mode a put counts as acknowledged only after ``wait_durable`` returned True; nothing
+  below the flushed position is ever dropped by recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import shutil
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tidemq.message import TRANSACTION_MASK, SysFlag, encode_offset_msg_id
+
+from tidemq.broker.store import reader
+from tidemq.broker.store.commitlog import CommitLog
+from tidemq.broker.store.config import FlushMode, StoreConfig
+from tidemq.broker.store.consume_queue import ConsumeQueue
+from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSnapshot
+from tidemq.broker.store.index import IndexService
+from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
+from tidemq.broker.store.queues import QueueTable
+from tidemq.broker.store.recovery import recover
+from tidemq.broker.store.replay import ScheduleTagsCode, default_schedule_tags_code
+from tidemq.broker.store.results import (  # re-exported: the store's API types
+    GetResult,
+    GetStatus,
+    PutRequest,
+    PutResult,
+    PutStatus,
+)
+from tidemq.broker.store.retention import Retention, destroy_all, usage_ratio
+from tidemq.broker.store.writer import Pending, RecordEncoder, illegal
+
+__all__ = ["GetResult", "GetStatus", "MessageStore", "PutRequest", "PutResult", "PutStatus"]
+
+log = logging.getLogger(__name__)
+
+DispatchListener = Callable[[str, int, int, int], None]
+_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
+_ROLLBACK = int(SysFlag.TRANSACTION_ROLLBACK)
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, clock: Callable[[], float] = time.time,
+                 disk_usage: Callable[[str], object] = shutil.disk_usage,
+                 schedule_tags_code: ScheduleTagsCode = default_schedule_tags_code) -> None:
+        self.config = config
+        self._clock = clock
+        self._disk_usage = disk_usage
+        self._schedule_tags_code = schedule_tags_code
+        self._flush_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-flush")
+        self._io_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-io")
+        self._commitlog = CommitLog(config.commitlog_dir, config.commitlog_segment_size)
+        self._dirty: set[MappedFile] = set()
+        self._new_dirs: set[Path] = set()
+        self._index = IndexService(config.index_dir, config.index_hash_slots, config.index_max_entries,
+                                   self._dirty, self._new_dirs)
+        self._queues = QueueTable(config.consume_queue_dir, config.consume_queue_units_per_file,
+                                  self._dirty, self._new_dirs)
+        self._encoder = RecordEncoder(config.max_message_size)
+        self._listeners: list[DispatchListener] = []
+        self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
+                                         config.sync_flush_timeout, self._flush_exec)
+        self._logics = LogicsFlusher(self._snapshot, self._flusher, config.checkpoint_path,
+                                     config.logics_flush_interval, self._io_exec)
+        self._retention = Retention(config, self._commitlog, clock, self._probe_disk,
+                                    lambda: self._flusher.flushed, self._detach_logics, self._io_exec)
+        self._cleanup_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Future] = set()
+        self._disk_ratio = 0.0
+        self._state = "new"  # new -> loaded -> running -> closed
+        self._refuse: str | None = "the store is not loaded"
+        self._last_store_ts = 0
+        self._stats = {"messages_put": 0, "bytes_put": 0, "batches_put": 0, "puts_refused": 0,
+                       "index_errors": 0, "recovered_messages": 0, "crash_recoveries": 0}
+
+    # ================================================================== lifecycle
+    def load(self) -> None:
+        """Open the files and recover (blocking; raises StoreCorruptError)."""
+        cfg = self.config
+        cfg.root.mkdir(parents=True, exist_ok=True)
+        crash = cfg.abort_path.exists()
+        cfg.abort_path.touch()
+        fsync_dir(cfg.root)
+        cl = self._commitlog
+        try:
+            rec = recover(cfg, crash, cl, self._queues, self._index, self._schedule_tags_code)
+        except BaseException:
+            self._close_files(remove_abort=False)  # the abort marker stays: the next load re-checks
+            raise
+        end = rec.end
+        self._last_store_ts = rec.last_store_timestamp
+        # Make everything recovered durable and vouch for it, so the next crash starts from here.
+        for seg in cl.segments_between(max(rec.durable, cl.min_offset), end):
+            seg.flush()
+        self._flusher.flushed = end
+        self._logics.persist(self._snapshot())
+        self._probe_disk()
+        self._stats["recovered_messages"] = rec.scanned
+        self._stats["crash_recoveries"] = int(crash)
+        log.info(
+            "store %s loaded after a %s: commitlog [%d, %d) in %d segment(s), %d queue(s); validated %d "
+            "record(s) from offset %d, replayed %d consume-queue unit(s) and %d index record(s)",
+            cfg.root, "crash" if crash else "clean shutdown", cl.min_offset, end, len(cl.segments),
+            len(self._queues), rec.scanned, rec.walk_from, rec.units_written, rec.indexed,
+        )
+        self._state = "loaded"
+        self._update_refusal()
+
+    async def start(self) -> None:
+        if self._state != "loaded":
+            raise RuntimeError("MessageStore.start() needs a successful load() first")
+        self._commitlog.start_preallocation(self._io_exec)
+        self._flusher.start()
+        self._logics.start()
+        self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="tidemq-store-cleanup")
+        self._state = "running"
+        self._update_refusal()
+
+    async def shutdown(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort marker, unmap."""
+        if self._state == "closed":
+            return
+        was_loaded = self._state in ("loaded", "running")
+        self._state = "closed"
+        self._refuse = "the store is shut down"
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleanup_task
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if was_loaded:
+            await self._logics.stop()
+            await self._flusher.stop()
+            await self._logics.checkpoint()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._io_exec, self._close_files, was_loaded)
+        self._flush_exec.shutdown(wait=True)
+        self._io_exec.shutdown(wait=True)
+        log.info("store %s shut down cleanly at commitlog offset %d",
+                 self.config.root, self._commitlog.write_pos)
+
+    def _close_files(self, remove_abort: bool) -> None:
+        self._commitlog.close()
+        self._index.close()
+        self._queues.close()
+        if remove_abort:
+            self.config.abort_path.unlink(missing_ok=True)
+            fsync_dir(self.config.root)
+
+    def close_abruptly(self) -> None:
+        """Release files without flushing or checkpointing and keep the abort marker: what a
+        killed process leaves behind (the page cache keeps what was written). For tests."""
+        self._state = "closed"
+        self._refuse = "the store is closed"
+        for task in (self._cleanup_task, self._flusher._task, self._logics._task):
+            if task is not None:
+                task.cancel()
+        self._flush_exec.shutdown(wait=True, cancel_futures=True)
+        self._io_exec.shutdown(wait=True, cancel_futures=True)
+        self._commitlog.close()
+        for f in self._index.files:
+            f.mf.close()
+        self._queues.close()
+
+    # ================================================================== writing
+    def _update_refusal(self) -> None:
+        cfg = self.config
+        if self._state == "closed":
+            self._refuse = "the store is shut down"
+        elif self._state == "new":
+            self._refuse = "the store is not loaded"
+        elif self._flusher.error is not None:
+            self._refuse = f"the store cannot write to disk ({self._flusher.error}); see the broker log"
+        elif self._disk_ratio >= cfg.disk_refuse_ratio:
+            self._refuse = (f"disk of {cfg.root} is {self._disk_ratio:.0%} full (writes stop at "
+                            f"{cfg.disk_refuse_ratio:.0%}); free space or lower file_reserved_hours")
+        else:
+            self._refuse = None
+
+    def _refused(self) -> PutResult:
+        self._stats["puts_refused"] += 1
+        return illegal(PutStatus.SERVICE_NOT_AVAILABLE, self._refuse or "the store is not available")
+
+    # Hot path (bench/produce_consume.py): validate, reserve, pack_into the mapping, dispatch.
+    def put(self, req: PutRequest) -> PutResult:
+        if self._refuse is not None or self._flusher.error is not None:
+            self._update_refusal()
+            if self._refuse is not None:
+                return self._refused()
+        p = self._encoder.prepare(req)
+        if p.__class__ is PutResult:
+            return p
+        cl = self._commitlog
+        if not cl.fits_one_segment(p.total):
+            return illegal(PutStatus.MESSAGE_ILLEGAL,
+                           f"record of {p.total} bytes exceeds the commitlog segment size")
+        return self._write([p], p.total)
+
+    def put_batch(self, reqs: list[PutRequest]) -> PutResult:
+        """Store several messages of one topic and queue in one segment, all or nothing."""
+        if self._refuse is not None or self._flusher.error is not None:
+            self._update_refusal()
+            if self._refuse is not None:
+                return self._refused()
+        prepared = self._encoder.prepare_batch(reqs)
+        if isinstance(prepared, PutResult):
+            return prepared
+        pending, total = prepared
+        if not self._commitlog.fits_one_segment(total):
+            return illegal(PutStatus.MESSAGE_ILLEGAL,
+                           f"batch of {total} bytes does not fit one commitlog segment "
+                           f"({self.config.commitlog_segment_size} bytes); send smaller batches")
+        result = self._write(pending, total)
+        if result.status is PutStatus.PUT_OK:
+            self._stats["batches_put"] += 1
+        return result
+
+    def _write(self, pending: list[Pending], total: int) -> PutResult:
+        req0 = pending[0].req
+        topic, queue_id = req0.topic, req0.queue_id
+        tx = req0.sys_flag & TRANSACTION_MASK
+        to_queue = tx != _PREPARED and tx != _ROLLBACK
+        cq = self._queues.get_or_create(topic, queue_id) if to_queue else None
+        first_q = cq.max_offset if cq is not None else 0
+        cl = self._commitlog
+        try:  # every file the write needs exists before the first byte goes in
+            if cq is not None:
+                cq.prepare(first_q, len(pending))
+            seg, rel = cl.reserve(total)
+        except OSError as exc:
+            log.error("cannot create a store file for %s/%d: %s", topic, queue_id, exc)
+            return illegal(PutStatus.SERVICE_NOT_AVAILABLE, f"cannot create a store file: {exc}")
+        base = seg.start + rel
+        now = int(self._clock() * 1000)
+        mm = seg.mm
+        encode = self._encoder.encode_into
+        pos, q = rel, first_q
+        try:
+            for p in pending:
+                encode(mm, pos, p, q, seg.start + pos, now)
+                pos += p.total
+                if cq is not None:
+                    q += 1
+        except (struct.error, OverflowError, TypeError, ValueError) as exc:  # a header int out of range
+            end = min(pos + p.total, seg.size)
+            mm[rel:end] = bytes(end - rel)  # no valid record may remain past the write position
+            return illegal(PutStatus.MESSAGE_ILLEGAL, f"a header value is out of range: {exc}")
+        cl.commit(total)
+        self._last_store_ts = now
+        index_add = self._index.add
+        listeners = self._listeners
+        msg_ids = []
+        phys, q = base, first_q
+        for p in pending:
+            size = p.total
+            if cq is not None:
+                cq.put(q, phys, size, p.tags_code)
+            if tx != _ROLLBACK:
+                try:
+                    index_add(topic, p.keys, p.uniq, phys, now)
+                except OSError as exc:  # the message is stored and queued; only key lookup misses it
+                    self._stats["index_errors"] += 1
+                    log.error("indexing the message at commitlog offset %d failed: %s", phys, exc)
+            msg_ids.append(encode_offset_msg_id(p.store, p.store_port, phys))
+            if cq is not None:
+                for cb in listeners:
+                    try:
+                        cb(topic, queue_id, q, p.tags_code)
+                    except Exception:
+                        log.exception("dispatch listener %r failed", cb)
+                q += 1
+            phys += size
+        stats = self._stats
+        stats["messages_put"] += len(pending)
+        stats["bytes_put"] += total
+        return PutResult(PutStatus.PUT_OK, base, first_q, msg_ids, len(pending), base + total)
+
+    async def flush(self) -> None:
+        """Flush the CommitLog, consume queues and index now, then write the checkpoint."""
+        await self._flusher.flush()
+        await self._logics.checkpoint()
+
+    async def wait_durable(self, end_offset: int) -> bool:
+        """SYNC: True once the CommitLog is flushed past ``end_offset`` (group commit), False after
+        ``sync_flush_timeout``. ASYNC: True at once."""
+        return await self._flusher.wait_durable(end_offset)
+
+    def add_dispatch_listener(self, cb: DispatchListener) -> None:
+        self._listeners.append(cb)
+
+    # ================================================================== reading
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
+                     tag_codes: frozenset[int] | None, max_bytes: int = 256 * 1024) -> GetResult:
+        cq = self._queues.get(topic, queue_id)
+        return reader.get_messages(cq, self._commitlog, offset, max_msgs, tag_codes, max_bytes)
+
+    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cq(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cq(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return reader.offset_by_time(self._cq(topic, queue_id), self._commitlog, timestamp_ms)
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        cq = self._cq(topic, queue_id)
+        return reader.store_time_at(cq, self._commitlog, cq.min_offset) if cq is not None else 0
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        return reader.store_time_at(self._cq(topic, queue_id), self._commitlog, offset)
+
+    def read_record(self, physical_offset: int) -> bytes | None:
+        return self._commitlog.read_record(physical_offset)
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[bytes]:
+        return reader.query_by_key(self._index, self._commitlog, topic, key, max_num, begin_ms, end_ms)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._queues.by_topic.get(topic, {}))
+
+    def topics(self) -> list[str]:
+        return sorted(self._queues.by_topic)
+
+    # ================================================================== admin
+    def delete_topic(self, topic: str) -> None:
+        """Drop the topic's consume queues now; their files are deleted by a worker thread."""
+        files = self._queues.drop_topic(topic)
+        if files is None:
+            return
+        topic_dir = self.config.consume_queue_dir / topic
+
+        def remove() -> None:
+            destroy_all(files)
+            shutil.rmtree(topic_dir, ignore_errors=True)
+
+        log.info("deleting consume queues of topic %s (%d file(s))", topic, len(files))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop (tools, tests): just do it
+            remove()
+            return
+        fut = loop.run_in_executor(self._io_exec, remove)
+        self._background.add(fut)
+        fut.add_done_callback(self._background.discard)
+
+    async def run_retention(self, manual: bool = False) -> int:
+        """One cleanup pass now (``manual``: ignore delete_when_hours, as TRIGGER_DELETE_FILES).
+        Returns the number of CommitLog segments deleted."""
+        try:
+            return await self._retention.run_once(manual)
+        finally:
+            self._update_refusal()
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cleanup_interval)
+            try:
+                await self.run_retention()
+            except OSError as exc:
+                log.error("retention pass failed: %s", exc)
+
+    def _detach_logics(self, phys_min: int) -> list[MappedFile]:
+        gone = self._queues.detach_below(phys_min) + self._index.detach_below(phys_min)
+        self._dirty.difference_update(gone)
+        return gone
+
+    def _probe_disk(self) -> float:
+        try:
+            self._disk_ratio = usage_ratio(self._disk_usage, str(self.config.root))
+        except OSError as exc:
+            log.warning("cannot read disk usage of %s: %s", self.config.root, exc)
+        return self._disk_ratio
+
+    def _snapshot(self) -> LogicsSnapshot:
+        index_file, index_count = self._index.state()  # marks the active index file dirty
+        dirty = list(self._dirty)
+        self._dirty.clear()
+        dirs = sorted(self._new_dirs, key=lambda p: len(p.parts), reverse=True)  # children first
+        self._new_dirs.clear()
+        return LogicsSnapshot(dirty, dirs, self._commitlog.write_pos, index_file, index_count,
+                              self._last_store_ts)
+
+    # ================================================================== observability
+    @property
+    def commitlog_min_offset(self) -> int:
+        return self._commitlog.min_offset
+
+    @property
+    def commitlog_max_offset(self) -> int:
+        return self._commitlog.write_pos
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flusher.flushed
+
+    @property
+    def flush_mode(self) -> FlushMode:
+        return self.config.flush_mode
+
+    def disk_usage_ratio(self) -> float:
+        """Used fraction of the store's disk (probed now; also refreshes put refusal)."""
+        ratio = self._probe_disk()
+        self._update_refusal()
+        return ratio
+
+    def stats(self) -> dict[str, int | float]:
+        cl = self._commitlog
+        return {
+            **self._stats,
+            "segments": len(cl.segments),
+            "segments_created": cl.created_segments,
+            "segments_created_on_loop": cl.sync_creations,
+            "segments_deleted": self._retention.segments_deleted,
+            "logic_files_deleted": self._retention.files_deleted,
+            "commitlog_min_offset": cl.min_offset,
+            "commitlog_max_offset": cl.write_pos,
+            "flushed_offset": self._flusher.flushed,
+            "commitlog_fsyncs": self._flusher.fsyncs,
+            "flush_rounds": self._flusher.rounds,
+            "checkpoints": self._logics.checkpoints,
+            "queues": len(self._queues),
+            "index_files": len(self._index.files),
+            "index_entries": self._index.entries_added,
+            "disk_usage_ratio": self._disk_ratio,
+        }

@@ -1,0 +1,102 @@
+"""Flushing: SYNC group commit (few fsyncs for many waiters, timeouts), ASYNC background flush,
+the periodic checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tidemq.broker.store import flush as flush_module
+from tidemq.broker.store.checkpoint import read_checkpoint
+from tidemq.broker.store.config import FlushMode
+from tidemq.broker.store.store import PutStatus
+
+from tests.broker.store.util import async_test, config, open_store, req
+
+
+@async_test
+async def test_sync_waiters_share_fsyncs(tmp_path):
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=5.0))
+    await store.start()
+    results = [store.put(req(body=b"x" * 100)) for _ in range(300)]
+    assert all(await asyncio.gather(*(store.wait_durable(r.end_offset) for r in results)))
+    st = store.stats()
+    assert st["flushed_offset"] >= results[-1].end_offset
+    assert 1 <= st["flush_rounds"] <= 3 and st["commitlog_fsyncs"] <= 6
+    await store.shutdown()
+
+
+@async_test
+async def test_concurrent_sync_producers_are_group_committed(tmp_path):
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=5.0))
+    await store.start()
+    acked = []
+
+    async def producer(n: int) -> None:
+        for i in range(10):
+            r = store.put(req(queue_id=n % 4, body=b"y" * 200))
+            assert r.status is PutStatus.PUT_OK
+            assert await store.wait_durable(r.end_offset)
+            assert store.flushed_offset >= r.end_offset
+            acked.append(r)
+
+    await asyncio.gather(*(producer(n) for n in range(50)))
+    assert len(acked) == 500
+    assert store.stats()["flush_rounds"] < 100  # far fewer flushes than messages
+    await store.shutdown()
+
+
+@async_test
+async def test_sync_wait_times_out_and_the_message_stays(tmp_path, monkeypatch):
+    real = flush_module._fsync_all
+
+    def slow(files):
+        time.sleep(0.4)
+        return real(files)
+
+    monkeypatch.setattr(flush_module, "_fsync_all", slow)
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, sync_flush_timeout=0.15))
+    await store.start()
+    r = store.put(req())
+    t = time.monotonic()
+    assert await store.wait_durable(r.end_offset) is False
+    assert time.monotonic() - t < 0.35
+    assert await asyncio.wait_for(_until(lambda: store.flushed_offset >= r.end_offset), 3)
+    assert await store.wait_durable(r.end_offset) is True
+    assert store.get_messages("T", 0, 0, 1, None).message_count == 1
+    await store.shutdown()
+
+
+@async_test
+async def test_async_mode_acknowledges_at_once_and_flushes_in_the_background(tmp_path):
+    store = open_store(config(tmp_path, flush_mode=FlushMode.ASYNC, async_flush_interval=0.02))
+    await store.start()
+    r = store.put(req())
+    assert store.flushed_offset < r.end_offset
+    assert await store.wait_durable(r.end_offset) is True
+    assert await asyncio.wait_for(_until(lambda: store.flushed_offset >= r.end_offset), 3)
+    await store.shutdown()
+
+
+@async_test
+async def test_checkpoint_follows_flushes(tmp_path):
+    store = open_store(config(tmp_path, logics_flush_interval=0.02, async_flush_interval=0.02))
+    await store.start()
+    for _ in range(5):
+        store.put(req(keys="a", uniq="u"))
+    end = store.commitlog_max_offset
+    await asyncio.wait_for(_until(lambda: _checkpointed(tmp_path) == end), 3)
+    cp = read_checkpoint(tmp_path / "checkpoint")
+    assert cp.logics_offset == cp.index_offset == end and cp.index_count == 11
+    await store.shutdown()
+
+
+def _checkpointed(root) -> int:
+    cp = read_checkpoint(root / "checkpoint")
+    return min(cp.physic_offset, cp.logics_offset) if cp else -1
+
+
+async def _until(cond) -> bool:
+    while not cond():
+        await asyncio.sleep(0.01)
+    return True
