@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
@@ -43,9 +43,10 @@ class SubscriptionGroupConfig:
     @classmethod
     def from_json(cls, d: dict) -> "SubscriptionGroupConfig":
         kwargs: dict[str, object] = {}
+        defaults = {f.name: f.default for f in fields(cls)}
         for py, wire in _WIRE.items():
             if wire in d and d[wire] is not None:
-                default = getattr(cls, py, None)
+                default = defaults[py]
                 v = d[wire]
                 if isinstance(default, bool):
                     v = v if isinstance(v, bool) else str(v).lower() in ("true", "1")

@@ -1,0 +1,112 @@
+"""Broker metadata managers: topic names, topic/group configs, offsets, client registry, locks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemq.broker.clients import ClientRegistry, enum_name, parse_tag_expression, CONSUME_FROM
+from tidemq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from tidemq.broker.locks import RebalanceLockManager
+from tidemq.broker.offsets import ConsumerOffsetManager
+from tidemq.broker.topics import TopicConfig, TopicConfigManager, validate_topic_name
+
+
+@pytest.mark.parametrize("name,ok", [("Topic-1_%RETRY%|x", True), ("", False), ("bad topic", False), ("a" * 128, False), ("a" * 127, True), ("中文", False)])
+def test_topic_name_rules(name, ok):
+    assert (validate_topic_name(name) is None) is ok
+
+
+def test_topics_persist_and_bump_data_version(tmp_path):
+    m = TopicConfigManager(tmp_path / "topics.json", clock=lambda: 1000.0)
+    m.ensure_system_topics("C", "b", auto_create=True, default_queues=8)
+    assert m.get("TBW102").perm == 7 and m.get("C") is not None
+    v0 = m.counter
+    assert m.put(TopicConfig("T", 4, 2, 6))
+    assert not m.put(TopicConfig("T", 4, 2, 6))  # unchanged: no new version
+    assert m.counter == v0 + 1
+    m.persist()
+    m2 = TopicConfigManager(tmp_path / "topics.json")
+    m2.load()
+    assert m2.get("T") == TopicConfig("T", 4, 2, 6) and m2.counter == m.counter
+    m2.ensure_system_topics("C", "b", auto_create=False, default_queues=8)
+    assert m2.get("TBW102") is None  # auto-create off removes the template
+
+
+def test_auto_created_topic_inherits_from_template(tmp_path):
+    m = TopicConfigManager(tmp_path / "t.json")
+    m.ensure_system_topics("C", "b", auto_create=True, default_queues=8)
+    tc = m.create_from_default("New", "TBW102", 4)
+    assert (tc.read_queue_nums, tc.write_queue_nums, tc.perm) == (4, 4, 6)
+    assert m.create_from_default("Other", "NOPE", 4) is None
+
+
+def test_group_config_parses_wire_types(tmp_path):
+    g = SubscriptionGroupConfig.from_json({"groupName": "g", "consumeEnable": "false", "retryQueueNums": "2", "retryMaxTimes": 5})
+    assert g.consume_enable is False and g.retry_queue_nums == 2 and g.retry_max_times == 5
+    assert SubscriptionGroupConfig.from_json(g.to_json()) == g
+    with pytest.raises(ValueError):
+        SubscriptionGroupConfig.from_json({"consumeEnable": True})
+    m = SubscriptionGroupManager(tmp_path / "g.json")
+    assert m.find_or_create("x", auto_create=False) is None
+    assert m.find_or_create("x", auto_create=True).retry_max_times == 16
+
+
+def test_offsets_round_trip_and_dirty_flag(tmp_path):
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    m.commit("g", "T", 0, 5)
+    m.commit("g", "T", 1, 7)
+    assert m.dirty
+    ConsumerOffsetManager.write(m.path, m.snapshot())
+    assert not m.dirty
+    m2 = ConsumerOffsetManager(tmp_path / "o.json")
+    m2.load()
+    assert m2.query("g", "T", 1) == 7 and m2.query("g", "T", 2) is None and m2.topics_of_group("g") == ["T"]
+    m2.delete_topic("T")
+    assert m2.query("g", "T", 0) is None
+
+
+def test_tag_expressions_and_enum_ordinals():
+    assert parse_tag_expression("*") is None and parse_tag_expression("") is None
+    tags, codes = parse_tag_expression(" TagA || TagB ")
+    assert tags == {"TagA", "TagB"} and codes == {2598919, 2598920}
+    assert enum_name(0, CONSUME_FROM, "x") == "CONSUME_FROM_LAST_OFFSET"
+    assert enum_name("CONSUME_FROM_TIMESTAMP", CONSUME_FROM, "x") == "CONSUME_FROM_TIMESTAMP"
+    assert enum_name(99, CONSUME_FROM, "dflt") == "dflt"
+
+
+class _Conn:
+    def __init__(self, peer):
+        self.peer = peer
+        self.sent = []
+
+    def invoke_oneway(self, cmd):
+        self.sent.append(cmd)
+
+
+def test_registry_notifies_members_and_expires_silent_ones():
+    now = [0.0]
+    reg = ClientRegistry(expiry=120, clock=lambda: now[0])
+    a, b = _Conn("a"), _Conn("b")
+    reg.register_consumer("g", a, "A", 1, 63, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", [])
+    reg.register_consumer("g", b, "B", 1, 63, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", [])
+    assert sorted(reg.group("g").client_ids()) == ["A", "B"]
+    assert [c.code for c in a.sent] == [40, 40]  # told when it joined and when B joined
+    now[0] = 100
+    reg.register_consumer("g", a, "A", 1, 63, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", [])
+    now[0] = 121
+    assert reg.scan_expired() == 1  # B silent for 121 s
+    assert reg.group("g").client_ids() == ["A"]
+    reg.connection_closed(a)
+    assert reg.group("g") is None
+
+
+def test_queue_locks_expire():
+    now = [0.0]
+    locks = RebalanceLockManager(lock_ttl=60, clock=lambda: now[0])
+    mq = ("T", "b", 0)
+    assert locks.try_lock("g", "c1", [mq]) == [mq]
+    assert locks.try_lock("g", "c2", [mq]) == []
+    now[0] = 61
+    assert locks.try_lock("g", "c2", [mq]) == [mq]
+    locks.unlock("g", "c1", [mq])  # not the holder: no effect
+    assert locks.try_lock("g", "c1", [mq]) == []
