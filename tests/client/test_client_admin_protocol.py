@@ -85,7 +85,7 @@ def test_string_lists():
 
 
 def test_subscription_group_config_body():
-    body = orjson.loads(SubscriptionGroupConfig("g", retry_max_times=3).to_json())
+    body = SubscriptionGroupConfig("g", retry_max_times=3).to_json()
     assert body == {
         "groupName": "g", "consumeEnable": True, "consumeFromMinEnable": True,
         "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 3, "brokerId": 0,

@@ -11,6 +11,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+import orjson
+
 from tidemq.client.admin_protocol import (
     ConsumerProgress,
     QueueProgress,
@@ -205,7 +207,7 @@ class Admin:
     ) -> list[str]:
         check_group(group)
         config = SubscriptionGroupConfig(
-            group=group,
+            group_name=group,
             consume_enable=consume_enable,
             consume_from_min_enable=consume_from_min_enable,
             consume_broadcast_enable=consume_broadcast_enable,
@@ -216,7 +218,7 @@ class Admin:
 
         async def one(addr: str) -> str:
             cmd = RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, config.to_json()
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, orjson.dumps(config.to_json())
             )
             await self._broker(addr, cmd, f"update subscription group {group}")
             return addr

@@ -8,10 +8,12 @@ JSON string holding that object is accepted too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import orjson
+
+from tidemq.bodies import SubscriptionGroupConfig  # noqa: F401  (re-exported for admin)
 
 from tidemq.client.route import MessageQueue, Perm
 from tidemq.client.validation import AUTO_CREATE_TOPIC
@@ -60,36 +62,6 @@ class ConsumerProgress:
 
     def __len__(self) -> int:
         return len(self.queues)
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionGroupConfig:
-    group: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-    extra: dict[str, object] = field(default_factory=dict)
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "groupName": self.group,
-                "consumeEnable": self.consume_enable,
-                "consumeFromMinEnable": self.consume_from_min_enable,
-                "consumeBroadcastEnable": self.consume_broadcast_enable,
-                "retryQueueNums": self.retry_queue_nums,
-                "retryMaxTimes": self.retry_max_times,
-                "brokerId": self.broker_id,
-                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-                "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-                **self.extra,
-            }
-        )
 
 
 def create_topic_request(
