@@ -66,6 +66,8 @@ class Broker:
         self.address: tuple[str, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self._register_soon: asyncio.Task | None = None
+        self._topics_dirty = False
+        self._topics_persist = False
         self._ready = False
         self.requests_total = 0
         self.unknown_codes = 0
@@ -130,10 +132,13 @@ class Broker:
                 await t
         if self._register_soon is not None:
             self._register_soon.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._register_soon
         self.holds.wake_all()
         await self.registrar.unregister_all()
         await self.server.stop()
         await self.persist_offsets()
+        await self.persist_topics()
         await self.persist_groups()
         await self.store.shutdown()
         log.info("broker %s stopped cleanly", self.config.broker_name)
@@ -167,18 +172,24 @@ class Broker:
         snap = self.groups.wrapper()
         await asyncio.to_thread(write_json_atomic, self.groups.path, snap)
 
-    async def register_all_namesrv(self) -> None:
-        await self.registrar.register_all()
+    def topics_changed(self, persist: bool = True) -> None:
+        """Topics changed (auto-create, retry topic, admin): persist and re-register soon.
 
-    def topics_changed(self) -> None:
-        """A topic was created implicitly (auto-create, retry topic): persist and re-register soon."""
+        Changes made while a round runs trigger another round, so none is left unpersisted
+        or unregistered."""
+        self._topics_dirty = True
+        self._topics_persist = self._topics_persist or persist
         if self._register_soon is None or self._register_soon.done():
             self._register_soon = asyncio.get_running_loop().create_task(self._persist_and_register())
 
     async def _persist_and_register(self) -> None:
-        await asyncio.sleep(0)
-        await self.persist_topics()
-        await self.registrar.register_all()
+        while self._topics_dirty:
+            self._topics_dirty = False
+            await asyncio.sleep(0)
+            if self._topics_persist:
+                self._topics_persist = False
+                await self.persist_topics()
+            await self.registrar.register_all()
 
     def _notify_enabled(self, group: str) -> bool:
         g = self.groups.get(group)
@@ -195,7 +206,7 @@ class Broker:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         try:
             return handler(conn, cmd)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
 
     def connection_lost(self, conn: Connection) -> None:

@@ -270,3 +270,141 @@ def test_heartbeat_registers_consumer_and_retry_topic(cluster):
     assert hb.code == 0
     assert orjson.loads(lst.body_bytes()) == {"consumerIdList": ["9017-127.0.0.1@DEFAULT"]}
     assert f"%RETRY%{group}" in orjson.loads(topics.body_bytes())["topicConfigTable"]
+
+
+def test_broken_frames_leave_no_traceback_in_the_broker_log(cluster):
+    raw_exchange(cluster.broker_addr, struct.pack(">ii", 4 + 9, 9) + b"not json!")
+    broker_still_serves(cluster)
+    log = cluster.broker.log()
+    assert "Traceback" not in log and "Fatal error" not in log
+    assert "closing connection" in log
+
+
+def test_long_poll_sees_a_message_sent_in_the_same_write(cluster):
+    """A send right behind a suspended pull on one connection must wake it (no 15 s stall)."""
+    topic = f"lpr_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+    host, port = cluster.broker_addr.split(":")
+    pull = pull_cmd(topic, 0, 0, suspend_ms=5000)
+    pull.opaque = 1
+    send = send_cmd(topic, b"same write")
+    send.opaque = 2
+    t0 = time.monotonic()
+    got: dict[int, RemotingCommand] = {}
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_frame(pull) + encode_frame(send))
+        buf = bytearray()
+        from tidemq.remoting.frame import iter_frames
+        while len(got) < 2:
+            buf += s.recv(65536)
+            for c in iter_frames(buf):
+                got[c.opaque] = c
+    assert got[2].code == 0 and got[1].code == ResponseCode.SUCCESS
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_oneway_commit_then_close_is_not_lost(cluster):
+    topic = f"ow_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+
+    async def go():
+        c = RemotingClient()
+        up = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "owg", "topic": topic, "queueId": 0, "commitOffset": 42}, oneway=True)
+        await c.invoke_oneway(cluster.broker_addr, up)
+        await c.close()
+        await asyncio.sleep(0.2)
+        c2 = RemotingClient()
+        try:
+            q = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "owg", "topic": topic, "queueId": 0})
+            return await c2.invoke(cluster.broker_addr, q, 3)
+        finally:
+            await c2.close()
+    assert run(go()).ext_fields["offset"] == "42"
+
+
+def test_out_of_range_numbers_and_badly_typed_bodies_are_refused(cluster):
+    async def go():
+        c = RemotingClient()
+        try:
+            addr = cluster.broker_addr
+            bad_topic = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "poison_t", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicSysFlag": 2**70})
+            r1 = await c.invoke(addr, bad_topic, 3)
+            r2 = await c.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "x", "queueId": 0, "commitOffset": 2**70}), 3)
+            r3 = await c.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b'{"consumerDataSet":5,"producerDataSet":"x"}'), 3)
+            r4 = await c.invoke(addr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, {}, b'{"mqSet":5}'), 3)
+            r5 = await c.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b'[1,2'), 3)
+            topics = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
+            return r1, r2, r3, r4, r5, topics
+        finally:
+            await c.close()
+    r1, r2, r3, r4, r5, topics = run(go())
+    assert r1.code == ResponseCode.SYSTEM_ERROR and "out of range" in r1.remark
+    assert r2.code == ResponseCode.SYSTEM_ERROR
+    assert r3.code == 0 and r4.code == 0  # wrong types ignored, nothing registered
+    assert r5.code == ResponseCode.SYSTEM_ERROR and "JSON" in r5.remark
+    assert topics.code == 0 and "poison_t" not in orjson.loads(topics.body_bytes())["topicConfigTable"]
+
+
+def test_system_topics_cannot_be_updated_or_deleted(cluster):
+    async def go():
+        c = RemotingClient()
+        try:
+            out = []
+            for topic in ("TBW102", "SCHEDULE_TOPIC_XXXX", cluster.cluster_name, cluster.broker_name):
+                out.append(await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}), 3))
+                out.append(await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), 3))
+            return out
+        finally:
+            await c.close()
+    for r in run(go()):
+        assert r.code == ResponseCode.SYSTEM_ERROR and "system topic" in r.remark
+
+
+def test_transactional_sends_are_refused_until_supported(cluster):
+    topic = f"tx_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+
+    async def go():
+        c = RemotingClient()
+        try:
+            return await c.invoke(cluster.broker_addr, send_cmd(topic, b"half", props={"TRAN_MSG": "true", "PGROUP": "p"}), 3)
+        finally:
+            await c.close()
+    r = run(go())
+    assert r.code == ResponseCode.SYSTEM_ERROR and "transactional" in r.remark
+
+
+def test_delete_then_recreate_and_send_keeps_the_new_message(cluster_factory):
+    c = cluster_factory()
+    topic = f"dr_{uuid.uuid4().hex[:6]}"
+    c.create_topic(topic, queues=1)
+
+    async def go():
+        cl = RemotingClient()
+        try:
+            addr = c.broker_addr
+            assert (await cl.invoke(addr, send_cmd(topic, b"old"), 3)).code == 0
+            conn = await cl.connection(addr)
+            delete = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+            create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6})
+            futs = [asyncio.ensure_future(conn.invoke(x, 5)) for x in (delete, create)]
+            await asyncio.sleep(0)
+            sent = await cl.invoke(addr, send_cmd(topic, b"new"), 3)
+            await asyncio.gather(*futs)
+            await asyncio.sleep(0.5)  # let the deletion worker run
+            return sent
+        finally:
+            await cl.close()
+    sent = run(go())
+    assert sent.code == 0
+    c.restart_broker()
+
+    async def read():
+        cl = RemotingClient()
+        try:
+            return await cl.invoke(c.broker_addr, pull_cmd(topic, 0, 0), 3)
+        finally:
+            await cl.close()
+    r = run(read())
+    assert r.code == ResponseCode.SUCCESS
+    assert [m.body for m in decode_records(r.body_bytes())] == [b"new"]

@@ -78,16 +78,23 @@ class RemotingCommand:
     def get_str(self, name: str, default: str | None = None) -> str | None:
         return self.ext_fields.get(name, default)
 
-    def get_int(self, name: str, default: int | None = None) -> int:
+    def get_int(self, name: str, default: int | None = None, bits: int = 64) -> int:
+        """An integer header field within Java's int (bits=32) or long (64) range."""
         v = self.ext_fields.get(name)
         if v is None or v == "":
             if default is None:
                 raise ValueError(f"missing header field {name!r}")
             return default
+        if len(v) > 24:
+            raise ValueError(f"header field {name!r} is not an integer: {v[:24]!r}...")
         try:
-            return int(v)
+            n = int(v)
         except ValueError:
             raise ValueError(f"header field {name!r} is not an integer: {v!r}") from None
+        limit = 1 << (bits - 1)
+        if not -limit <= n < limit:
+            raise ValueError(f"header field {name!r} is out of range: {n}")
+        return n
 
     def get_bool(self, name: str, default: bool = False) -> bool:
         v = self.ext_fields.get(name)

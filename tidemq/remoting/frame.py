@@ -248,7 +248,14 @@ def iter_frames(
             start = pos + 4
             pos = start + length
             (type_and_len,) = struct.unpack_from(">I", buffer, start)
-            yield _decode_body(memoryview(buffer)[start:pos], type_and_len)
+            error = None
+            try:
+                cmd = _decode_body(memoryview(buffer)[start:pos], type_and_len)
+            except FrameError as exc:
+                error = str(exc)  # re-raised below, so no traceback pins views of the buffer
+            if error is not None:
+                raise FrameError(error)
+            yield cmd
     finally:
         if pos:
             del buffer[:pos]

@@ -86,7 +86,7 @@ class Connection(asyncio.Protocol):
                     self._dispatch(cmd)
         except FrameError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
-            self._buf.clear()
+            self._buf = bytearray()
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -111,9 +111,11 @@ class Connection(asyncio.Protocol):
             return
         try:
             result = self.handler.handle(self, cmd)
-        except Exception as exc:
+        except Exception:
             log.exception("request code %s from %s failed", cmd.code, self.peer)
-            result = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            result = cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"internal error handling request code {cmd.code}; see the server log"
+            )
         if result is None:
             return
         if isinstance(result, RemotingCommand):
@@ -132,7 +134,7 @@ class Connection(asyncio.Protocol):
         if exc is not None:
             log.error("request code %s from %s failed: %r", cmd.code, self.peer, exc)
             resp: RemotingCommand | None = cmd.response(
-                ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                ResponseCode.SYSTEM_ERROR, f"internal error handling request code {cmd.code}; see the server log"
             )
         else:
             resp = task.result()
@@ -186,8 +188,19 @@ class Connection(asyncio.Protocol):
         self.send(cmd)
 
     def close(self) -> None:
+        """Close after writing what was already sent (a oneway commit before close is kept)."""
         if self.transport is not None:
+            self._flush()
             self.transport.close()
+
+    # Backpressure: a peer that does not read its responses stops being read from.
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
 
 def _expire(fut: asyncio.Future, cmd: RemotingCommand, peer: str, timeout: float) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from tidemq.broker.groups import SubscriptionGroupConfig
-from tidemq.broker.topics import NOT_ALLOWED_SEND, TopicConfig, validate_topic_name
+from tidemq.broker.topics import TopicConfig, is_system_topic, validate_topic_name
 from tidemq.errors import FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
@@ -46,11 +46,12 @@ class AdminProcessor:
         problem = validate_topic_name(topic)
         if problem:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
-        if topic in NOT_ALLOWED_SEND or topic == self.broker.config.cluster_name:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system topic")
-        read = cmd.get_int("readQueueNums", 8)
-        write = cmd.get_int("writeQueueNums", 8)
-        perm = cmd.get_int("perm", 6)
+        if self._is_system(topic):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        read = cmd.get_int("readQueueNums", 8, bits=32)
+        write = cmd.get_int("writeQueueNums", 8, bits=32)
+        perm = cmd.get_int("perm", 6, bits=32)
+        sys_flag = cmd.get_int("topicSysFlag", 0, bits=32)
         if not (0 <= read <= 65535 and 0 <= write <= 65535) or read + write == 0:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"queue counts read={read} write={write} are out of range")
         if perm not in (0, 2, 4, 6) and perm & ~0xF:
@@ -61,22 +62,28 @@ class AdminProcessor:
             write_queue_nums=write,
             perm=perm,
             topic_filter_type=cmd.get_str("topicFilterType") or "SINGLE_TAG",
-            topic_sys_flag=cmd.get_int("topicSysFlag", 0),
+            topic_sys_flag=sys_flag,
             order=cmd.get_bool("order"),
         )
         changed = self.broker.topics.put(tc)
         return self._after_topic_change(cmd, changed)
 
+    def _is_system(self, topic: str) -> bool:
+        cfg = self.broker.config
+        return is_system_topic(topic) or topic in (cfg.cluster_name, cfg.broker_name)
+
     async def _after_topic_change(self, cmd: RemotingCommand, changed: bool) -> RemotingCommand:
+        """Answer once the change is on disk; name servers learn it in the background (an
+        unreachable name server must not make the admin call time out)."""
         if changed:
             await self.broker.persist_topics()
-            await self.broker.register_all_namesrv()
+            self.broker.topics_changed(persist=False)
         return cmd.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand):
         topic = cmd.get_str("topic") or ""
-        if topic in NOT_ALLOWED_SEND or topic == self.broker.config.cluster_name:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is a system topic and cannot be deleted")
+        if self._is_system(topic):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         b = self.broker
         changed = b.topics.delete(topic)
         if changed:
@@ -118,7 +125,7 @@ class AdminProcessor:
 
     # offsets and statistics ---------------------------------------------------------------------
     def _queue(self, cmd: RemotingCommand) -> tuple[str, int]:
-        return cmd.get_str("topic") or "", cmd.get_int("queueId")
+        return cmd.get_str("topic") or "", cmd.get_int("queueId", bits=32)
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand):
         topic, q = self._queue(cmd)
@@ -135,7 +142,9 @@ class AdminProcessor:
 
     def earliest_time(self, conn: Connection, cmd: RemotingCommand):
         topic, q = self._queue(cmd)
-        return cmd.response(fields={"timestamp": self.broker.store.earliest_store_time(topic, q)})
+        store = self.broker.store
+        ts = store.earliest_store_time(topic, q) if store.max_offset(topic, q) > 0 else -1
+        return cmd.response(fields={"timestamp": ts})
 
     def _mq_key(self, topic: str, queue_id: int) -> ObjectKey:
         return ObjectKey.of(brokerName=self.broker.config.broker_name, queueId=queue_id, topic=topic)

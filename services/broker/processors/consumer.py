@@ -37,6 +37,11 @@ def _json_body(cmd: RemotingCommand) -> dict:
     return obj
 
 
+def _list(v: object) -> list:
+    """A JSON array from a client body, or nothing (a wrong type is ignored, not fatal)."""
+    return v if isinstance(v, list) else []
+
+
 def _as_int(v: object, default: int = 0) -> int:
     try:
         return int(v)  # type: ignore[arg-type]
@@ -65,22 +70,17 @@ class ConsumerManageProcessor:
         data = _json_body(cmd)
         client_id = str(data.get("clientID") or conn.peer)
         created_topic = False
-        for cd in data.get("consumerDataSet") or []:
+        for cd in _list(data.get("consumerDataSet")):
             if not isinstance(cd, dict) or not cd.get("groupName"):
                 continue
             group = str(cd["groupName"])
             g = b.groups.find_or_create(group, b.config.auto_create_subscription_group)
-            if g is None:
-                return cmd.response(
-                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                    f"subscription group [{group}] does not exist; create it with `tidemq admin updateSubGroup`",
-                )
             retry = RETRY_PREFIX + group
-            if g.retry_queue_nums > 0 and b.topics.get(retry) is None:
+            if g is not None and g.retry_queue_nums > 0 and b.topics.get(retry) is None:
                 b.topics.create_retry_or_dlq(retry)
                 created_topic = True
             subs = []
-            for sd in cd.get("subscriptionDataSet") or []:
+            for sd in _list(cd.get("subscriptionDataSet")):
                 if not isinstance(sd, dict) or not sd.get("topic"):
                     continue
                 expr = str(sd.get("subString") or "*")
@@ -108,7 +108,7 @@ class ConsumerManageProcessor:
                 enum_name(cd.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
                 subs,
             )
-        for pd in data.get("producerDataSet") or []:
+        for pd in _list(data.get("producerDataSet")):
             if isinstance(pd, dict) and pd.get("groupName"):
                 b.clients.register_producer(str(pd["groupName"]), conn, client_id, cmd.language, cmd.version)
         if created_topic:
@@ -136,9 +136,9 @@ class ConsumerManageProcessor:
         b = self.broker
         group = cmd.get_str("consumerGroup") or ""
         topic = cmd.get_str("topic") or ""
-        queue_id = cmd.get_int("queueId")
+        queue_id = cmd.get_int("queueId", bits=32)
         offset = b.offsets.query(group, topic, queue_id)
-        if offset is not None:
+        if offset is not None and offset >= 0:
             return cmd.response(fields={"offset": offset})
         # RocketMQ answers 0 for a group without an offset on a queue that still starts at 0 and
         # is not far behind, so a new group reads a young queue from its first message.
@@ -154,13 +154,16 @@ class ConsumerManageProcessor:
         topic = cmd.get_str("topic") or ""
         if not group or not topic:
             raise ValueError("consumerGroup and topic are required")
-        self.broker.offsets.commit(group, topic, cmd.get_int("queueId"), cmd.get_int("commitOffset"))
+        offset = cmd.get_int("commitOffset")
+        if offset < 0:
+            raise ValueError(f"commitOffset {offset} is negative")
+        self.broker.offsets.commit(group, topic, cmd.get_int("queueId", bits=32), offset)
         return cmd.response(ResponseCode.SUCCESS)
 
     def _mq_set(self, cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
         data = _json_body(cmd)
         mqs = []
-        for mq in data.get("mqSet") or []:
+        for mq in _list(data.get("mqSet")):
             if isinstance(mq, dict):
                 mqs.append((str(mq.get("topic")), str(mq.get("brokerName")), _as_int(mq.get("queueId"))))
         return str(data.get("consumerGroup") or ""), str(data.get("clientId") or ""), mqs

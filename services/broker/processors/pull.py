@@ -79,7 +79,10 @@ class PullProcessor:
         return self._hold(cmd, topic, queue_id, offset, max_nums, tag_codes, suspend_ms / 1000.0)
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, tag_codes, timeout):
-        await self.broker.holds.wait(topic, queue_id, offset, tag_codes, timeout)
+        # A message put between the read above and this task's first step woke nobody: look
+        # again before parking (no await between this check and the waiter's registration).
+        if self.broker.store.max_offset(topic, queue_id) <= offset:
+            await self.broker.holds.wait(topic, queue_id, offset, tag_codes, timeout)
         resp, _found = self._read(cmd, topic, queue_id, offset, max_nums, tag_codes)
         return resp
 
@@ -89,10 +92,10 @@ class PullProcessor:
             raise PullError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] pulling message is forbidden")
         group = cmd.get_str("consumerGroup") or ""
         topic = cmd.get_str("topic") or ""
-        queue_id = cmd.get_int("queueId")
+        queue_id = cmd.get_int("queueId", bits=32)
         offset = cmd.get_int("queueOffset")
-        max_nums = max(1, min(cmd.get_int("maxMsgNums", 32), 1024))
-        sys_flag = cmd.get_int("sysFlag", 0)
+        max_nums = max(1, min(cmd.get_int("maxMsgNums", 32, bits=32), 1024))
+        sys_flag = cmd.get_int("sysFlag", 0, bits=32)
         if not group:
             raise ValueError("missing header field 'consumerGroup'")
         g = b.groups.find_or_create(group, b.config.auto_create_subscription_group)

@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from tidemq.broker.broker import Broker
 
 DEFAULT_QUERY_MAX = 32
-MAX_QUERY = 1024
+MAX_QUERY = 64  # RocketMQ maxMsgsNumBatch
+MAX_QUERY_BYTES = 8 * 1024 * 1024  # well under a client's 16 MiB frame limit
 
 
 class QueryProcessor:
@@ -32,7 +33,13 @@ class QueryProcessor:
         begin = cmd.get_int("beginTimestamp", 0)
         end = cmd.get_int("endTimestamp", 0) or int(time.time() * 1000) + 60_000
         store = self.broker.store
-        records = store.query_by_key(topic, key, max_num, begin, end)
+        records = []
+        size = 0
+        for rec in store.query_by_key(topic, key, max_num, begin, end):
+            if records and size + len(rec) > MAX_QUERY_BYTES:
+                break
+            records.append(rec)
+            size += len(rec)
         fields = {"indexLastUpdateTimestamp": 0, "indexLastUpdatePhyoffset": store.commitlog_max_offset}
         if not records:
             return cmd.response(

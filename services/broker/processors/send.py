@@ -61,6 +61,7 @@ _PUT_CODES = {
 
 _WRITE = int(Perm.WRITE)
 _COMPRESSED = int(SysFlag.COMPRESSED)
+_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
 
 
 class SendError(Exception):
@@ -122,7 +123,7 @@ class SendProcessor:
         tc = self._topic_config(cmd, topic)
         if not tc.writable:
             raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue_id = cmd.get_int("queueId", -1)
+        queue_id = cmd.get_int("queueId", -1, bits=32)
         if queue_id >= tc.queue_nums:
             raise SendError(
                 ResponseCode.SYSTEM_ERROR,
@@ -130,11 +131,16 @@ class SendProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
-        sys_flag = cmd.get_int("sysFlag", 0)
+        sys_flag = cmd.get_int("sysFlag", 0, bits=32)
         born_ts = cmd.get_int("bornTimestamp", 0)
-        flag = cmd.get_int("flag", 0)
-        reconsume = cmd.get_int("reconsumeTimes", 0)
+        flag = cmd.get_int("flag", 0, bits=32)
+        reconsume = cmd.get_int("reconsumeTimes", 0, bits=32)
         header_props = decode_properties(cmd.get_str("properties") or "")
+        if sys_flag & _PREPARED or header_props.get(Prop.TRAN_MSG, "").lower() == "true":
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                "transactional messages are not supported by this broker yet; send a normal message",
+            )
         header_props[Prop.CLUSTER] = cfg.cluster_name
         host = _peer_host(conn)
         body = cmd.body_bytes()
@@ -230,8 +236,10 @@ class SendProcessor:
         if reconsume < max_times:
             return topic, tc, queue_id
         dlq = DLQ_PREFIX + group
-        dtc = self.broker.topics.get(dlq) or self.broker.topics.create_retry_or_dlq(dlq)
-        self.broker.topics_changed()
+        dtc = self.broker.topics.get(dlq)
+        if dtc is None:
+            dtc = self.broker.topics.create_retry_or_dlq(dlq)
+            self.broker.topics_changed()
         props.pop(Prop.DELAY, None)
         return dlq, dtc, 0
 

@@ -7,6 +7,7 @@ Invariant: a queue exists in the table iff it has (or had, since load) a directo
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,9 @@ class QueueTable:
             rebuild = has_data
             self.root.mkdir(parents=True)
         for topic_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            if topic_dir.name.startswith(".deleted-"):  # a delete interrupted by a crash
+                shutil.rmtree(topic_dir, ignore_errors=True)
+                continue
             for qdir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 cq = self.get_or_create(topic_dir.name, int(qdir.name), load=True)
                 if not cq.files and has_data:

@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import shutil
 import struct
 import time
@@ -349,15 +350,29 @@ class MessageStore:
 
     # ================================================================== admin
     def delete_topic(self, topic: str) -> None:
-        """Drop the topic's consume queues now; their files are deleted by a worker thread."""
+        """Drop the topic's consume queues now; their files are deleted by a worker thread.
+
+        The directory is renamed to a tombstone on the loop first: a topic re-created (and
+        written to) before the worker runs gets fresh files that the worker never touches.
+        """
         files = self._queues.drop_topic(topic)
         if files is None:
             return
         topic_dir = self.config.consume_queue_dir / topic
+        tomb = self.config.consume_queue_dir / f".deleted-{topic}-{time.monotonic_ns()}"
+        try:
+            os.rename(topic_dir, tomb)
+        except FileNotFoundError:
+            tomb = None
+        except OSError as exc:
+            log.error("could not move %s aside for deletion: %s", topic_dir, exc)
+            tomb = None
 
         def remove() -> None:
-            destroy_all(files)
-            shutil.rmtree(topic_dir, ignore_errors=True)
+            for f in files:
+                f.close()  # never unlink by path: a new file may live there now
+            if tomb is not None:
+                shutil.rmtree(tomb, ignore_errors=True)
 
         log.info("deleting consume queues of topic %s (%d file(s))", topic, len(files))
         try:
