@@ -1,6 +1,6 @@
 """Scenarios driven by the RocketMQ C++ client (PyPI wheel `rocketmq` 0.4.4), one per process.
 
-Run as ``python cpp_scenarios.py SCENARIO JSON_ARGS``; prints one JSON document on stdout. Each
+Run as ``python cpp_scenarios.py SCENARIO`` with the JSON arguments on stdin; prints one JSON document on stdout. Each
 scenario runs in its own process so the C++ library's threads and global state never leak into
 pytest, and a crash in it is a failed test, not a dead test run.
 """
@@ -107,6 +107,6 @@ def pull_consume(a: dict) -> dict:
 SCENARIOS = {"produce": produce, "push_consume": push_consume, "pull_consume": pull_consume}
 
 if __name__ == "__main__":
-    result = SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
+    result = SCENARIOS[sys.argv[1]](json.loads(sys.stdin.read()))
     sys.stdout.write("\n@@RESULT@@" + json.dumps(result) + "\n")
     sys.stdout.flush()

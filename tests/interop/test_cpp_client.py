@@ -38,7 +38,7 @@ if _problem:
 
 def cpp(scenario: str, timeout: float = 90, **args) -> dict:
     r = subprocess.run(
-        [sys.executable, str(SCENARIOS), scenario, json.dumps(args)],
+        [sys.executable, str(SCENARIOS), scenario], input=json.dumps(args),
         capture_output=True, text=True, timeout=timeout,
     )
     marker = "@@RESULT@@"
