@@ -11,8 +11,9 @@ shared one and counts users; the last :meth:`release` closes it. An instance own
 
 Name servers are tried in turn: a request that cannot reach one (connect error or timeout) moves
 on to the next, and the next request starts from the one that last answered. Brokers' requests
-to the client (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, ...) are ignored for now;
-sync ones are answered REQUEST_CODE_NOT_SUPPORTED so the broker never waits.
+to the client (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, ...) go to the handler
+registered for their code (:meth:`ClientInstance.register_request_handler`); without one they are
+ignored, and sync ones answered REQUEST_CODE_NOT_SUPPORTED so the broker never waits.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class ConsumerMember(Protocol):
     def consumer_data(self) -> ConsumerData: ...
 
 
+# A handler of a broker -> client request: returns a response, None (not mine / oneway), or an
+# awaitable of one. Several handlers may share a code (e.g. two consumers); the first answer wins.
+ServerRequestHandler = Callable[[Connection, RemotingCommand], "RemotingCommand | Awaitable[RemotingCommand | None] | None"]
+
+
 class ClientInstance:
     _registry: dict[tuple[ClientConfig, asyncio.AbstractEventLoop], "ClientInstance"] = {}
 
@@ -66,6 +72,7 @@ class ClientInstance:
         self._state = "new"  # new -> started -> closed
         self._start_task: asyncio.Future[None] | None = None
         self._key: tuple[ClientConfig, asyncio.AbstractEventLoop] | None = None
+        self._request_handlers: dict[int, list[ServerRequestHandler]] = {}
 
     # lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -311,7 +318,21 @@ class ClientInstance:
         await self.remoting.invoke_oneway(addr, cmd)
 
     # requests from servers (RequestHandler) ----------------------------------------------------
-    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    def register_request_handler(self, code: int, handler: ServerRequestHandler) -> None:
+        self._request_handlers.setdefault(int(code), []).append(handler)
+
+    def unregister_request_handler(self, code: int, handler: ServerRequestHandler) -> None:
+        handlers = self._request_handlers.get(int(code), [])
+        if handler in handlers:
+            handlers.remove(handler)
+
+    def handle(self, conn: Connection, cmd: RemotingCommand):
+        for handler in list(self._request_handlers.get(cmd.code, ())):
+            result = handler(conn, cmd)
+            if result is not None:
+                return result
+        if self._request_handlers.get(cmd.code):
+            return None
         try:
             name = RequestCode(cmd.code).name
         except ValueError:
