@@ -66,6 +66,7 @@ class Broker:
         self.address: tuple[str, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self._register_soon: asyncio.Task | None = None
+        self._persist_locks = {"topics": asyncio.Lock(), "groups": asyncio.Lock()}
         self._topics_dirty = False
         self._topics_persist = False
         self._ready = False
@@ -165,12 +166,15 @@ class Broker:
             await asyncio.to_thread(ConsumerOffsetManager.write, self.offsets.path, snap)
 
     async def persist_topics(self) -> None:
-        snap = self.topics.wrapper()
-        await asyncio.to_thread(write_json_atomic, self.topics.path, snap)
+        # One writer per file at a time, the snapshot taken inside the lock: the newest wins.
+        async with self._persist_locks["topics"]:
+            snap = self.topics.wrapper()
+            await asyncio.to_thread(write_json_atomic, self.topics.path, snap)
 
     async def persist_groups(self) -> None:
-        snap = self.groups.wrapper()
-        await asyncio.to_thread(write_json_atomic, self.groups.path, snap)
+        async with self._persist_locks["groups"]:
+            snap = self.groups.wrapper()
+            await asyncio.to_thread(write_json_atomic, self.groups.path, snap)
 
     def topics_changed(self, persist: bool = True) -> None:
         """Topics changed (auto-create, retry topic, admin): persist and re-register soon.

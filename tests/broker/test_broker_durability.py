@@ -11,8 +11,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from tidemq.errors import TideMQError
 from tidemq.message import MESSAGE_MAGIC, decode_record_header, decode_records
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 
 import orjson
+
+from tidemq.bodies import SubscriptionGroupConfig
 import pytest
 
 from tidemq.client.admin_protocol import (
     ConsumerProgress,
     QueueProgress,
-    SubscriptionGroupConfig,
     TopicOffset,
     create_topic_request,
     parse_consume_stats,

@@ -218,7 +218,7 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
         metrics = MetricsServer(registries, ready=lambda: broker.ready)
         m_host, m_port = await metrics.start(host, metrics_port)
         ns_addr = f"{host}:{ns_port}"
-        click.echo(f"TideMQ local is running.")
+        click.echo("TideMQ local is running.")
         click.echo(f"  name server : {ns_addr}   (export NAMESRV_ADDR={ns_addr})")
         click.echo(f"  broker      : {cfg.advertise_addr}  (cluster DefaultCluster, broker-a, {flush} flush)")
         click.echo(f"  metrics     : http://{m_host}:{m_port}/metrics  (health: /healthz, /readyz)")

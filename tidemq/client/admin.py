@@ -16,7 +16,6 @@ import orjson
 from tidemq.client.admin_protocol import (
     ConsumerProgress,
     QueueProgress,
-    SubscriptionGroupConfig,
     TopicOffset,
     create_topic_request,
     parse_consume_stats,
@@ -24,10 +23,11 @@ from tidemq.client.admin_protocol import (
     parse_topic_stats,
     query_message_request,
 )
+from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.instance import ClientInstance
 from tidemq.client.response import broker_error, check
-from tidemq.client.route import ClusterInfo, MessageQueue, Perm, TopicRouteData
+from tidemq.client.route import ClusterInfo, Perm, TopicRouteData
 from tidemq.client.validation import check_group, check_topic_name
 from tidemq.errors import AdminError, ClientError, CodecError, RemotingError
 from tidemq.message import MessageExt, Prop, decode_offset_msg_id, decode_records

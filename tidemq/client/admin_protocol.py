@@ -11,9 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import orjson
-
-from tidemq.bodies import SubscriptionGroupConfig  # noqa: F401  (re-exported for admin)
 
 from tidemq.client.route import MessageQueue, Perm
 from tidemq.client.validation import AUTO_CREATE_TOPIC

@@ -47,7 +47,7 @@ from tidemq.broker.store.results import (  # re-exported: the store's API types
     PutResult,
     PutStatus,
 )
-from tidemq.broker.store.retention import Retention, destroy_all, usage_ratio
+from tidemq.broker.store.retention import Retention, usage_ratio
 from tidemq.broker.store.writer import Pending, RecordEncoder, illegal
 
 __all__ = ["GetResult", "GetStatus", "MessageStore", "PutRequest", "PutResult", "PutStatus"]

@@ -57,8 +57,8 @@ def test_a_crash_before_the_rename_leaves_the_old_content(tmp_path, monkeypatch)
 def test_a_stray_temp_file_is_ignored_and_replaced(tmp_path):
     p = tmp_path / "topics.json"
     write_json_atomic(p, {"v": 1})
-    (tmp_path / f".topics.json.{os.getpid()}.tmp").write_text('{"v": 2, "half')  # killed mid-write
-    assert read_json(p, None) == {"v": 1}
+    (tmp_path / f".topics.json.{os.getpid()}.1.2.tmp").write_text('{"v": 2, "half')  # killed mid-write
+    assert read_json(p, None) == {"v": 1}  # and the stray is cleaned up
     write_json_atomic(p, {"v": 3})
     assert read_json(p, None) == {"v": 3}
     assert sorted(os.listdir(tmp_path)) == ["topics.json"]

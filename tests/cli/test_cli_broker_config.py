@@ -1,0 +1,108 @@
+"""`tidemq broker` configuration: a RocketMQ broker.conf and a TOML file are honoured; precedence is
+flag > TIDEMQ_BROKER_* environment variable > file > default. Checked on real processes through the
+name server's view (clusterList) and the broker's log and store directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.clirun import REPO, tidemq
+from tests.procs import ServerProcess, free_port, tidemq_cmd
+
+
+@pytest.fixture(scope="module")
+def namesrv(tmp_path_factory):
+    port, mport = free_port(), free_port()
+    ns = ServerProcess(
+        tidemq_cmd("namesrv", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{mport}"),
+        tmp_path_factory.mktemp("ns") / "namesrv.log",
+        f"http://127.0.0.1:{mport}/readyz",
+    )
+    ns.start()
+    yield f"127.0.0.1:{port}"
+    ns.stop()
+
+
+@pytest.fixture
+def start_broker(tmp_path, monkeypatch):
+    """start_broker(*args, env={...}) -> ServerProcess, ready (registered); stopped at the end."""
+    started: list[ServerProcess] = []
+    monkeypatch.chdir(REPO)
+
+    def start(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        mport = free_port()
+        p = ServerProcess(
+            tidemq_cmd("broker", *args, "--metrics-listen", f"127.0.0.1:{mport}"),
+            tmp_path / f"broker{len(started)}.log",
+            f"http://127.0.0.1:{mport}/readyz",
+        )
+        started.append(p)
+        try:
+            p.start()
+        except Exception as exc:
+            raise AssertionError(f"broker did not start: {exc}\n{p.log()[-3000:]}") from None
+        return p
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+def cluster_rows(namesrv: str) -> list[list[str]]:
+    return [line.split() for line in tidemq("admin", "clusterList", "-n", namesrv).ok().lines()[1:]]
+
+
+def test_rocketmq_broker_conf_is_honoured(namesrv, start_broker, tmp_path):
+    port = free_port()
+    store = tmp_path / "rocketmq-store"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "# a RocketMQ 4.x broker.conf\n"
+        "brokerClusterName = ConfCluster\n"
+        "brokerName = conf-broker\n"
+        "brokerId = 0\n"
+        "deleteWhen = 04\n"  # RocketMQ keys TideMQ does not use are accepted
+        "brokerRole = ASYNC_MASTER\n"
+        f"namesrvAddr = {namesrv}\n"
+        f"listenPort = {port}\n"
+        "flushDiskType = SYNC_FLUSH\n"
+        f"storePathRootDir = {store}\n"
+    )
+    broker = start_broker("--config", str(conf))
+    assert ["ConfCluster", "conf-broker", "0", f"127.0.0.1:{port}"] in cluster_rows(namesrv)
+    assert (store / "commitlog").is_dir()
+    assert "flush mode SYNC_FLUSH" in broker.log()
+
+
+def test_toml_file_then_environment_then_flag(namesrv, start_broker, tmp_path):
+    port = free_port()
+    store = tmp_path / "toml-store"
+    toml = tmp_path / "broker.toml"
+    toml.write_text(
+        f'namesrv = "{namesrv}"\n'
+        f'listen = "127.0.0.1:{port}"\n'
+        f'store = "{store}"\n'
+        'cluster = "TomlCluster"\n'
+        'broker-name = "toml-broker"\n'
+        'flush = "sync"\n'
+    )
+    # the file alone
+    b = start_broker("--config", str(toml))
+    assert ["TomlCluster", "toml-broker", "0", f"127.0.0.1:{port}"] in cluster_rows(namesrv)
+    assert "flush mode SYNC_FLUSH" in b.log() and (store / "commitlog").is_dir()
+    b.stop()
+
+    # the environment variable beats the file; the file's other settings still apply
+    b = start_broker("--config", str(toml), env={"TIDEMQ_BROKER_BROKER_NAME": "env-broker"})
+    rows = cluster_rows(namesrv)
+    assert ["TomlCluster", "env-broker", "0", f"127.0.0.1:{port}"] in rows
+    assert "toml-broker" not in [r[1] for r in rows]  # it unregistered when it stopped
+    b.stop()
+
+    # a flag beats both
+    start_broker("--config", str(toml), "--broker-name", "flag-broker", env={"TIDEMQ_BROKER_BROKER_NAME": "env-broker"})
+    rows = cluster_rows(namesrv)
+    assert ["TomlCluster", "flag-broker", "0", f"127.0.0.1:{port}"] in rows
+    assert "env-broker" not in [r[1] for r in rows]
