@@ -1,27 +1,40 @@
-"""The `tidemq` command."""
+"""The `tidemq` command. Subcommands load on first use, so `tidemq admin ...` and `tidemq send`
+do not pay for importing the broker, the store and the HTTP server."""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from tidemq import __version__
-from tidemq.cli.admin import admin_group
-from tidemq.cli.messages import consume_cmd, send_cmd
-from tidemq.cli.servers import broker_cmd, local_cmd, namesrv_cmd
+
+COMMANDS = {
+    "namesrv": "tidemq.cli.servers:namesrv_cmd",
+    "broker": "tidemq.cli.servers:broker_cmd",
+    "local": "tidemq.cli.servers:local_cmd",
+    "admin": "tidemq.cli.admin:admin_group",
+    "send": "tidemq.cli.messages:send_cmd",
+    "consume": "tidemq.cli.messages:consume_cmd",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tidemq")
 def cli() -> None:
     """TideMQ: a RocketMQ-compatible message queue for Kubernetes."""
-
-
-cli.add_command(namesrv_cmd)
-cli.add_command(broker_cmd)
-cli.add_command(local_cmd)
-cli.add_command(admin_group)
-cli.add_command(send_cmd)
-cli.add_command(consume_cmd)
 
 
 def main() -> None:
