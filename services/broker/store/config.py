@@ -77,6 +77,10 @@ class StoreConfig:
         return self.root / "index"
 
     @property
+    def deleted_topics_path(self) -> pathlib.Path:
+        return self.root / "deletedTopics.json"
+
+    @property
     def checkpoint_path(self) -> pathlib.Path:
         return self.root / "checkpoint"
 

@@ -35,6 +35,7 @@ from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.commitlog import BLANK, FILLER_MIN, CommitLog
 from tidemq.broker.store.config import StoreConfig
 from tidemq.broker.store.index import IndexService
+from tidemq.broker.store.jsonfile import read_json
 from tidemq.broker.store.mapped_file import MappedFile
 from tidemq.broker.store.queues import QueueTable
 from tidemq.broker.store.replay import Replayer, ScheduleTagsCode
@@ -251,7 +252,8 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
         walk_from = min(cq_from, idx_from, durable - 1 - (durable - 1) % commitlog.segment_size)
     else:
         walk_from = cl_min
-    replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code)
+    deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}) or {}).items()}
+    replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code, cfg.root, deleted)
     seen = [0, 0]
 
     def on_record(phys: int, h: RecordHeader) -> None:

@@ -2,8 +2,9 @@
 
 Invariants: a record is put in its consume queue at the queue offset stored in the record
 (QUEUEOFFSET), so replaying a record twice is harmless; a unit already holding the same pointer is
-left alone, a different one is replaced and everything after it dropped (later records rewrite
-it). PREPARED and ROLLBACK half messages never enter a consume queue; ROLLBACK ones are not
+left alone; a different one, or a gap, means damage and refuses the start (StoreCorruptError).
+Records of a deleted topic written before its deletion are skipped, so a re-created topic's queue
+offsets (which restart at 0) never collide with the old ones. PREPARED and ROLLBACK half messages never enter a consume queue; ROLLBACK ones are not
 indexed. SCHEDULE_TOPIC_XXXX units carry the delivery time as tags code, recomputed here by the
 ``schedule_tags_code`` hook (default: RocketMQ's 18 delay levels, from the DELAY property).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from tidemq.errors import StoreCorruptError
 from tidemq.message import TRANSACTION_MASK, Prop, RecordHeader, SysFlag, decode_properties, tags_code
 
 from tidemq.broker.store.consume_queue import ConsumeQueue
@@ -42,8 +44,11 @@ def default_schedule_tags_code(queue_id: int, store_timestamp: int, properties: 
 
 class Replayer:
     def __init__(self, queue_for: Callable[[str, int], ConsumeQueue], index: IndexService,
-                 cq_from: int, index_from: int, schedule_tags_code: ScheduleTagsCode) -> None:
+                 cq_from: int, index_from: int, schedule_tags_code: ScheduleTagsCode,
+                 store_root: object = "the store", deleted: dict[str, int] | None = None) -> None:
         self.queue_for = queue_for
+        self.store_root = store_root
+        self.deleted = deleted or {}  # topic -> commitlog offset of its deletion
         self.index = index
         self.cq_from = cq_from
         self.index_from = index_from
@@ -54,6 +59,8 @@ class Replayer:
         self.dropped_files: list[MappedFile] = []
 
     def __call__(self, phys: int, h: RecordHeader) -> None:
+        if phys < self.deleted.get(h.topic, -1):
+            return  # written before its topic was deleted: never comes back
         tx = h.sys_flag & TRANSACTION_MASK
         half = tx == SysFlag.TRANSACTION_PREPARED or tx == SysFlag.TRANSACTION_ROLLBACK
         want_cq = phys >= self.cq_from and not half
@@ -83,9 +90,18 @@ class Replayer:
                 return
             if q < cq.min_offset:
                 return  # before the queue's known start: nothing to repair
-            log.warning("consume queue %s/%d: unit %d disagrees with the commitlog; rewriting from there",
-                        h.topic, h.queue_id, q)
-            self.dropped_files += cq.truncate_to(q)
-            self.units_replaced += 1
+            # Both were written from the same put: one of them is damaged, and the record's
+            # header (not covered by the body CRC) is the likelier one. Never guess.
+            raise StoreCorruptError(
+                f"commitlog record at offset {phys} says it is {h.topic}/{h.queue_id} queue offset {q}, "
+                f"but that consume queue unit points elsewhere: the commitlog or consume queue under "
+                f"{self.store_root} is damaged; restore it from a backup or replica"
+            )
+        if q > cq.max_offset and cq.max_offset > cq.min_offset:
+            raise StoreCorruptError(
+                f"commitlog record at offset {phys} says it is {h.topic}/{h.queue_id} queue offset {q}, "
+                f"but that queue ends at {cq.max_offset}: the commitlog under {self.store_root} is "
+                f"damaged; restore it from a backup or replica"
+            )
         cq.put(q, phys, h.total_size, code)
         self.units_written += 1

@@ -36,6 +36,7 @@ from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.consume_queue import ConsumeQueue
 from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSnapshot
 from tidemq.broker.store.index import IndexService
+from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
 from tidemq.broker.store.queues import QueueTable
 from tidemq.broker.store.recovery import recover
@@ -358,6 +359,10 @@ class MessageStore:
         files = self._queues.drop_topic(topic)
         if files is None:
             return
+        # Durable before any new put: replay skips the topic's older records (a small admin write).
+        deleted = read_json(self.config.deleted_topics_path, {}) or {}
+        deleted[topic] = self.commitlog_max_offset
+        write_json_atomic(self.config.deleted_topics_path, deleted)
         topic_dir = self.config.consume_queue_dir / topic
         tomb = self.config.consume_queue_dir / f".deleted-{topic}-{time.monotonic_ns()}"
         try:

@@ -364,3 +364,34 @@ async def test_a_recreated_topic_survives_a_full_rebuild(tmp_path):
     again = open_store(config(tmp_path))
     assert [m.body for m in read_queue(again, "Re", 0)] == [b"new0", b"new1", b"new2", b"new3"]
     again.close_abruptly()
+
+
+@async_test
+async def test_a_deleted_topic_does_not_come_back_after_a_full_rebuild(tmp_path):
+    store = open_store(config(tmp_path))
+    await store.start()
+    for i in range(5):
+        store.put(req(topic="Gone", body=b"g%d" % i))
+        store.put(req(topic="Kept", body=b"k%d" % i))
+    store.delete_topic("Gone")
+    await store.shutdown()
+    shutil.rmtree(tmp_path / "consumequeue")
+    again = open_store(config(tmp_path))
+    assert again.max_offset("Gone", 0) == 0
+    assert [m.body for m in read_queue(again, "Kept", 0)] == [b"k%d" % i for i in range(5)]
+    again.close_abruptly()
+
+
+@async_test
+async def test_a_record_whose_header_disagrees_with_its_consume_queue_refuses_the_start(tmp_path):
+    store = open_store(config(tmp_path))
+    await store.start()
+    offsets = [store.put(req(topic="T", body=b"x%d" % i, queue_id=i % 2)).physical_offset for i in range(6)]
+    await store.shutdown()
+    seg = sorted((tmp_path / "commitlog").iterdir())[0]
+    data = bytearray(seg.read_bytes())
+    data[offsets[3] + 12 : offsets[3] + 16] = (0).to_bytes(4, "big")  # queueId 1 -> 0: CRC cannot see it
+    seg.write_bytes(bytes(data))
+    (tmp_path / "checkpoint").unlink()
+    with pytest.raises(StoreCorruptError, match="damaged"):
+        open_store(config(tmp_path))
