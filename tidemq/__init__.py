@@ -44,6 +44,20 @@ _LAZY = {
     "SyncProducer": "tidemq.client.sync",
     "SyncPullConsumer": "tidemq.client.sync",
     "SyncAdmin": "tidemq.client.sync",
+    "PushConsumer": "tidemq.client.push",
+    "LitePullConsumer": "tidemq.client.lite_pull",
+    "SyncPushConsumer": "tidemq.client.push.blocking",
+    "SyncLitePullConsumer": "tidemq.client.push.blocking",
+    "ConsumeStatus": "tidemq.client.push",
+    "ConsumeConcurrentlyStatus": "tidemq.client.push",
+    "ConsumeOrderlyStatus": "tidemq.client.push",
+    "MessageModel": "tidemq.client.push",
+    "ConsumeFromWhere": "tidemq.client.push",
+    "LocalTransactionState": "tidemq.client.transaction",
+    "TransactionListener": "tidemq.client.transaction",
+    "TransactionProducer": "tidemq.client.transaction",
+    "TransactionSendResult": "tidemq.client.transaction",
+    "SyncTransactionProducer": "tidemq.client.transaction",
 }
 
 __all__ = [
@@ -55,14 +69,22 @@ __all__ = [
     "CodecError",
     "ConfigError",
     "ConnectError",
+    "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
+    "ConsumeStatus",
     "FrameError",
+    "LitePullConsumer",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
+    "MessageModel",
     "MessageQueue",
     "Producer",
     "PullConsumer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
     "RemotingError",
     "RemotingTimeoutError",
     "SendResult",
@@ -70,9 +92,15 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "SyncAdmin",
+    "SyncLitePullConsumer",
     "SyncProducer",
     "SyncPullConsumer",
+    "SyncPushConsumer",
+    "SyncTransactionProducer",
     "TideMQError",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "__version__",
 ]
 
@@ -81,10 +109,27 @@ if TYPE_CHECKING:
     from tidemq.client.config import ClientConfig
     from tidemq.client.consumer import PullConsumer
     from tidemq.client.producer import Producer
+    from tidemq.client.lite_pull import LitePullConsumer
     from tidemq.client.pull import PullResult, PullStatus
+    from tidemq.client.push import (
+        ConsumeConcurrentlyStatus,
+        ConsumeFromWhere,
+        ConsumeOrderlyStatus,
+        ConsumeStatus,
+        MessageModel,
+        PushConsumer,
+    )
+    from tidemq.client.push.blocking import SyncLitePullConsumer, SyncPushConsumer
     from tidemq.client.route import MessageQueue
     from tidemq.client.send import SendResult, SendStatus
     from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
+    from tidemq.client.transaction import (
+        LocalTransactionState,
+        SyncTransactionProducer,
+        TransactionListener,
+        TransactionProducer,
+        TransactionSendResult,
+    )
     from tidemq.message import Message, MessageExt
 
 

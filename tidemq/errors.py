@@ -53,6 +53,10 @@ class ClientError(TideMQError):
     """Misuse of the client library (invalid topic, body too large, not started ...)."""
 
 
+class RequestTimeoutError(ClientError):
+    """A request (request-reply) got no reply message within its timeout."""
+
+
 class AdminError(TideMQError):
     """An admin operation that could not be carried out."""
 

@@ -64,6 +64,13 @@ class Prop:
     CLUSTER = "CLUSTER"
     MIN_OFFSET = "MIN_OFFSET"
     MAX_OFFSET = "MAX_OFFSET"
+    # request-reply (RocketMQ 4.6+)
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    TTL = "TTL"
+    MSG_TYPE = "MSG_TYPE"
+    ARRIVE_TIME = "ARRIVE_TIME"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 
 
 # ---------------------------------------------------------------------------------------------

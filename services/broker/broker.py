@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from tidemq.broker.clients import ClientRegistry
 from tidemq.broker.config import BrokerConfig
+from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.longpoll import PullHoldService
@@ -24,11 +25,16 @@ from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerManageProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
+from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.register import NamesrvRegistrar
+from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.jsonfile import write_json_atomic
 from tidemq.broker.store.store import MessageStore
+from tidemq.broker.transaction.checker import TransactionChecker
+from tidemq.broker.transaction.processor import EndTransactionProcessor
+from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
 from tidemq.message import pack_host
 from tidemq.remoting import Connection, RemotingCommand, RemotingServer, ResponseCode
@@ -41,7 +47,8 @@ class Broker:
         self.config = config
         self.clock = clock
         root = config.store.root
-        self.store = MessageStore(config.store, clock=clock)
+        self.delay_levels = parse_delay_levels(config.delay_levels)
+        self.store = MessageStore(config.store, clock=clock, schedule_tags_code=self.delay_levels.tags_code)
         self.topics = TopicConfigManager(root / "config" / "topics.json", clock)
         self.groups = SubscriptionGroupManager(root / "config" / "subscriptionGroup.json", clock)
         self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json")
@@ -53,6 +60,18 @@ class Broker:
         self.registrar = NamesrvRegistrar(self)
         self.store_host = (config.advertise_host, config.advertise_port)
         pack_host(config.advertise_host, config.advertise_port)  # fail early on a bad address
+        self.schedule = ScheduleMessageService(
+            self.store, self.delay_levels, root / "config" / "delayOffset.json", self.store_host, clock
+        )
+        self.transactions = TransactionService(
+            self.store,
+            TransactionConfig(config.transaction_timeout, config.transaction_check_interval,
+                              config.transaction_check_max, config.store.file_reserved_hours),
+            self.store_host, root / "config" / "transactionProgress.json", clock,
+        )
+        self.tx_checker = TransactionChecker(
+            self.transactions, lambda g: [ch.conn for ch in self.clients.producers.get(g, {}).values()]
+        )
         self.handlers: dict[int, Callable] = {}
         for proc in (
             SendProcessor(self),
@@ -60,6 +79,8 @@ class Broker:
             ConsumerManageProcessor(self),
             AdminProcessor(self),
             QueryProcessor(self),
+            EndTransactionProcessor(self),
+            RetryProcessor(self),
         ):
             self.handlers.update(proc.handlers())
         self.server = RemotingServer(self, config.max_frame)
@@ -97,7 +118,10 @@ class Broker:
             )
         await asyncio.to_thread(self._load)
         self.store.add_dispatch_listener(self.holds.on_dispatch)
+        self.store.add_dispatch_listener(self.schedule.on_dispatch)
         await self.store.start()
+        self.transactions.rebuild()
+        await self.schedule.start()
         self.address = await self.server.start(cfg.listen_host, cfg.listen_port)
         log.info(
             "broker %s of cluster %s listening on %s:%d, advertised as %s, store %s",
@@ -108,6 +132,7 @@ class Broker:
             asyncio.create_task(self._every(cfg.register_interval, self.registrar.register_all), name="register"),
             asyncio.create_task(self._every(cfg.offset_flush_interval, self.persist_offsets), name="offsets"),
             asyncio.create_task(self._every(10.0, self._scan_clients), name="clients"),
+            asyncio.create_task(self.tx_checker.run(), name="transaction-check"),
         ]
         self._ready = True
         return self.address
@@ -123,6 +148,8 @@ class Broker:
         self.topics.persist()
         self.groups.load()
         self.offsets.load()
+        self.transactions.load()
+        self.schedule.load()
 
     async def stop(self) -> None:
         self._ready = False
@@ -141,6 +168,8 @@ class Broker:
         await self.persist_offsets()
         await self.persist_topics()
         await self.persist_groups()
+        await self.transactions.persist()
+        await self.schedule.stop()
         await self.store.shutdown()
         log.info("broker %s stopped cleanly", self.config.broker_name)
 

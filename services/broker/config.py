@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tidemq.broker.delay import DEFAULT_DELAY_LEVELS
 from tidemq.broker.store.config import FlushMode, StoreConfig
 
 
@@ -32,6 +33,10 @@ class BrokerConfig:
     max_frame: int = 16 * 1024 * 1024
     max_pull_bytes: int = 256 * 1024
     region: str = "DefaultRegion"
+    transaction_timeout: float = 6.0  # s before a half message is checked (transactionTimeOut)
+    transaction_check_interval: float = 60.0  # s between check rounds (transactionCheckInterval)
+    transaction_check_max: int = 15  # checks before a half message is discarded
+    delay_levels: str = DEFAULT_DELAY_LEVELS  # RocketMQ messageDelayLevel: "1s 5s 10s ... 2h"
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

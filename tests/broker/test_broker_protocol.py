@@ -360,20 +360,6 @@ def test_system_topics_cannot_be_updated_or_deleted(cluster):
         assert r.code == ResponseCode.SYSTEM_ERROR and "system topic" in r.remark
 
 
-def test_transactional_sends_are_refused_until_supported(cluster):
-    topic = f"tx_{uuid.uuid4().hex[:6]}"
-    cluster.create_topic(topic, queues=1)
-
-    async def go():
-        c = RemotingClient()
-        try:
-            return await c.invoke(cluster.broker_addr, send_cmd(topic, b"half", props={"TRAN_MSG": "true", "PGROUP": "p"}), 3)
-        finally:
-            await c.close()
-    r = run(go())
-    assert r.code == ResponseCode.SYSTEM_ERROR and "transactional" in r.remark
-
-
 def test_delete_then_recreate_and_send_keeps_the_new_message(cluster_factory):
     c = cluster_factory()
     topic = f"dr_{uuid.uuid4().hex[:6]}"

@@ -12,9 +12,11 @@ import click
 
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
+from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.cli.common import parse_listen, run_async, setup_logging, user_errors, wait_for_signal
 from tidemq.cli.config import load_config_file
+from tidemq.errors import ConfigError
 from tidemq.monitoring import MetricsServer
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
 from tidemq.namesrv.metrics import namesrv_registry
@@ -127,6 +129,14 @@ def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, l
     run_async(main)
 
 
+def _check_delay_levels(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        parse_delay_levels(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--delay-levels") from None
+    return value
+
+
 def broker_options(fn):
     opts = [
         click.option("--namesrv", "-n", envvar="NAMESRV_ADDR", default="127.0.0.1:9876", show_default=True, help="Name servers, ADDR[;ADDR...] (also $NAMESRV_ADDR)."),
@@ -141,6 +151,10 @@ def broker_options(fn):
         click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True, help="Create unknown topics on send (TBW102)."),
         click.option("--segment-size", default=1 << 30, show_default=True, type=click.IntRange(min=64 * 1024), help="CommitLog segment size in bytes."),
         click.option("--retention-hours", default=72.0, show_default=True, type=click.FloatRange(min=0.01)),
+        click.option("--delay-levels", default=DEFAULT_DELAY_LEVELS, show_default=True, callback=_check_delay_levels, help="Delay of each delay level (RocketMQ messageDelayLevel), units ms/s/m/h/d."),
+        click.option("--transaction-timeout", default=6.0, show_default=True, type=click.FloatRange(min=0), help="Seconds before an unresolved transactional (half) message is checked with its producer."),
+        click.option("--transaction-check-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between transaction check rounds."),
+        click.option("--transaction-check-max", default=15, show_default=True, type=click.IntRange(min=0), help="Checks before an unresolved half message is discarded."),
         click.option("--register-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between registrations with the name servers."),
         click.option("--log-level", default="INFO", show_default=True),
     ]
@@ -154,12 +168,16 @@ def broker_options(fn):
 @broker_options
 @user_errors
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
-               auto_create_topic, segment_size, retention_hours, register_interval, log_level) -> None:
+               auto_create_topic, segment_size, retention_hours, delay_levels, transaction_timeout, transaction_check_interval,
+               transaction_check_max, register_interval, log_level) -> None:
     """Run a broker."""
     setup_logging(log_level)
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
                               auto_create_topic, segment_size, retention_hours, broker_id)
-    cfg = dataclasses.replace(cfg, register_interval=register_interval)
+    cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels)
+    cfg = dataclasses.replace(cfg, transaction_timeout=transaction_timeout,
+                              transaction_check_interval=transaction_check_interval,
+                              transaction_check_max=transaction_check_max)
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
 
     async def main() -> None:

@@ -7,15 +7,32 @@ name servers, heartbeats) used by ``producer``, ``consumer`` and ``admin``; ``sy
 
 from tidemq.client.admin import Admin
 from tidemq.client.admin_protocol import ConsumerProgress, QueueProgress, TopicOffset
-from tidemq.client.allocate import allocate_averagely
+from tidemq.client.allocate import allocate_averagely, allocate_averagely_by_circle
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import PullConsumer
 from tidemq.client.instance import ClientInstance
+from tidemq.client.lite_pull import LitePullConsumer
 from tidemq.client.producer import Producer
 from tidemq.client.pull import PullResult, PullStatus
+from tidemq.client.push import (
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    MessageModel,
+    PushConsumer,
+)
+from tidemq.client.push.blocking import SyncLitePullConsumer, SyncPushConsumer
 from tidemq.client.route import BrokerData, ClusterInfo, MessageQueue, Perm, QueueData, TopicRouteData
 from tidemq.client.send import SendResult, SendStatus
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
+from tidemq.client.transaction import (
+    LocalTransactionState,
+    SyncTransactionProducer,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "Admin",
@@ -23,21 +40,36 @@ __all__ = [
     "ClientConfig",
     "ClientInstance",
     "ClusterInfo",
+    "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
+    "ConsumeStatus",
     "ConsumerProgress",
+    "LitePullConsumer",
+    "LocalTransactionState",
+    "MessageModel",
     "MessageQueue",
     "Perm",
     "Producer",
     "PullConsumer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
     "QueueData",
     "QueueProgress",
     "SendResult",
     "SendStatus",
     "SyncAdmin",
+    "SyncLitePullConsumer",
     "SyncProducer",
     "SyncPullConsumer",
+    "SyncPushConsumer",
+    "SyncTransactionProducer",
     "TopicOffset",
     "TopicRouteData",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
+    "allocate_averagely_by_circle",
 ]

@@ -7,7 +7,7 @@ disjoint share; together the shares cover every queue exactly once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from tidemq.errors import ClientError
 
@@ -41,3 +41,28 @@ def allocate_averagely(queues: Sequence[Q], consumer_ids: Sequence[str], current
 
 
 AllocateMessageQueueAveragely = allocate_averagely
+
+
+def allocate_averagely_by_circle(queues: Sequence[Q], consumer_ids: Sequence[str],
+                                 current_id: str) -> list[Q]:
+    """AllocateMessageQueueAveragelyByCircle: deal the queues out like cards, consumer by
+    consumer (queue ``k`` goes to consumer ``k % m``). Same input rules as
+    :func:`allocate_averagely`."""
+    if not current_id:
+        raise ClientError("current consumer id is blank")
+    if current_id not in consumer_ids:
+        return []
+    index = list(consumer_ids).index(current_id)
+    return list(queues[index :: len(consumer_ids)])
+
+
+AllocateMessageQueueAveragelyByCircle = allocate_averagely_by_circle
+
+
+class AllocateStrategy(Protocol):
+    """What a push or lite-pull consumer accepts as ``allocate_strategy``: a pure function of
+    the sorted queues, the sorted consumer ids of the group and this consumer's id, returning
+    this consumer's share. Every member must run the same strategy."""
+
+    def __call__(self, queues: Sequence[Q], consumer_ids: Sequence[str],
+                 current_id: str) -> list[Q]: ...

@@ -1,23 +1,42 @@
-"""Producer: validates, prepares and sends messages (single, oneway, batch) with retries.
+"""Producer: validates, prepares and sends messages (single, oneway, batch, async with callbacks,
+request-reply) with retries and latency fault avoidance.
 
-Queue choice is round-robin over the topic's publish queues. A failed attempt (connection error,
-timeout, or SYSTEM_ERROR / SERVICE_NOT_AVAILABLE / TOPIC_NOT_EXIST / NO_PERMISSION) is retried
-up to ``retry_times_when_send_failed`` times on the next queue, preferring another broker; other
-error codes raise :class:`~tidemq.errors.BrokerError` at once. A send given an explicit queue or
-a selector is attempted once: retrying elsewhere would break the ordering the caller asked for.
-``timeout`` bounds the whole send, retries included (as RocketMQ's sendMsgTimeout does).
-Topics without a route raise ClientError; this client does not auto-create topics via TBW102.
+Queue choice is the producer's :class:`~tidemq.client.fault.FaultStrategy`: round-robin over the
+topic's publish queues, skipping the broker that failed last and (``send_latency_fault_enable``,
+default on) brokers made unavailable by slow or failed sends, as RocketMQ's MQFaultStrategy. A
+failed attempt (connection error, timeout, or SYSTEM_ERROR / SERVICE_NOT_AVAILABLE /
+TOPIC_NOT_EXIST / NO_PERMISSION) is retried up to ``retry_times_when_send_failed`` times on the
+next queue, on another broker when there is one; other error codes raise
+:class:`~tidemq.errors.BrokerError` at once. A send given an explicit queue or a selector is
+attempted once: retrying elsewhere would break the ordering the caller asked for. ``timeout``
+bounds the whole send, retries included (as RocketMQ's sendMsgTimeout does). Topics without a
+route raise ClientError; this client does not auto-create topics via TBW102.
+
+A message with ``MSG_TYPE=reply`` (built by :func:`~tidemq.client.request_reply.create_reply_message`)
+goes out as SEND_REPLY_MESSAGE_V2. Callback sends and requests run as tasks the producer keeps;
+``close()`` waits for them (bounded) before letting the client instance go.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
-from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.config import MAX_MESSAGE_SIZE, ClientConfig, make_config
+from tidemq.client.fault import FaultStrategy
 from tidemq.client.instance import ClientInstance
+from tidemq.client.request_reply import (
+    is_reply,
+    new_correlation_id,
+    reply_router,
+    request_properties,
+    timeout_error,
+)
 from tidemq.client.response import broker_error
 from tidemq.client.route import MessageQueue
 from tidemq.client.send import (
@@ -31,12 +50,21 @@ from tidemq.client.send import (
 )
 from tidemq.client.validation import check_batch, check_group, check_message
 from tidemq.errors import BrokerError, ClientError, RemotingError, RemotingTimeoutError, TideMQError
-from tidemq.message import Message
-from tidemq.remoting import RemotingCommand
+from tidemq.message import Message, MessageExt, Prop, encode_properties, java_hash
+from tidemq.remoting import RemotingCommand, RequestCode
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+SuccessCallback = Callable[[Any], "Awaitable[object] | object"]
+ExceptionCallback = Callable[[BaseException], "Awaitable[object] | object"]
+
+# RocketMQ ListSplitter: a message counts topic + body + properties + 20 bytes of log overhead.
+BATCH_LOG_OVERHEAD = 20
+DEFAULT_REQUEST_TIMEOUT = 3.0
+MAX_PREPARED_TOPICS = 10_000
+_UNIQ_PLACEHOLDER = "0" * 32  # a UNIQ_KEY is 32 hex characters
 
 
 def no_route_error(topic: str) -> ClientError:
@@ -46,18 +74,106 @@ def no_route_error(topic: str) -> ClientError:
     )
 
 
+# queue selectors -------------------------------------------------------------------------------
+def select_by_hash(key: str | int) -> QueueSelector:
+    """A selector sending every message with ``key`` to the same queue.
+
+    The hash is Java's ``hashCode`` (deterministic, unlike Python's ``hash``), taken modulo the
+    queue count as RocketMQ's SelectMessageQueueByHash does, so Python and Java producers using
+    the same key pick the same queue.
+    """
+    if isinstance(key, bool) or not isinstance(key, (str, int)):
+        raise ClientError(f"select_by_hash needs a str or int key, not {type(key).__name__}")
+    code = java_hash(key) if isinstance(key, str) else _java_int(key)
+
+    def select(queues: list[MessageQueue], _msg: Message, _arg: Any) -> MessageQueue:
+        return queues[abs(code) % len(queues)]
+
+    return select
+
+
+def select_queue(index: int) -> QueueSelector:
+    """A selector choosing the ``index``-th publish queue of the topic (brokers by name, then
+    queue id); ClientError if the topic has fewer queues."""
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ClientError(f"queue index must be an int >= 0, got {index!r}")
+
+    def select(queues: list[MessageQueue], msg: Message, _arg: Any) -> MessageQueue:
+        if index >= len(queues):
+            raise ClientError(f"topic {msg.topic} has {len(queues)} publish queues; there is no "
+                              f"queue index {index}")
+        return queues[index]
+
+    return select
+
+
+def _java_int(value: int) -> int:
+    """Java ``Long.hashCode`` for ints beyond 32 bits, the value itself within them."""
+    if -(1 << 31) <= value < (1 << 31):
+        return value
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h = (v ^ (v >> 32)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+# batches ---------------------------------------------------------------------------------------
+def batch_message_size(msg: Message) -> int:
+    """ListSplitter's size of one message of a batch, counting the properties the producer adds
+    at send time (UNIQ_KEY, WAIT)."""
+    props = msg.all_properties()
+    props.setdefault(Prop.UNIQ_KEY, _UNIQ_PLACEHOLDER)
+    props.setdefault(Prop.WAIT, "true")
+    return (len(msg.topic.encode()) + len(msg.body) + len(encode_properties(props).encode())
+            + BATCH_LOG_OVERHEAD)
+
+
+def split_batches(msgs: Sequence[Message], limit: int = MAX_MESSAGE_SIZE) -> list[list[Message]]:
+    """Split ``msgs`` (in order) into batches of at most ``limit`` bytes (RocketMQ ListSplitter).
+
+    A message larger than ``limit`` on its own forms a batch of one (sending it will fail with a
+    clear error, as in Java).
+    """
+    out: list[list[Message]] = []
+    current: list[Message] = []
+    total = 0
+    for msg in msgs:
+        size = batch_message_size(msg)
+        if current and total + size > limit:
+            out.append(current)
+            current, total = [], 0
+        current.append(msg)
+        total += size
+        if size > limit:
+            out.append(current)
+            current, total = [], 0
+    if current:
+        out.append(current)
+    return out
+
+
 class Producer:
-    """An asyncio producer. Use ``async with Producer("group", "127.0.0.1:9876") as p:``."""
+    """An asyncio producer. Use ``async with Producer("group", "127.0.0.1:9876") as p:``.
+
+    ``send_latency_fault_enable`` turns RocketMQ's latency fault avoidance on (the default here;
+    Java's default is off); ``clock`` (seconds, monotonic) drives it.
+    """
 
     def __init__(
         self,
         group: str,
         name_servers: str | Sequence[str] | None = None,
         config: ClientConfig | None = None,
+        *,
+        send_latency_fault_enable: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.group = check_group(group)
         self.config = make_config(name_servers, config)
+        self.fault = FaultStrategy(send_latency_fault_enable, clock)
         self._instance: ClientInstance | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._requests: set[str] = set()
+        self._request_topics: set[str] = set()
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -68,10 +184,27 @@ class Producer:
         self._instance = inst
         inst.schedule_heartbeat()
 
-    async def close(self) -> None:
-        inst, self._instance = self._instance, None
+    async def close(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` (default: the request timeout) for callback sends and requests
+        in flight, cancel what is left, then unregister and release the client instance."""
+        inst = self._instance
         if inst is None:
             return
+        pending = list(self._tasks)
+        if pending:
+            wait = self.config.request_timeout if timeout is None else timeout
+            _done, late = await asyncio.wait(pending, timeout=wait)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("producer %s closed with %d callback send(s)/request(s) unfinished",
+                            self.group, len(late))
+                await asyncio.gather(*late, return_exceptions=True)
+        self._instance = None
+        router = reply_router(inst)
+        for cid in list(self._requests):
+            router.fail(cid, ClientError(f"producer {self.group} was closed while the request "
+                                         "waited for its reply"))
         try:
             await inst.remove_producer(self.group)
         finally:
@@ -108,11 +241,37 @@ class Producer:
         check_message(msg, self.config.max_message_size)
         fixed = await self._fixed_queue(msg, queue, selector, arg)
         out = self._prepare(inst, msg)
+        reply = is_reply(msg)
 
         def build(mq: MessageQueue) -> RemotingCommand:
-            return build_send_request(self.group, out, mq.queue_id, inst.now_ms())
+            cmd = build_send_request(self.group, out, mq.queue_id, inst.now_ms())
+            if reply:
+                cmd.code = RequestCode.SEND_REPLY_MESSAGE_V2
+            return cmd
 
-        return await self._send(inst, msg.topic, build, out.uniq_key, fixed, timeout)
+        return await self._send(inst, msg.topic, build, out.uniq_key, fixed, timeout, reply)
+
+    def send_async(
+        self,
+        msg: Message,
+        on_success: SuccessCallback | None = None,
+        on_exception: ExceptionCallback | None = None,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> "asyncio.Task[SendResult | None]":
+        """Start sending ``msg`` and return at once; ``on_success(SendResult)`` or
+        ``on_exception(error)`` is called (awaited if it returns an awaitable) when done.
+
+        The returned task yields the SendResult, or None after a failure (which goes to
+        ``on_exception``, or to the log without one). Misuse (not started, invalid message)
+        raises here, before anything is scheduled.
+        """
+        self._require()
+        check_message(msg, self.config.max_message_size)
+        return self._spawn(self.send(msg, queue, selector, arg, timeout), on_success, on_exception,
+                           f"send to topic {msg.topic}")
 
     async def send_oneway(
         self,
@@ -126,33 +285,39 @@ class Producer:
         check_message(msg, self.config.max_message_size)
         mq = await self._fixed_queue(msg, queue, selector, arg)
         if mq is None:
-            await self._route_queues(inst, msg.topic)
-            mq = inst.routes.select_queue(msg.topic)
+            mq = self.fault.select(msg.topic, await self._route_queues(inst, msg.topic))
             if mq is None:
                 raise no_route_error(msg.topic)
         out = self._prepare(inst, msg)
         addr = await inst.master_addr(msg.topic, mq.broker_name)
-        await inst.invoke_oneway(
-            addr, build_send_request(self.group, out, mq.queue_id, inst.now_ms(), oneway=True)
-        )
+        cmd = build_send_request(self.group, out, mq.queue_id, inst.now_ms(), oneway=True)
+        if is_reply(msg):
+            cmd.code = RequestCode.SEND_REPLY_MESSAGE_V2
+        await inst.invoke_oneway(addr, cmd)
 
     async def send_batch(
         self, msgs: Sequence[Message], queue: MessageQueue | None = None,
         timeout: float | None = None,
     ) -> SendResult:
         """Send messages of one topic as one SEND_BATCH_MESSAGE; they land on one queue with
-        consecutive offsets. ``msg_id``/``offset_msg_id`` of the result are comma-joined."""
+        consecutive offsets. ``msg_id``/``offset_msg_id`` of the result are comma-joined.
+
+        A batch larger than ``max_message_size`` (4 MiB; sizes as RocketMQ's ListSplitter counts
+        them) raises ClientError: use :meth:`send_batches` or :func:`split_batches`.
+        """
         inst = self._require()
         msgs = list(msgs)
         topic = check_batch(msgs, self.config.max_message_size)
         if queue is not None and queue.topic != topic:
             raise ClientError(f"queue {queue} does not belong to topic {topic}")
         outs = [prepare_message(m, inst.next_uniq_id(), None) for m in msgs]
-        size = sum(22 + len(o.body) + len(o.properties.encode()) for o in outs)
+        size = sum(len(topic.encode()) + len(o.body) + len(o.properties.encode()) + BATCH_LOG_OVERHEAD
+                   for o in outs)
         if size > self.config.max_message_size:
             raise ClientError(
-                f"batch is {size} bytes encoded, more than max_message_size "
-                f"({self.config.max_message_size}); split it into smaller batches"
+                f"batch of {len(msgs)} messages is {size} bytes, more than max_message_size "
+                f"({self.config.max_message_size}); send it with send_batches(), which splits it, "
+                "or split it with split_batches()"
             )
         msg_id = ",".join(o.uniq_key for o in outs)
 
@@ -161,7 +326,93 @@ class Producer:
 
         return await self._send(inst, topic, build, msg_id, queue, timeout)
 
+    async def send_batches(
+        self, msgs: Sequence[Message], queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> list[SendResult]:
+        """Split ``msgs`` to the size limit (:func:`split_batches`) and send each part in order
+        with :meth:`send_batch`; ``timeout`` applies to each part."""
+        msgs = list(msgs)
+        check_batch(msgs, self.config.max_message_size)
+        return [await self.send_batch(part, queue, timeout)
+                for part in split_batches(msgs, self.config.max_message_size)]
+
+    # request-reply -----------------------------------------------------------------------------
+    async def request(
+        self,
+        msg: Message,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and wait for its reply (RocketMQ's request-reply).
+
+        ``timeout`` bounds the send and the wait together; without a reply in time
+        :class:`~tidemq.errors.RequestTimeoutError` is raised. Send failures raise as for
+        :meth:`send`. ``msg`` itself is not modified.
+        """
+        inst = self._require()
+        check_message(msg, self.config.max_message_size)
+        if not timeout > 0:
+            raise ClientError(f"request timeout must be positive, got {timeout!r}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await self._prepare_request(inst, msg.topic)
+        cid = new_correlation_id()
+        props = {**msg.properties, **request_properties(inst.client_id, int(timeout * 1000), cid)}
+        request = dataclasses.replace(msg, properties=props)
+        router = reply_router(inst)
+        waiter = router.register(cid, msg.topic, timeout)
+        self._requests.add(cid)
+        try:
+            await self.send(request, queue, selector, arg, max(deadline - loop.time(), 0.001))
+            try:
+                return await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except asyncio.TimeoutError:
+                raise timeout_error(msg.topic, timeout, cid) from None
+        finally:
+            router.discard(cid)
+            self._requests.discard(cid)
+            if not waiter.done():
+                waiter.cancel()
+
+    def request_with_callback(
+        self,
+        msg: Message,
+        on_success: SuccessCallback | None = None,
+        on_exception: ExceptionCallback | None = None,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> "asyncio.Task[MessageExt | None]":
+        """:meth:`request` in a task: ``on_success(reply)`` or ``on_exception(error)`` (e.g.
+        RequestTimeoutError) is called when it ends. The task yields the reply or None."""
+        self._require()
+        check_message(msg, self.config.max_message_size)
+        return self._spawn(self.request(msg, timeout, queue, selector, arg), on_success,
+                           on_exception, f"request to topic {msg.topic}")
+
+    async def _prepare_request(self, inst: ClientInstance, topic: str) -> None:
+        """First request to a topic: learn its route and heartbeat to its brokers now, so that
+        they know this client id before a reply for it arrives (Java's prepareSendRequest)."""
+        if topic in self._request_topics:
+            return
+        await self._route_queues(inst, topic)
+        await inst.send_heartbeat()
+        if len(self._request_topics) >= MAX_PREPARED_TOPICS:
+            self._request_topics.clear()
+        self._request_topics.add(topic)
+
     # internals ---------------------------------------------------------------------------------
+    def _spawn(self, coro: Awaitable[T], on_success: SuccessCallback | None,
+               on_exception: ExceptionCallback | None, what: str) -> "asyncio.Task[T | None]":
+        task = asyncio.ensure_future(_with_callbacks(coro, on_success, on_exception, what))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     def _prepare(self, inst: ClientInstance, msg: Message) -> OutgoingMessage:
         return prepare_message(msg, inst.next_uniq_id(), self.config.compress_threshold,
                                self.config.compress_level)
@@ -202,6 +453,7 @@ class Producer:
         msg_id: str,
         fixed: MessageQueue | None,
         timeout: float | None,
+        reply: bool = False,
     ) -> SendResult:
         loop = asyncio.get_running_loop()
         budget = timeout if timeout is not None else self.config.request_timeout
@@ -209,6 +461,7 @@ class Producer:
         if fixed is None:
             await self._route_queues(inst, topic)
         attempts = 1 if fixed is not None else 1 + self.config.retry_times_when_send_failed
+        fault = self.fault
         last_broker: str | None = None
         last_exc: TideMQError | None = None
         made = 0
@@ -216,23 +469,58 @@ class Producer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            mq = fixed or inst.routes.select_queue(topic, last_broker)
+            mq = fixed or fault.select(topic, inst.routes.publish_queues(topic), last_broker)
             if mq is None:
                 raise no_route_error(topic)
             made += 1
+            started = fault.now()
             try:
                 addr = await inst.master_addr(topic, mq.broker_name)
                 resp = await inst.invoke(addr, build(mq), remaining)
             except (RemotingError, ClientError) as exc:
                 last_exc, last_broker = exc, mq.broker_name
+                if fixed is None:
+                    fault.report(mq.broker_name, (fault.now() - started) * 1000, isolation=True)
                 log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, exc)
                 continue
+            latency_ms = (fault.now() - started) * 1000
             if resp.code in RETRYABLE_SEND_CODES:
                 last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
+                if fixed is None:
+                    # A reply refused because its requester is gone is no fault of the broker.
+                    fault.report(mq.broker_name, latency_ms, isolation=not reply)
                 log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, last_exc)
                 continue
+            if fixed is None:
+                fault.report(mq.broker_name, latency_ms)
             return parse_send_response(resp, topic, mq.broker_name, msg_id, addr)
         raise _final_error(topic, made, budget, last_exc)
+
+
+async def _with_callbacks(coro: Awaitable[T], on_success: SuccessCallback | None,
+                          on_exception: ExceptionCallback | None, what: str) -> T | None:
+    try:
+        result = await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if on_exception is None:
+            log.warning("%s failed and no on_exception callback was given: %s", what, exc)
+        else:
+            await _call(on_exception, exc, what)
+        return None
+    if on_success is not None:
+        await _call(on_success, result, what)
+    return result
+
+
+async def _call(callback: Callable[[Any], Any], value: Any, what: str) -> None:
+    try:
+        outcome = callback(value)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception:
+        log.exception("callback %r of %s raised", callback, what)
 
 
 def _final_error(topic: str, attempts: int, budget: float, last: TideMQError | None) -> TideMQError:

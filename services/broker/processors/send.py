@@ -15,7 +15,10 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
+from tidemq.broker.delay import TIMER_TOPIC, has_timer, strip_delay
+from tidemq.broker.processors.retry import find_group, max_reconsume_times, retry_or_dlq_config
 from tidemq.broker.store.store import PutRequest, PutResult, PutStatus
+from tidemq.broker.transaction.half import is_transactional
 from tidemq.broker.topics import (
     DLQ_PREFIX,
     NOT_ALLOWED_SEND,
@@ -24,7 +27,7 @@ from tidemq.broker.topics import (
     TopicConfig,
     validate_topic_name,
 )
-from tidemq.errors import CodecError
+from tidemq.errors import BrokerError, CodecError
 from tidemq.message import Prop, SysFlag, decode_batch, decode_properties, inflate
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
@@ -61,7 +64,6 @@ _PUT_CODES = {
 
 _WRITE = int(Perm.WRITE)
 _COMPRESSED = int(SysFlag.COMPRESSED)
-_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
 
 
 class SendError(Exception):
@@ -96,10 +98,10 @@ class SendProcessor:
     def send(self, conn: Connection, cmd: RemotingCommand):
         try:
             return self._send(conn, cmd)
-        except SendError as exc:
+        except (SendError, BrokerError) as exc:
             self.errors += 1
-            log.debug("send from %s refused (%d): %s", conn.peer, exc.code, exc.remark)
-            return _error(cmd, exc.code, exc.remark)
+            log.debug("send from %s refused (%s): %s", conn.peer, exc.code, exc.remark)
+            return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         except ValueError as exc:
             self.errors += 1
             return _error(cmd, ResponseCode.SYSTEM_ERROR, f"bad send request header: {exc}")
@@ -118,7 +120,7 @@ class SendProcessor:
         problem = validate_topic_name(topic)
         if problem:
             raise SendError(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
-        if topic in NOT_ALLOWED_SEND:
+        if topic in NOT_ALLOWED_SEND or topic == TIMER_TOPIC:
             raise SendError(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
         tc = self._topic_config(cmd, topic)
         if not tc.writable:
@@ -136,11 +138,7 @@ class SendProcessor:
         flag = cmd.get_int("flag", 0, bits=32)
         reconsume = cmd.get_int("reconsumeTimes", 0, bits=32)
         header_props = decode_properties(cmd.get_str("properties") or "")
-        if sys_flag & _PREPARED or header_props.get(Prop.TRAN_MSG, "").lower() == "true":
-            raise SendError(
-                ResponseCode.SYSTEM_ERROR,
-                "transactional messages are not supported by this broker yet; send a normal message",
-            )
+        transactional = is_transactional(sys_flag, header_props)  # half message (transaction/)
         header_props[Prop.CLUSTER] = cfg.cluster_name
         host = _peer_host(conn)
         body = cmd.body_bytes()
@@ -171,12 +169,17 @@ class SendProcessor:
                 store_host=b.store_host,
                 reconsume_times=reconsume,
             )
+            if transactional:
+                return self._respond(cmd, b.transactions.prepare(req), queue_id, wait, len(body))
+            req = b.schedule.prepare_put(req)  # DELAY / delivery time -> schedule or timer topic
             result = b.store.put(req)
             return self._respond(cmd, result, queue_id, wait, len(body))
 
         if sys_flag & _COMPRESSED:
             body = inflate(body, cfg.store.max_message_size * 4)
             sys_flag &= ~_COMPRESSED
+        if transactional:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
         items = decode_batch(body)
         reqs = []
         wait = True
@@ -185,8 +188,8 @@ class SendProcessor:
             if len(item.body) > cfg.store.max_message_size:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a message of the batch exceeds the maximum body size")
             props = decode_properties(item.properties)
-            if Prop.DELAY in props:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level")
+            if Prop.DELAY in props or has_timer(props):
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
             for k, v in header_props.items():
                 props.setdefault(k, v)
             if props.pop(Prop.WAIT, "true").lower() == "false":
@@ -228,19 +231,14 @@ class SendProcessor:
         return tc
 
     def _maybe_dlq(self, cmd, topic, tc, queue_id, reconsume, props):
+        # Same rule as CONSUMER_SEND_MSG_BACK (processors/retry.py).
         group = topic[len(RETRY_PREFIX):]
-        g = self.broker.groups.get(group)
-        max_times = g.retry_max_times if g else 16
-        if cmd.version >= 121 and cmd.get_str("maxReconsumeTimes"):
-            max_times = cmd.get_int("maxReconsumeTimes", max_times)
-        if reconsume < max_times:
+        g = find_group(self.broker, group)
+        if reconsume < max_reconsume_times(g, cmd):
             return topic, tc, queue_id
         dlq = DLQ_PREFIX + group
-        dtc = self.broker.topics.get(dlq)
-        if dtc is None:
-            dtc = self.broker.topics.create_retry_or_dlq(dlq)
-            self.broker.topics_changed()
-        props.pop(Prop.DELAY, None)
+        dtc = retry_or_dlq_config(self.broker, dlq)
+        strip_delay(props)
         return dlq, dtc, 0
 
     def _respond(self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool, size: int):

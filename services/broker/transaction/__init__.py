@@ -1,0 +1,7 @@
+"""Transactional messages (RocketMQ 4.x two-phase commit, PROTOCOL-REFERENCE 6.9).
+
+``half``: pure conversions (half message, committed message, op record, check-back request);
+``book``: which transactions are resolved and when a half message is due for a check (pure, with
+the time passed in); ``service``: storing halves, END_TRANSACTION, progress persistence;
+``checker``: the periodic check-back round; ``processor``: the END_TRANSACTION request handler.
+"""

@@ -1,0 +1,358 @@
+"""TransactionProducer against real TideMQ processes with short transaction timings: commit,
+rollback, check-back deciding, another producer of the group answering for a crashed one, the
+check limit, and a broker restart in the middle of a transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.procs import Cluster
+from tidemq.client import (
+    Admin,
+    ClientConfig,
+    LocalTransactionState,
+    PullConsumer,
+    SyncTransactionProducer,
+    TransactionProducer,
+)
+from tidemq.client.pull import PullStatus
+from tidemq.client.send import SendStatus
+from tidemq.client.transaction import build_end_transaction, coerce_state
+from tidemq.errors import ClientError
+from tidemq.message import Message, MessageExt, decode_offset_msg_id
+
+COMMIT = LocalTransactionState.COMMIT_MESSAGE
+ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
+UNKNOW = LocalTransactionState.UNKNOW
+TX_ARGS = ["--transaction-timeout", "0.5", "--transaction-check-interval", "0.2",
+           "--transaction-check-max", "3"]
+QUEUES = 2
+
+
+def run(coro_fn, timeout: float = 30):
+    asyncio.run(asyncio.wait_for(coro_fn(), timeout))
+
+
+def _start(root, **kw) -> Cluster:
+    c = Cluster(root, extra_broker_args=TX_ARGS, **kw)
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise RuntimeError(f"cluster did not start:\n{c.broker.log()[-3000:]}")
+    return c
+
+
+@pytest.fixture(scope="module")
+def txc(tmp_path_factory):
+    c = _start(tmp_path_factory.mktemp("txcluster"))
+    yield c
+    c.stop()
+
+
+def names() -> tuple[str, str]:
+    u = uuid.uuid4().hex[:8]
+    return f"tx_{u}", f"txg_{u}"
+
+
+def cfg(c: Cluster, instance: str = "DEFAULT", **kw) -> ClientConfig:
+    return ClientConfig(name_servers=c.namesrv_addr, instance_name=instance, **kw)
+
+
+async def create_topic(c: Cluster, topic: str) -> None:
+    async with Admin(c.namesrv_addr) as admin:
+        await admin.create_topic(topic, QUEUES, QUEUES, cluster=c.cluster_name)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                route = await admin.topic_route(topic)
+                if len(route.publish_queues(topic)) == QUEUES:
+                    return
+            except Exception:
+                pass
+            assert time.monotonic() < deadline, "topic never routed"
+            await asyncio.sleep(0.05)
+
+
+async def visible(c: Cluster, topic: str) -> list[MessageExt]:
+    """Every message a consumer of ``topic`` can pull now."""
+    out: list[MessageExt] = []
+    async with PullConsumer(f"reader_{uuid.uuid4().hex[:6]}", c.namesrv_addr) as consumer:
+        for mq in await consumer.fetch_queues(topic):
+            offset = 0
+            while True:
+                r = await consumer.pull(mq, offset, 32)
+                if r.status is not PullStatus.FOUND:
+                    break
+                out.extend(r.messages)
+                offset = r.next_begin_offset
+    return out
+
+
+async def eventually(fn, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await fn()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.1)
+
+
+class Listener:
+    """Async execute, sync check (so both calling conventions are exercised)."""
+
+    def __init__(self, execute: LocalTransactionState, check: LocalTransactionState = UNKNOW) -> None:
+        self.execute = execute
+        self.check = check
+        self.executed: list[tuple[Message, object]] = []
+        self.checked: list[MessageExt] = []
+        self.check_threads: set[str] = set()
+        self.check_times: list[float] = []
+
+    async def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+        self.executed.append((msg, arg))
+        return self.execute
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        self.checked.append(msg)
+        self.check_times.append(time.monotonic())
+        self.check_threads.add(threading.current_thread().name)
+        return self.check
+
+
+def test_commit_is_visible_exactly_once_with_the_producers_ids(txc):
+    topic, group = names()
+
+    async def main():
+        await create_topic(txc, topic)
+        listener = Listener(COMMIT)
+        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+            msg = Message(topic, b"order-1", tags="TagT", keys=["k1", "k2"], properties={"p": "v"})
+            res = await p.send_message_in_transaction(msg, arg={"n": 1})
+            assert res.status is SendStatus.SEND_OK and res.local_state is COMMIT
+            [(seen, arg)] = listener.executed
+            assert arg == {"n": 1}
+            assert seen.properties["UNIQ_KEY"] == res.transaction_id == res.msg_id
+            assert seen.properties["TRAN_MSG"] == "true" and seen.properties["PGROUP"] == group
+            assert "UNIQ_KEY" not in msg.properties  # the caller's message is left alone
+            got = await eventually(lambda: visible(txc, topic))
+            await asyncio.sleep(1.0)  # past timeout + interval: no check, no second copy
+            again = await visible(txc, topic)
+            assert listener.checked == [] and p.checks_answered == 0
+        assert len(got) == 1 and len(again) == 1
+        m = again[0]
+        assert (m.body, m.tags, m.keys, m.properties["p"]) == (b"order-1", "TagT", ["k1", "k2"], "v")
+        assert m.msg_id == res.transaction_id
+        assert m.queue_id == res.message_queue.queue_id
+        assert m.sys_flag & 0xC == 0x8
+        assert m.prepared_transaction_offset == decode_offset_msg_id(res.offset_msg_id)[1]
+        assert not {"TRAN_MSG", "REAL_TOPIC", "REAL_QID"} & set(m.properties)
+    run(main)
+
+
+def test_rollback_is_never_visible(txc):
+    topic, group = names()
+
+    async def main():
+        await create_topic(txc, topic)
+        listener = Listener(ROLLBACK, check=COMMIT)
+        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+            res = await p.send_message_in_transaction(Message(topic, b"nope"))
+            assert res.local_state is ROLLBACK
+            await asyncio.sleep(1.2)
+            assert await visible(txc, topic) == []
+            assert listener.checked == []  # resolved: never asked
+    run(main)
+
+
+@pytest.mark.parametrize("answer", [COMMIT, ROLLBACK])
+def test_unknown_state_is_checked_back_and_the_answer_decides(txc, answer):
+    topic, group = names()
+
+    async def main():
+        await create_topic(txc, topic)
+        listener = Listener(UNKNOW, check=answer)
+        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+            res = await p.send_message_in_transaction(Message(topic, b"maybe", tags="TagU", keys="ku"))
+            assert res.local_state is UNKNOW
+            assert await visible(txc, topic) == []  # the half message is invisible
+            assert await eventually(lambda: asyncio.sleep(0, listener.checked))
+            await eventually(lambda: asyncio.sleep(0, p.checks_answered))
+            checked = listener.checked[0]
+            assert (checked.topic, checked.body, checked.msg_id) == (topic, b"maybe", res.transaction_id)
+            assert checked.queue_id == res.message_queue.queue_id and checked.tags == "TagU"
+            assert "MainThread" not in listener.check_threads  # a plain function runs off the loop
+            if answer is COMMIT:
+                got = await eventually(lambda: visible(txc, topic))
+                assert [m.msg_id for m in got] == [res.transaction_id] and got[0].keys == ["ku"]
+            await asyncio.sleep(1.0)
+            final = await visible(txc, topic)
+            assert len(listener.checked) == 1  # resolved by the answer: not asked again
+        assert len(final) == (1 if answer is COMMIT else 0)
+    run(main)
+
+
+def test_another_producer_of_the_group_answers_for_a_crashed_one(txc):
+    topic, group = names()
+
+    async def main():
+        await create_topic(txc, topic)
+        first = Listener(UNKNOW, check=ROLLBACK)
+        p1 = TransactionProducer(group, first, config=cfg(txc, "p1"))
+        await p1.start()
+        res = await p1.send_message_in_transaction(Message(topic, b"orphan"))
+        assert res.local_state is UNKNOW
+        await p1.close()  # gone without finishing the transaction
+        second = Listener(UNKNOW, check=COMMIT)
+        async with TransactionProducer(group, second, config=cfg(txc, "p2"), topics=[topic]):
+            got = await eventually(lambda: visible(txc, topic))
+        assert [m.msg_id for m in got] == [res.transaction_id]
+        assert first.checked == [] and [m.msg_id for m in second.checked] == [res.transaction_id]
+    run(main)
+
+
+def test_after_check_max_unknown_answers_the_half_is_discarded(txc):
+    topic, group = names()
+
+    async def main():
+        await create_topic(txc, topic)
+        listener = Listener(UNKNOW, check=UNKNOW)
+        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+            await p.send_message_in_transaction(Message(topic, b"never"))
+            assert await eventually(lambda: asyncio.sleep(0, len(listener.checked) >= 3))
+            await asyncio.sleep(1.5)  # a further round would ask a 4th time
+            assert len(listener.checked) == 3
+            assert await visible(txc, topic) == []
+    run(main)
+    assert "discarded after 3 check(s)" in txc.broker.log()
+
+
+def test_broker_restart_in_the_middle_of_transactions(tmp_path):
+    c = _start(tmp_path)
+    topic, group = names()
+    try:
+        async def main():
+            await create_topic(c, topic)
+            release = asyncio.Event()
+
+            class Slow(Listener):
+                async def execute_local_transaction(self, msg, arg):
+                    self.executed.append((msg, arg))
+                    if arg == "slow":
+                        await release.wait()
+                        return COMMIT
+                    return UNKNOW
+
+            listener = Slow(UNKNOW, check=COMMIT)
+            conf = cfg(c, heartbeat_interval=0.3)
+            async with TransactionProducer(group, listener, config=conf) as p:
+                # Immune for 3 s (longer than the 0.5 s timeout): checked after the restart.
+                sent_at = time.monotonic()
+                unknown = await p.send_message_in_transaction(
+                    Message(topic, b"checked", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3"}), "unknown")
+                slow = asyncio.ensure_future(p.send_message_in_transaction(Message(topic, b"slow"), "slow"))
+                await eventually(lambda: asyncio.sleep(0, len(listener.executed) == 2))
+                await asyncio.to_thread(c.restart_broker)
+                release.set()
+                committed = await slow
+                await eventually(lambda: _count(visible(c, topic), 2), 15)
+                await asyncio.sleep(1.0)
+                final = await visible(c, topic)
+            assert committed.local_state is COMMIT
+            assert sorted(m.body for m in final) == [b"checked", b"slow"]
+            assert {m.msg_id for m in final} == {unknown.transaction_id, committed.transaction_id}
+            assert [m.msg_id for m in listener.checked] == [unknown.transaction_id]
+            assert listener.check_times[0] - sent_at >= 2.9
+        run(main, 60)
+    finally:
+        c.stop()
+
+
+async def _count(coro, n: int):
+    got = await coro
+    return got if len(got) >= n else None
+
+
+def test_sync_facade_commits(txc):
+    topic, group = names()
+    run(lambda: create_topic(txc, topic))
+
+    class SyncListener:
+        def execute_local_transaction(self, msg, arg):
+            return "COMMIT_MESSAGE"
+
+        def check_local_transaction(self, msg):
+            return ROLLBACK
+
+    with SyncTransactionProducer(group, SyncListener(), config=cfg(txc)) as p:
+        res = p.send_message_in_transaction(Message(topic, b"sync"))
+    assert res.local_state is COMMIT
+
+    async def check():
+        got = await eventually(lambda: visible(txc, topic))
+        assert [m.body for m in got] == [b"sync"]
+    run(check)
+
+
+def test_listener_and_state_validation():
+    with pytest.raises(ClientError, match="execute_local_transaction"):
+        TransactionProducer("g", object())
+    assert coerce_state(None, "x") is UNKNOW
+    assert coerce_state("ROLLBACK_MESSAGE", "x") is ROLLBACK
+    assert coerce_state(42, "x") is UNKNOW
+    cmd = build_end_transaction("g", 3, 77, COMMIT, "U", "U", True)
+    assert cmd.is_oneway and cmd.ext_fields == {
+        "producerGroup": "g", "tranStateTableOffset": "3", "commitLogOffset": "77",
+        "commitOrRollback": "8", "fromTransactionCheck": "true", "msgId": "U", "transactionId": "U"}
+
+
+def _cpp(scenario: str, timeout: float = 90, **args) -> dict:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "interop" / "cpp_scenarios.py"
+    probe = subprocess.run([sys.executable, "-c", "import rocketmq.client"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("the RocketMQ C++ client wheel cannot load here (needs Linux x86_64)")
+    r = subprocess.run([sys.executable, str(script), scenario], input=json.dumps(args),
+                       capture_output=True, text=True, timeout=timeout)
+    marker = "@@RESULT@@"
+    assert r.returncode == 0 and marker in r.stdout, f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return json.loads(r.stdout.rsplit(marker, 1)[1])
+
+
+@pytest.mark.interop
+def test_cpp_push_consumer_sees_only_committed_transactional_messages(txc):
+    topic, group = names()
+
+    class ByBody(Listener):
+        async def execute_local_transaction(self, msg, arg):
+            return {b"yes": COMMIT, b"no": ROLLBACK}.get(msg.body, UNKNOW)
+
+    async def produce():
+        await create_topic(txc, topic)
+        p = TransactionProducer(group, ByBody(UNKNOW, check=UNKNOW), config=cfg(txc))
+        await p.start()
+        for body in (b"yes", b"no", b"open"):
+            await p.send_message_in_transaction(Message(topic, body, tags="T"))
+        return p
+
+    async def close(p):
+        await p.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        p = loop.run_until_complete(produce())
+        res = _cpp("push_consume", namesrv=txc.namesrv_addr, topic=topic, group=f"cpp_{group}",
+                   expect=1, timeout=30, linger=1.5)
+        loop.run_until_complete(close(p))
+    finally:
+        loop.close()
+    assert [m["body"] for m in res["messages"]] == ["yes"]

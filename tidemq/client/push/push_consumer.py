@@ -1,0 +1,461 @@
+"""PushConsumer: subscribe, register a listener, and the client pulls, balances and commits.
+
+Composition (aiokafka-like): a :class:`~tidemq.client.push.rebalance.Rebalancer` owns the
+queue -> ProcessQueue table; one :class:`~tidemq.client.push.puller.QueuePuller` task long-polls
+each owned queue; a consume service (concurrent or orderly) calls the listener; an offset store
+(broker for CLUSTERING, local file for BROADCASTING) remembers progress. Background tasks:
+rebalance every ``rebalance_interval`` and at once on NOTIFY_CONSUMER_IDS_CHANGED, persist
+offsets every ``persist_interval``, and (orderly, CLUSTERING) renew queue locks every
+``lock_interval``.
+
+Shutdown order: stop rebalancing and pulling, let the listener finish what it is doing (bounded
+by ``shutdown_timeout``), commit offsets and wait for the broker, unlock queues, unregister.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tidemq.client.allocate import AllocateStrategy, allocate_averagely
+from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.heartbeat import CONSUME_PASSIVELY, ConsumerData, Subscription
+from tidemq.client.instance import ClientInstance
+from tidemq.client.pull import normalize_expression
+from tidemq.client.push.broker_api import ConsumerBrokerApi
+from tidemq.client.push.consume_concurrently import ConcurrentConsumeService
+from tidemq.client.push.consume_orderly import OrderlyConsumeService
+from tidemq.client.push.invoker import ListenerInvoker
+from tidemq.client.push.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from tidemq.client.push.process_queue import ProcessQueue
+from tidemq.client.push.protocol import retry_topic
+from tidemq.client.push.puller import ERROR_BACKOFF, FLOW_CONTROL_DELAY, PullSettings, QueuePuller
+from tidemq.client.push.rebalance import (
+    Rebalancer,
+    claim_group,
+    compute_pull_from_where,
+    release_group,
+)
+from tidemq.client.push.send_back import SendBack
+from tidemq.client.push.settings import PushSettings
+from tidemq.client.push.types import (
+    ConsumeFromWhere,
+    MessageListener,
+    MessageModel,
+    ProcessQueueStats,
+)
+from tidemq.client.route import MessageQueue
+from tidemq.client.validation import check_group, check_topic_name
+from tidemq.errors import ClientError
+from tidemq.message import MessageExt
+from tidemq.remoting import Connection, RemotingCommand, RequestCode
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+CONSUME_LOCK_WAIT = 1.0  # orderly: how long a rebalance waits for a running listener
+NOT_LOCKED_DELAY = 1.0
+
+
+class PushConsumer:
+    """An asyncio push consumer::
+
+        consumer = PushConsumer("my-group", "127.0.0.1:9876")
+        consumer.subscribe("TopicTest", "TagA || TagB")
+        consumer.register_listener(handle)   # handle(msgs) -> ConsumeConcurrentlyStatus
+        async with consumer:
+            ...
+    """
+
+    def __init__(
+        self,
+        group: str,
+        name_servers: str | Sequence[str] | None = None,
+        config: ClientConfig | None = None,
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: AllocateStrategy = allocate_averagely,
+        orderly: bool = False,
+        pull_batch_size: int = 32,
+        consume_batch_max_size: int = 1,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = 16,
+        rebalance_interval: float = 20.0,
+        persist_interval: float = 5.0,
+        lock_interval: float = 20.0,
+        consume_concurrency: int = 20,
+        suspend_ms: int = 15000,
+        shutdown_timeout: float = 10.0,
+        offset_store_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``pull_threshold_size_for_queue`` is in MiB (RocketMQ's unit); ``consume_timestamp``
+        is in ms (default: 30 minutes before start); ``offset_store_dir`` holds BROADCASTING
+        offsets (default ``~/.tidemq/offsets``)."""
+        self.group = check_group(group)
+        self.config = make_config(name_servers, config)
+        self.settings = PushSettings.make(
+            message_model=message_model, consume_from=consume_from,
+            consume_timestamp=consume_timestamp, orderly=orderly, pull_batch_size=pull_batch_size,
+            consume_batch_max_size=consume_batch_max_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            consume_concurrently_max_span=consume_concurrently_max_span,
+            max_reconsume_times=max_reconsume_times, rebalance_interval=rebalance_interval,
+            persist_interval=persist_interval, lock_interval=lock_interval,
+            consume_concurrency=consume_concurrency, suspend_ms=suspend_ms,
+            shutdown_timeout=shutdown_timeout,
+        )
+        self.allocate_strategy = allocate_strategy
+        self.offset_store_dir = offset_store_dir
+        self._subscriptions: dict[str, Subscription] = {}
+        self._listener: MessageListener | None = None
+        self._instance: ClientInstance | None = None
+        self._pullers: dict[MessageQueue, asyncio.Task] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._rebalance_now = asyncio.Event()
+        self._flow_controlled = 0
+        self._state = "new"  # new -> starting -> started -> closing -> closed
+
+    # configuration -----------------------------------------------------------------------------
+    @property
+    def message_model(self) -> MessageModel:
+        return self.settings.message_model
+
+    @property
+    def orderly(self) -> bool:
+        return self.settings.orderly
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic`` messages matching ``expression`` (``*`` or ``TagA || TagB``).
+        Allowed after start too: the next rebalance picks the topic up."""
+        check_topic_name(topic)
+        expr = normalize_expression(expression)
+        current = self._subscriptions.get(topic)
+        if current is not None and current.expression == expr:
+            return
+        self._subscriptions[topic] = Subscription(topic, expr, int(time.time() * 1000))
+        if self._state == "started":
+            self._sync_subscriptions()
+            self._instance.schedule_heartbeat()  # type: ignore[union-attr]
+            self._rebalance_now.set()
+
+    def unsubscribe(self, topic: str) -> None:
+        if self._subscriptions.pop(topic, None) is not None and self._state == "started":
+            self._sync_subscriptions()
+            self._instance.schedule_heartbeat()  # type: ignore[union-attr]
+            self._rebalance_now.set()
+
+    def register_listener(self, listener: MessageListener) -> None:
+        """``listener(msgs)`` returns ConsumeConcurrentlyStatus (or ConsumeOrderlyStatus when
+        ``orderly``); plain functions run in a pool of ``consume_concurrency`` threads, async
+        ones on the event loop. An exception means "consume again later"."""
+        if not callable(listener):
+            raise ClientError("the listener must be a callable taking a list of messages")
+        if self._state not in ("new", "closed"):
+            raise ClientError("register the listener before start()")
+        self._listener = listener
+
+    def subscription(self, topic: str) -> Subscription | None:
+        if topic == self._retry_topic():
+            return Subscription(topic, "*", 0)
+        return self._subscriptions.get(topic)
+
+    def _retry_topic(self) -> str:
+        return retry_topic(self.group)
+
+    def consumer_data(self) -> ConsumerData:
+        subs = list(self._subscriptions.values())
+        if self.message_model is MessageModel.CLUSTERING:
+            subs.append(Subscription(self._retry_topic(), "*", 0))
+        return ConsumerData(
+            group=self.group,
+            subscriptions=tuple(subs),
+            consume_type=CONSUME_PASSIVELY,
+            message_model=self.message_model.value,
+            consume_from_where=self.settings.consume_from.value,
+        )
+
+    def _sync_subscriptions(self) -> None:
+        table = dict(self._subscriptions)
+        if self.message_model is MessageModel.CLUSTERING:
+            table[self._retry_topic()] = Subscription(self._retry_topic(), "*", 0)
+        self.rebalancer.subscriptions = table
+
+    # lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._state == "started":
+            return
+        if self._state not in ("new", "closed"):
+            raise ClientError(f"consumer is {self._state}; wait for it before starting again")
+        if self._listener is None:
+            raise ClientError("register a listener before start(): consumer.register_listener(fn)")
+        if not self._subscriptions:
+            raise ClientError("subscribe to a topic before start(): consumer.subscribe(topic)")
+        self._state = "starting"
+        inst = await ClientInstance.acquire(self.config)
+        try:
+            claim_group(inst, self.group)
+        except ClientError:
+            await inst.release()
+            self._state = "new"
+            raise
+        try:
+            await self._start(inst)
+        except BaseException:
+            self._state = "started"
+            await self.close()
+            raise
+
+    async def _start(self, inst: ClientInstance) -> None:
+        s = self.settings
+        self._instance = inst
+        self.instance = inst
+        self.api = ConsumerBrokerApi(inst, self.group)
+        self.offset_store: OffsetStore = self._make_offset_store(inst)
+        await self.offset_store.load()
+        self.rebalancer = Rebalancer(self.api, self, s.message_model, self.allocate_strategy,
+                                     orderly=s.orderly)
+        self._sync_subscriptions()
+        assert self._listener is not None
+        self.invoker = ListenerInvoker(self._listener, s.consume_concurrency, self.group)
+        self.send_back = SendBack(self.api, self.config, s.max_reconsume_times)
+        clustering = s.message_model is MessageModel.CLUSTERING
+        self._pull_settings = PullSettings(s.pull_batch_size, s.suspend_ms, commit_offset=clustering)
+        self._concurrent = ConcurrentConsumeService(
+            self.group, self.invoker, self.offset_store, self.send_back,
+            s.consume_batch_max_size, clustering)
+        self._orderly = OrderlyConsumeService(
+            self.group, self.invoker, self.offset_store, self.send_back,
+            s.consume_batch_max_size, clustering, self.lock_queues, s.max_reconsume_times)
+        self._rebalance_now = asyncio.Event()
+        inst.add_consumer(self)
+        inst.register_request_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify)
+        for topic in self._subscriptions:
+            if await inst.get_route(topic) is None:
+                log.warning("topic %s has no route yet; group %s consumes it once it exists",
+                            topic, self.group)
+        await inst.send_heartbeat()
+        self._state = "started"
+        await self.rebalancer.rebalance()
+        self._tasks = [
+            asyncio.ensure_future(self._rebalance_loop()),
+            asyncio.ensure_future(self._persist_loop()),
+        ]
+        if s.orderly and clustering:
+            self._tasks.append(asyncio.ensure_future(self._lock_loop()))
+        log.info("push consumer of group %s started (client %s, %s%s)", self.group,
+                 inst.client_id, s.message_model.value, ", orderly" if s.orderly else "")
+
+    def _make_offset_store(self, inst: ClientInstance) -> OffsetStore:
+        if self.message_model is MessageModel.CLUSTERING:
+            return RemoteOffsetStore(self.api)
+        base = Path(self.offset_store_dir) if self.offset_store_dir else (
+            Path("~").expanduser() / ".tidemq" / "offsets")
+        ip = inst.client_id.split("@", 1)[0]
+        return LocalFileOffsetStore(base / f"{ip}@{self.config.instance_name}" / f"{self.group}.json",
+                                    self.group)
+
+    async def close(self) -> None:
+        """Stop pulling, finish in-flight consumption (bounded), commit offsets, unlock queues,
+        unregister. Idempotent."""
+        if self._state not in ("started", "starting"):
+            return
+        self._state = "closing"
+        inst = self._instance
+        assert inst is not None
+        try:
+            inst.unregister_request_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify)
+            await _cancel_all(self._tasks)
+            self._tasks = []
+            if hasattr(self, "rebalancer"):
+                await self._shutdown_consumption()
+            if hasattr(self, "send_back"):
+                await self.send_back.close()
+        finally:
+            release_group(inst, self.group)
+            try:
+                await inst.remove_consumer(self)
+            finally:
+                self._instance = None
+                await inst.release()
+                if hasattr(self, "invoker"):
+                    self.invoker.shutdown()
+                self._state = "closed"
+                log.info("push consumer of group %s closed", self.group)
+
+    async def _shutdown_consumption(self) -> None:
+        await _cancel_all(list(self._pullers.values()))
+        self._pullers.clear()
+        timeout = self.settings.shutdown_timeout
+        await self._concurrent.close(timeout)
+        await self._orderly.close(timeout)
+        owned = list(self.rebalancer.process_queues)
+        if isinstance(self.offset_store, RemoteOffsetStore):
+            await self.offset_store.persist_all(owned, oneway=False)
+        else:
+            await self.offset_store.persist_all(owned)
+        if self.orderly and self.message_model is MessageModel.CLUSTERING and owned:
+            await self.api.unlock(self.instance.client_id, owned)
+        for pq in self.rebalancer.process_queues.values():
+            pq.dropped = True
+        self.rebalancer.process_queues.clear()
+
+    async def __aenter__(self) -> "PushConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def client_id(self) -> str:
+        if self._instance is None:
+            raise ClientError("consumer is not started")
+        return self._instance.client_id
+
+    # observation -------------------------------------------------------------------------------
+    def assigned_queues(self, topic: str | None = None) -> list[MessageQueue]:
+        """The queues this consumer owns now (including ``%RETRY%<group>`` ones)."""
+        if self._state != "started":
+            return []
+        return self.rebalancer.assigned(topic)
+
+    def process_queues(self) -> dict[MessageQueue, ProcessQueueStats]:
+        if self._state != "started":
+            return {}
+        return {mq: pq.stats() for mq, pq in self.rebalancer.process_queues.items()}
+
+    async def rebalance(self) -> None:
+        """Rebalance now (normally done every ``rebalance_interval`` and on group changes)."""
+        if self._state == "started":
+            await self.rebalancer.rebalance()
+
+    # background --------------------------------------------------------------------------------
+    def _on_notify(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if cmd.get_str("consumerGroup") == self.group:
+            log.debug("group %s changed (told by %s); rebalancing", self.group, conn.peer)
+            self._rebalance_now.set()
+        return None
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._rebalance_now.wait(), self.settings.rebalance_interval)
+            except asyncio.TimeoutError:
+                pass
+            self._rebalance_now.clear()
+            await _guarded(self.rebalancer.rebalance(), "rebalance", self.group)
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.persist_interval)
+            await _guarded(self.offset_store.persist_all(self.rebalancer.assigned()),
+                           "offset persist", self.group)
+
+    async def _lock_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lock_interval)
+            await _guarded(self.rebalancer.lock_all(), "queue relock", self.group)
+
+    # RebalanceHost -----------------------------------------------------------------------------
+    async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        return await self.api.lock(self.instance.client_id, mqs)
+
+    async def on_queue_added(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        self.offset_store.remove(mq)
+        offset = await self._start_offset(mq)
+        if offset < 0:
+            return False
+        self.offset_store.update(mq, offset, increase_only=False)
+        puller = QueuePuller(self, mq, pq, offset, self._pull_settings)
+        self._pullers[mq] = asyncio.ensure_future(puller.run())
+        return True
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        s = self.settings
+        ts = s.consume_timestamp if s.consume_timestamp is not None else self.instance.now_ms() - 30 * 60 * 1000
+        return await compute_pull_from_where(self.api, self.offset_store, mq, s.consume_from, ts)
+
+    async def on_queue_removed(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            lock = self._orderly.consume_lock(mq)
+            try:
+                await asyncio.wait_for(lock.acquire(), CONSUME_LOCK_WAIT)
+            except asyncio.TimeoutError:
+                log.info("queue %s is being consumed; group %s gives it up next round", mq, self.group)
+                return False
+            try:
+                await self._stop_queue(mq, pq)
+                await self.api.unlock(self.instance.client_id, [mq])
+            finally:
+                lock.release()
+                self._orderly.forget(mq)
+            return True
+        await self._stop_queue(mq, pq)
+        return True
+
+    async def _stop_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        pq.dropped = True
+        task = self._pullers.pop(mq, None)
+        if task is not None:
+            await _cancel_all([task])
+        await self.offset_store.persist(mq)
+        self.offset_store.remove(mq)
+
+    # PullHost ----------------------------------------------------------------------------------
+    async def pull_gate(self, puller: QueuePuller) -> float:
+        pq, s = puller.pq, self.settings
+        if s.orderly and s.message_model is MessageModel.CLUSTERING:
+            if not pq.locked:
+                puller.previously_locked = False
+                return NOT_LOCKED_DELAY
+            if not puller.previously_locked:
+                offset = await self._start_offset(puller.mq)
+                if offset < 0:
+                    return ERROR_BACKOFF
+                puller.next_offset = offset
+                puller.previously_locked = True
+        if (pq.msg_count > s.pull_threshold_for_queue
+                or pq.msg_size > s.pull_threshold_size_for_queue * MIB
+                or (not s.orderly and pq.max_span() > s.consume_concurrently_max_span)):
+            self._flow_controlled += 1
+            if self._flow_controlled % 1000 == 1:
+                log.info("flow control of group %s on %s: %d message(s), %d bytes, span %d "
+                         "cached (%d times so far)", self.group, puller.mq, pq.msg_count,
+                         pq.msg_size, pq.max_span(), self._flow_controlled)
+            return FLOW_CONTROL_DELAY
+        return 0.0
+
+    def deliver(self, puller: QueuePuller, msgs: list[MessageExt]) -> None:
+        dispatch = puller.pq.put_messages(msgs)
+        if self.orderly:
+            self._orderly.submit(puller.mq, puller.pq, dispatch)
+        else:
+            self._concurrent.submit(puller.mq, puller.pq, msgs)
+
+    def on_caught_up(self, puller: QueuePuller, next_offset: int) -> None:
+        self.offset_store.update(puller.mq, next_offset, increase_only=True)
+
+
+async def _cancel_all(tasks: list[asyncio.Task]) -> None:
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _guarded(coro, what: str, group: str) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s of group %s failed", what, group)

@@ -1,0 +1,102 @@
+"""Typed, validated settings of a push consumer (RocketMQ DefaultMQPushConsumer's knobs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidemq.client.pull import MAX_PULL_NUMS
+from tidemq.client.push.types import ConsumeFromWhere, MessageModel
+from tidemq.errors import ConfigError
+
+MAX_CONSUME_BATCH = 1024
+MAX_SUSPEND_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class PushSettings:
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
+    consume_timestamp: int | None = None  # ms; None: 30 minutes before the start
+    orderly: bool = False
+    pull_batch_size: int = 32
+    consume_batch_max_size: int = 1
+    pull_threshold_for_queue: int = 1000
+    pull_threshold_size_for_queue: int = 100  # MiB
+    consume_concurrently_max_span: int = 2000
+    max_reconsume_times: int = 16
+    rebalance_interval: float = 20.0
+    persist_interval: float = 5.0
+    lock_interval: float = 20.0
+    consume_concurrency: int = 20
+    suspend_ms: int = 15000
+    shutdown_timeout: float = 10.0
+
+    @classmethod
+    def make(cls, **kw: object) -> "PushSettings":
+        return cls(**kw)  # type: ignore[arg-type]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message_model, MessageModel):
+            raise ConfigError(f"message_model must be a MessageModel, not {self.message_model!r}")
+        if not isinstance(self.consume_from, ConsumeFromWhere):
+            raise ConfigError(f"consume_from must be a ConsumeFromWhere, not {self.consume_from!r}")
+        _range("pull_batch_size", self.pull_batch_size, 1, MAX_PULL_NUMS)
+        _range("consume_batch_max_size", self.consume_batch_max_size, 1, MAX_CONSUME_BATCH)
+        _range("pull_threshold_for_queue", self.pull_threshold_for_queue, 1, 65535)
+        _range("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, 1, 1024)
+        _range("consume_concurrently_max_span", self.consume_concurrently_max_span, 1, 65535)
+        _range("max_reconsume_times", self.max_reconsume_times, 0, 10_000)
+        _range("consume_concurrency", self.consume_concurrency, 1, 1000)
+        _range("suspend_ms", self.suspend_ms, 0, MAX_SUSPEND_MS)
+        for name in ("rebalance_interval", "persist_interval", "lock_interval"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.shutdown_timeout < 0:
+            raise ConfigError("shutdown_timeout must be >= 0")
+        if self.consume_timestamp is not None and self.consume_timestamp < 0:
+            raise ConfigError("consume_timestamp must be a time in ms since the epoch")
+
+
+def _range(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ConfigError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class LitePullSettings:
+    """Settings of a lite-pull consumer (RocketMQ DefaultLitePullConsumer's knobs)."""
+
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
+    consume_timestamp: int | None = None  # ms; None: 30 minutes before the start
+    pull_batch_size: int = 10
+    pull_threshold_for_queue: int = 1000
+    pull_threshold_size_for_queue: int = 100  # MiB
+    pull_threshold_for_all: int = 10000
+    consume_max_span: int = 2000
+    auto_commit: bool = True
+    auto_commit_interval: float = 5.0
+    rebalance_interval: float = 20.0
+    suspend_ms: int = 15000
+    poll_timeout: float = 5.0
+
+    @classmethod
+    def make(cls, **kw: object) -> "LitePullSettings":
+        return cls(**kw)  # type: ignore[arg-type]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message_model, MessageModel):
+            raise ConfigError(f"message_model must be a MessageModel, not {self.message_model!r}")
+        if not isinstance(self.consume_from, ConsumeFromWhere):
+            raise ConfigError(f"consume_from must be a ConsumeFromWhere, not {self.consume_from!r}")
+        _range("pull_batch_size", self.pull_batch_size, 1, MAX_PULL_NUMS)
+        _range("pull_threshold_for_queue", self.pull_threshold_for_queue, 1, 65535)
+        _range("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, 1, 1024)
+        _range("pull_threshold_for_all", self.pull_threshold_for_all, 1, 1_000_000)
+        _range("consume_max_span", self.consume_max_span, 1, 65535)
+        _range("suspend_ms", self.suspend_ms, 0, MAX_SUSPEND_MS)
+        for name in ("auto_commit_interval", "rebalance_interval", "poll_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.consume_timestamp is not None and self.consume_timestamp < 0:
+            raise ConfigError("consume_timestamp must be a time in ms since the epoch")
