@@ -22,6 +22,7 @@ from tidemq.errors import (
     FrameError,
     RemotingError,
     RemotingTimeoutError,
+    RequestTimeoutError,
     StoreCorruptError,
     StoreError,
     TideMQError,
@@ -44,6 +45,10 @@ _LAZY = {
     "SyncProducer": "tidemq.client.sync",
     "SyncPullConsumer": "tidemq.client.sync",
     "SyncAdmin": "tidemq.client.sync",
+    "create_reply_message": "tidemq.client.request_reply",
+    "select_by_hash": "tidemq.client.selectors",
+    "select_queue": "tidemq.client.selectors",
+    "split_batches": "tidemq.client.batching",
     "PushConsumer": "tidemq.client.push",
     "LitePullConsumer": "tidemq.client.lite_pull",
     "SyncPushConsumer": "tidemq.client.push.blocking",
@@ -87,6 +92,7 @@ __all__ = [
     "PushConsumer",
     "RemotingError",
     "RemotingTimeoutError",
+    "RequestTimeoutError",
     "SendResult",
     "SendStatus",
     "StoreCorruptError",
@@ -102,6 +108,10 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "__version__",
+    "create_reply_message",
+    "select_by_hash",
+    "select_queue",
+    "split_batches",
 ]
 
 if TYPE_CHECKING:
@@ -111,6 +121,9 @@ if TYPE_CHECKING:
     from tidemq.client.producer import Producer
     from tidemq.client.lite_pull import LitePullConsumer
     from tidemq.client.pull import PullResult, PullStatus
+    from tidemq.client.batching import split_batches
+    from tidemq.client.request_reply import create_reply_message
+    from tidemq.client.selectors import select_by_hash, select_queue
     from tidemq.client.push import (
         ConsumeConcurrentlyStatus,
         ConsumeFromWhere,

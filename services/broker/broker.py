@@ -25,6 +25,7 @@ from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerManageProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
+from tidemq.broker.processors.reply import ReplyProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.register import NamesrvRegistrar
@@ -81,6 +82,7 @@ class Broker:
             QueryProcessor(self),
             EndTransactionProcessor(self),
             RetryProcessor(self),
+            ReplyProcessor(self),
         ):
             self.handlers.update(proc.handlers())
         self.server = RemotingServer(self, config.max_frame)

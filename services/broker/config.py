@@ -37,6 +37,8 @@ class BrokerConfig:
     transaction_check_interval: float = 60.0  # s between check rounds (transactionCheckInterval)
     transaction_check_max: int = 15  # checks before a half message is discarded
     delay_levels: str = DEFAULT_DELAY_LEVELS  # RocketMQ messageDelayLevel: "1s 5s 10s ... 2h"
+    store_reply_message: bool = True  # also store replies in <cluster>_REPLY_TOPIC (storeReplyMessageEnable)
+    reply_push_timeout: float = 3.0  # s to wait for a requester to take a pushed reply
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -24,6 +24,7 @@ DEFAULT_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"  # <cluster>_REPLY_TOPIC carries request-reply replies
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 # Topics clients may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
@@ -137,6 +138,7 @@ class TopicConfigManager:
             TopicConfig(broker, 1, 1, 7),
             TopicConfig(OFFSET_MOVED_EVENT, 1, 1, 6),
             TopicConfig(SCHEDULE_TOPIC, 18, 18, 6),
+            TopicConfig(cluster + REPLY_TOPIC_SUFFIX, 1, 1, 6),  # request-reply
         ]
         if auto_create:
             wanted.append(TopicConfig(DEFAULT_TOPIC, default_queues, default_queues, 7))

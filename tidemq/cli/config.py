@@ -3,7 +3,7 @@
 A file is either TOML (``*.toml``) or RocketMQ's ``broker.conf`` properties form (``key=value``).
 Keys may be our option names (``broker-name``, ``flush``) or RocketMQ's (``brokerName``,
 ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``storePathRootDir``, ``flushDiskType``,
-``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``brokerIP1``). Precedence: command-line
+``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``messageDelayLevel``, ``brokerIP1``). Precedence: command-line
 flags, then TIDEMQ_* environment variables, then the file, then defaults.
 """
 
@@ -23,7 +23,13 @@ ROCKETMQ_KEYS = {
     "autoCreateTopicEnable": "auto_create_topic",
     "mappedFileSizeCommitLog": "segment_size",
     "fileReservedTime": "retention_hours",
+    "messageDelayLevel": "delay_levels",
+    "transactionTimeOut": "transaction_timeout",
+    "transactionCheckInterval": "transaction_check_interval",
+    "transactionCheckMax": "transaction_check_max",
 }
+# RocketMQ gives these in milliseconds; our options take seconds.
+MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval"}
 
 
 def _normalise_value(key: str, value: object) -> object:
@@ -71,5 +77,10 @@ def load_config_file(path: str | None) -> dict[str, object]:
         out["advertise"] = f"{host}:10911"
     for key, value in raw.items():
         name = ROCKETMQ_KEYS.get(key, key.replace("-", "_"))
+        if key in MILLISECOND_KEYS:
+            try:
+                value = float(value) / 1000.0
+            except (TypeError, ValueError):
+                raise click.BadParameter(f"{p}: {key}={value!r} is not a number of milliseconds", param_hint="--config") from None
         out[name] = _normalise_value(name, value)
     return out

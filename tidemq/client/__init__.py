@@ -13,6 +13,9 @@ from tidemq.client.consumer import PullConsumer
 from tidemq.client.instance import ClientInstance
 from tidemq.client.lite_pull import LitePullConsumer
 from tidemq.client.producer import Producer
+from tidemq.client.batching import split_batches
+from tidemq.client.request_reply import create_reply_message
+from tidemq.client.selectors import select_by_hash, select_queue
 from tidemq.client.pull import PullResult, PullStatus
 from tidemq.client.push import (
     ConsumeConcurrentlyStatus,
@@ -72,4 +75,8 @@ __all__ = [
     "TransactionSendResult",
     "allocate_averagely",
     "allocate_averagely_by_circle",
+    "create_reply_message",
+    "select_by_hash",
+    "select_queue",
+    "split_batches",
 ]

@@ -157,7 +157,7 @@ class FaultStrategy:
         best = tol.pick_one_at_least()
         of_best = [mq for mq in queues if mq.broker_name == best]
         if of_best:
-            return of_best[self._next(topic, n) % len(of_best)]
+            return of_best[index % len(of_best)]
         if best is not None:
             tol.remove(best)  # no longer serves this topic
         return queues[index % n]

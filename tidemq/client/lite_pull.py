@@ -20,9 +20,7 @@ import asyncio
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from tidemq.client.allocate import AllocateStrategy, allocate_averagely
 from tidemq.client.config import ClientConfig, make_config
@@ -30,19 +28,17 @@ from tidemq.client.heartbeat import CONSUME_ACTIVELY, ConsumerData, Subscription
 from tidemq.client.instance import ClientInstance
 from tidemq.client.pull import normalize_expression
 from tidemq.client.push.broker_api import ConsumerBrokerApi
-from tidemq.client.push.offset_store import (
-    LocalFileOffsetStore,
-    OffsetStore,
-    ReadOffsetType,
-    RemoteOffsetStore,
-)
+from tidemq.client.push.offset_store import OffsetStore, ReadOffsetType, make_offset_store
+from tidemq.client.push.poll_cache import PollCache
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.puller import FLOW_CONTROL_DELAY, PullSettings, QueuePuller
 from tidemq.client.push.rebalance import Rebalancer, claim_group, compute_pull_from_where, release_group
+from tidemq.client.push.settings import LitePullSettings
+from tidemq.client.push.tasks import cancel_all, guarded
 from tidemq.client.push.types import ConsumeFromWhere, MessageModel
 from tidemq.client.route import MessageQueue
 from tidemq.client.validation import check_group, check_topic_name
-from tidemq.errors import ClientError, ConfigError
+from tidemq.errors import ClientError
 from tidemq.message import MessageExt
 from tidemq.remoting import Connection, RemotingCommand, RequestCode
 
@@ -75,38 +71,20 @@ class LitePullConsumer:
         poll_timeout: float = 5.0,
         offset_store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        """``pull_threshold_size_for_queue`` is in MiB; ``consume_timestamp`` in ms."""
+        """``pull_threshold_size_for_queue`` is in MiB; ``consume_timestamp`` in ms (default: 30
+        minutes before start); ``offset_store_dir`` holds BROADCASTING offsets."""
         self.group = check_group(group)
         self.config = make_config(name_servers, config)
-        for name, value in (("pull_batch_size", pull_batch_size),
-                            ("pull_threshold_for_queue", pull_threshold_for_queue),
-                            ("pull_threshold_size_for_queue", pull_threshold_size_for_queue),
-                            ("pull_threshold_for_all", pull_threshold_for_all),
-                            ("consume_max_span", consume_max_span)):
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if pull_batch_size > 1024:
-            raise ConfigError("pull_batch_size must be at most 1024")
-        for name, fvalue in (("auto_commit_interval", auto_commit_interval),
-                             ("rebalance_interval", rebalance_interval),
-                             ("poll_timeout", poll_timeout)):
-            if not fvalue > 0:
-                raise ConfigError(f"{name} must be positive, got {fvalue!r}")
-        if not 0 <= suspend_ms <= 60_000:
-            raise ConfigError("suspend_ms must be in 0..60000")
-        self.message_model = message_model
-        self.consume_from = consume_from
-        self.consume_timestamp = consume_timestamp
+        self.settings = LitePullSettings.make(
+            message_model=message_model, consume_from=consume_from,
+            consume_timestamp=consume_timestamp, pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            pull_threshold_for_all=pull_threshold_for_all, consume_max_span=consume_max_span,
+            auto_commit=auto_commit, auto_commit_interval=auto_commit_interval,
+            rebalance_interval=rebalance_interval, suspend_ms=suspend_ms, poll_timeout=poll_timeout,
+        )
         self.allocate_strategy = allocate_strategy
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
-        self.pull_threshold_for_all = pull_threshold_for_all
-        self.consume_max_span = consume_max_span
-        self.auto_commit = auto_commit
-        self.auto_commit_interval = auto_commit_interval
-        self.rebalance_interval = rebalance_interval
-        self.poll_timeout = poll_timeout
         self.offset_store_dir = offset_store_dir
         self._pull_settings = PullSettings(pull_batch_size, suspend_ms, commit_offset=False)
         self._subscriptions: dict[str, Subscription] = {}
@@ -115,8 +93,7 @@ class LitePullConsumer:
         self._paused: set[MessageQueue] = set()
         self._positions: dict[MessageQueue, int] = {}
         self._pullers: dict[MessageQueue, asyncio.Task] = {}
-        self._cache: deque[tuple[MessageQueue, ProcessQueue, list[MessageExt]]] = deque()
-        self._cached = 0
+        self._cache = PollCache()
         self._tasks: list[asyncio.Task] = []
         self._instance: ClientInstance | None = None
         self._state = "new"
@@ -161,12 +138,20 @@ class LitePullConsumer:
             return Subscription(topic, "*", 0)
         return sub
 
+    @property
+    def message_model(self) -> MessageModel:
+        return self.settings.message_model
+
+    @property
+    def auto_commit(self) -> bool:
+        return self.settings.auto_commit
+
     def consumer_data(self) -> ConsumerData:
         subs = list(self._subscriptions.values())
         if self._assigned is not None:
             subs = [Subscription(t, "*", 0) for t in sorted({mq.topic for mq in self._assigned})]
         return ConsumerData(self.group, tuple(subs), CONSUME_ACTIVELY, self.message_model.value,
-                            self.consume_from.value)
+                            self.settings.consume_from.value)
 
     def assignment(self) -> list[MessageQueue]:
         """The queues this consumer pulls now."""
@@ -203,7 +188,8 @@ class LitePullConsumer:
         self._paused.clear()
         self._assignment_dirty = self._assigned is not None
         self.api = ConsumerBrokerApi(inst, self.group)
-        self.offset_store: OffsetStore = self._make_offset_store(inst)
+        self.offset_store: OffsetStore = make_offset_store(
+            self.message_model, self.api, self.offset_store_dir, self.config.instance_name)
         self._wake = asyncio.Event()
         self._arrived = asyncio.Event()
         self.rebalancer = Rebalancer(self.api, self, self.message_model, self.allocate_strategy)
@@ -224,15 +210,6 @@ class LitePullConsumer:
         if self.auto_commit:
             self._tasks.append(asyncio.ensure_future(self._commit_loop()))
 
-    def _make_offset_store(self, inst: ClientInstance) -> OffsetStore:
-        if self.message_model is MessageModel.CLUSTERING:
-            return RemoteOffsetStore(self.api)
-        base = Path(self.offset_store_dir) if self.offset_store_dir else (
-            Path("~").expanduser() / ".tidemq" / "offsets")
-        ip = inst.client_id.split("@", 1)[0]
-        return LocalFileOffsetStore(base / f"{ip}@{self.config.instance_name}" / f"{self.group}.json",
-                                    self.group)
-
     async def close(self) -> None:
         """Stop pulling; with auto_commit, commit the positions; unregister. Idempotent."""
         if self._state != "started":
@@ -242,8 +219,8 @@ class LitePullConsumer:
         assert inst is not None
         try:
             inst.unregister_request_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify)
-            await _cancel_all(self._tasks)
-            await _cancel_all(list(self._pullers.values()))
+            await cancel_all(self._tasks)
+            await cancel_all(list(self._pullers.values()))
             self._pullers.clear()
             if self.auto_commit:
                 await self._commit_positions(None)
@@ -254,7 +231,6 @@ class LitePullConsumer:
                 pq.dropped = True
             self.rebalancer.process_queues.clear()
             self._cache.clear()
-            self._cached = 0
             release_group(inst, self.group)
             try:
                 await inst.remove_consumer(self)
@@ -293,36 +269,27 @@ class LitePullConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.rebalance_interval)
+                await asyncio.wait_for(self._wake.wait(), self.settings.rebalance_interval)
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            try:
-                await self._balance()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("rebalance of lite pull group %s failed", self.group)
+            await guarded(self._balance(), "rebalance", self.group)
 
     async def _commit_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.auto_commit_interval)
-            try:
-                await self._commit_positions(None, oneway=True)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("auto-commit of lite pull group %s failed", self.group)
+            await asyncio.sleep(self.settings.auto_commit_interval)
+            await guarded(self._commit_positions(None, oneway=True), "auto-commit", self.group)
 
     async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         return set(mqs)  # lite pull does not lock
 
     async def on_queue_added(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         self.offset_store.remove(mq)
-        ts = self.consume_timestamp
+        ts = self.settings.consume_timestamp
         if ts is None:
             ts = self._require().now_ms() - 30 * 60 * 1000
-        offset = await compute_pull_from_where(self.api, self.offset_store, mq, self.consume_from, ts)
+        offset = await compute_pull_from_where(self.api, self.offset_store, mq,
+                                               self.settings.consume_from, ts)
         if offset < 0:
             return False
         self._start_puller(mq, pq, offset)
@@ -337,8 +304,8 @@ class LitePullConsumer:
         pq.dropped = True
         task = self._pullers.pop(mq, None)
         if task is not None:
-            await _cancel_all([task])
-        self._drop_cached(mq)
+            await cancel_all([task])
+        self._cache.drop(mq)
         position = self._positions.pop(mq, None)
         if self.auto_commit and position is not None:
             self.offset_store.update(mq, position, increase_only=False)
@@ -346,31 +313,25 @@ class LitePullConsumer:
         self.offset_store.remove(mq)
         return True
 
-    def _drop_cached(self, mq: MessageQueue) -> None:
-        kept = deque(r for r in self._cache if r[0] != mq)
-        self._cached = sum(len(r[2]) for r in kept)
-        self._cache = kept
-
     # PullHost ----------------------------------------------------------------------------------
     async def pull_gate(self, puller: QueuePuller) -> float:
-        pq = puller.pq
+        pq, s = puller.pq, self.settings
         if puller.mq in self._paused:
             return PAUSED_DELAY
-        if (self._cached > self.pull_threshold_for_all
-                or pq.msg_count > self.pull_threshold_for_queue
-                or pq.msg_size > self.pull_threshold_size_for_queue * MIB
-                or pq.max_span() > self.consume_max_span):
+        if (self._cache.count > s.pull_threshold_for_all
+                or pq.msg_count > s.pull_threshold_for_queue
+                or pq.msg_size > s.pull_threshold_size_for_queue * MIB
+                or pq.max_span() > s.consume_max_span):
             return FLOW_CONTROL_DELAY
         return 0.0
 
     def deliver(self, puller: QueuePuller, msgs: list[MessageExt]) -> None:
         puller.pq.put_messages(msgs)
-        self._cache.append((puller.mq, puller.pq, msgs))
-        self._cached += len(msgs)
+        self._cache.add(puller.mq, puller.pq, msgs)
         self._arrived.set()
 
     def on_caught_up(self, puller: QueuePuller, next_offset: int) -> None:
-        if not any(r[0] == puller.mq for r in self._cache):
+        if not self._cache.holds(puller.mq):
             self._positions[puller.mq] = next_offset
 
     # the application's side --------------------------------------------------------------------
@@ -381,9 +342,9 @@ class LitePullConsumer:
         if self._assignment_dirty:
             await self._balance()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.poll_timeout if timeout is None else timeout)
+        deadline = loop.time() + (self.settings.poll_timeout if timeout is None else timeout)
         while True:
-            out = self._take(self.pull_batch_size)
+            out = self._take(self.settings.pull_batch_size)
             if out:
                 return out
             remaining = deadline - loop.time()
@@ -397,17 +358,7 @@ class LitePullConsumer:
 
     def _take(self, n: int) -> list[MessageExt]:
         out: list[MessageExt] = []
-        while self._cache and len(out) < n:
-            mq, pq, msgs = self._cache.popleft()
-            self._cached -= len(msgs)
-            if pq.dropped:
-                continue
-            room = n - len(out)
-            if len(msgs) > room:
-                rest = msgs[room:]
-                msgs = msgs[:room]
-                self._cache.appendleft((mq, pq, rest))
-                self._cached += len(rest)
+        for mq, pq, msgs in self._cache.take(n):
             out.extend(msgs)
             position = pq.remove_messages(msgs)
             if position >= 0:
@@ -427,8 +378,8 @@ class LitePullConsumer:
             raise ClientError(f"seek offset {offset} of {mq} is outside {low}..{high}")
         task = self._pullers.pop(mq, None)
         if task is not None:
-            await _cancel_all([task])
-        self._drop_cached(mq)
+            await cancel_all([task])
+        self._cache.drop(mq)
         pq.clear()
         if not pq.dropped:
             self._start_puller(mq, pq, offset)
@@ -468,15 +419,4 @@ class LitePullConsumer:
         await self._persist(oneway)
 
     async def _persist(self, oneway: bool) -> None:
-        owned = self.rebalancer.assigned()
-        if isinstance(self.offset_store, RemoteOffsetStore):
-            await self.offset_store.persist_all(owned, oneway=oneway)
-        else:
-            await self.offset_store.persist_all(owned)
-
-
-async def _cancel_all(tasks: list[asyncio.Task]) -> None:
-    for t in tasks:
-        t.cancel()
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.offset_store.persist_all(self.rebalancer.assigned(), oneway=oneway)

@@ -27,7 +27,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tidemq.client.config import MAX_MESSAGE_SIZE, ClientConfig, make_config
+from tidemq.client.batching import BATCH_LOG_OVERHEAD, split_batches
+from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.fault import FaultStrategy
 from tidemq.client.instance import ClientInstance
 from tidemq.client.request_reply import (
@@ -39,6 +40,7 @@ from tidemq.client.request_reply import (
 )
 from tidemq.client.response import broker_error
 from tidemq.client.route import MessageQueue
+from tidemq.client.selectors import QueueSelector
 from tidemq.client.send import (
     RETRYABLE_SEND_CODES,
     OutgoingMessage,
@@ -50,21 +52,17 @@ from tidemq.client.send import (
 )
 from tidemq.client.validation import check_batch, check_group, check_message
 from tidemq.errors import BrokerError, ClientError, RemotingError, RemotingTimeoutError, TideMQError
-from tidemq.message import Message, MessageExt, Prop, encode_properties, java_hash
+from tidemq.message import Message, MessageExt
 from tidemq.remoting import RemotingCommand, RequestCode
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 SuccessCallback = Callable[[Any], "Awaitable[object] | object"]
 ExceptionCallback = Callable[[BaseException], "Awaitable[object] | object"]
 
-# RocketMQ ListSplitter: a message counts topic + body + properties + 20 bytes of log overhead.
-BATCH_LOG_OVERHEAD = 20
 DEFAULT_REQUEST_TIMEOUT = 3.0
 MAX_PREPARED_TOPICS = 10_000
-_UNIQ_PLACEHOLDER = "0" * 32  # a UNIQ_KEY is 32 hex characters
 
 
 def no_route_error(topic: str) -> ClientError:
@@ -72,83 +70,6 @@ def no_route_error(topic: str) -> ClientError:
         f"no route for topic {topic}: create it with `tidemq admin updateTopic -t {topic} "
         "-c DefaultCluster` (or Admin.create_topic) and check the name server address"
     )
-
-
-# queue selectors -------------------------------------------------------------------------------
-def select_by_hash(key: str | int) -> QueueSelector:
-    """A selector sending every message with ``key`` to the same queue.
-
-    The hash is Java's ``hashCode`` (deterministic, unlike Python's ``hash``), taken modulo the
-    queue count as RocketMQ's SelectMessageQueueByHash does, so Python and Java producers using
-    the same key pick the same queue.
-    """
-    if isinstance(key, bool) or not isinstance(key, (str, int)):
-        raise ClientError(f"select_by_hash needs a str or int key, not {type(key).__name__}")
-    code = java_hash(key) if isinstance(key, str) else _java_int(key)
-
-    def select(queues: list[MessageQueue], _msg: Message, _arg: Any) -> MessageQueue:
-        return queues[abs(code) % len(queues)]
-
-    return select
-
-
-def select_queue(index: int) -> QueueSelector:
-    """A selector choosing the ``index``-th publish queue of the topic (brokers by name, then
-    queue id); ClientError if the topic has fewer queues."""
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ClientError(f"queue index must be an int >= 0, got {index!r}")
-
-    def select(queues: list[MessageQueue], msg: Message, _arg: Any) -> MessageQueue:
-        if index >= len(queues):
-            raise ClientError(f"topic {msg.topic} has {len(queues)} publish queues; there is no "
-                              f"queue index {index}")
-        return queues[index]
-
-    return select
-
-
-def _java_int(value: int) -> int:
-    """Java ``Long.hashCode`` for ints beyond 32 bits, the value itself within them."""
-    if -(1 << 31) <= value < (1 << 31):
-        return value
-    v = value & 0xFFFFFFFFFFFFFFFF
-    h = (v ^ (v >> 32)) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-# batches ---------------------------------------------------------------------------------------
-def batch_message_size(msg: Message) -> int:
-    """ListSplitter's size of one message of a batch, counting the properties the producer adds
-    at send time (UNIQ_KEY, WAIT)."""
-    props = msg.all_properties()
-    props.setdefault(Prop.UNIQ_KEY, _UNIQ_PLACEHOLDER)
-    props.setdefault(Prop.WAIT, "true")
-    return (len(msg.topic.encode()) + len(msg.body) + len(encode_properties(props).encode())
-            + BATCH_LOG_OVERHEAD)
-
-
-def split_batches(msgs: Sequence[Message], limit: int = MAX_MESSAGE_SIZE) -> list[list[Message]]:
-    """Split ``msgs`` (in order) into batches of at most ``limit`` bytes (RocketMQ ListSplitter).
-
-    A message larger than ``limit`` on its own forms a batch of one (sending it will fail with a
-    clear error, as in Java).
-    """
-    out: list[list[Message]] = []
-    current: list[Message] = []
-    total = 0
-    for msg in msgs:
-        size = batch_message_size(msg)
-        if current and total + size > limit:
-            out.append(current)
-            current, total = [], 0
-        current.append(msg)
-        total += size
-        if size > limit:
-            out.append(current)
-            current, total = [], 0
-    if current:
-        out.append(current)
-    return out
 
 
 class Producer:
@@ -190,7 +111,7 @@ class Producer:
         inst = self._instance
         if inst is None:
             return
-        pending = list(self._tasks)
+        pending = [t for t in self._tasks if t is not asyncio.current_task()]
         if pending:
             wait = self.config.request_timeout if timeout is None else timeout
             _done, late = await asyncio.wait(pending, timeout=wait)
@@ -201,10 +122,11 @@ class Producer:
                             self.group, len(late))
                 await asyncio.gather(*late, return_exceptions=True)
         self._instance = None
-        router = reply_router(inst)
-        for cid in list(self._requests):
-            router.fail(cid, ClientError(f"producer {self.group} was closed while the request "
-                                         "waited for its reply"))
+        if self._requests:
+            router = reply_router(inst)
+            for cid in list(self._requests):
+                router.fail(cid, ClientError(f"producer {self.group} was closed while the request "
+                                             "waited for its reply"))
         try:
             await inst.remove_producer(self.group)
         finally:

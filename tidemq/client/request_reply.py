@@ -153,6 +153,8 @@ class ReplyRouter:
 
     def register(self, correlation_id: str, topic: str, timeout: float) -> asyncio.Future[MessageExt]:
         loop = asyncio.get_running_loop()
+        if correlation_id in self._waiting:
+            raise ClientError(f"a request with correlation id {correlation_id} is already waiting")
         if len(self._waiting) >= self.max_pending:
             self._sweep(loop.time())
             if len(self._waiting) >= self.max_pending:
@@ -160,8 +162,6 @@ class ReplyRouter:
                     f"{len(self._waiting)} requests are waiting for replies (the limit); wait for "
                     "some to finish before sending more"
                 )
-        if correlation_id in self._waiting:
-            raise ClientError(f"a request with correlation id {correlation_id} is already waiting")
         fut: asyncio.Future[MessageExt] = loop.create_future()
         self._waiting[correlation_id] = _Waiter(fut, topic, loop.time() + timeout)
         return fut
@@ -169,11 +169,10 @@ class ReplyRouter:
     def discard(self, correlation_id: str) -> None:
         self._waiting.pop(correlation_id, None)
 
-    def fail_all(self, exc: BaseException) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.future.done():
-                waiter.future.set_exception(exc)
-        self._waiting.clear()
+    def fail(self, correlation_id: str, exc: BaseException) -> None:
+        waiter = self._waiting.pop(correlation_id, None)
+        if waiter is not None and not waiter.future.done():
+            waiter.future.set_exception(exc)
 
     def _sweep(self, now: float) -> None:
         for cid in [c for c, w in self._waiting.items() if w.deadline <= now or w.future.done()]:
@@ -182,6 +181,7 @@ class ReplyRouter:
                 waiter.future.set_exception(RequestTimeoutError(
                     f"request to topic {waiter.topic} got no reply before its deadline "
                     f"(correlation id {cid})"))
+                waiter.future.exception()  # retrieved here: its waiter may be gone
 
     def complete(self, reply: MessageExt) -> bool:
         """Hand ``reply`` to its waiter; False if nobody waits for it (late or foreign)."""

@@ -18,7 +18,13 @@ from tidemq.client.admin import Admin
 from tidemq.client.admin_protocol import ConsumerProgress, TopicOffset
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import PullConsumer
-from tidemq.client.producer import Producer, QueueSelector
+from tidemq.client.producer import (
+    DEFAULT_REQUEST_TIMEOUT,
+    ExceptionCallback,
+    Producer,
+    QueueSelector,
+    SuccessCallback,
+)
 from tidemq.client.pull import PullResult
 from tidemq.client.route import ClusterInfo, MessageQueue, TopicRouteData
 from tidemq.client.send import SendResult
@@ -105,8 +111,10 @@ class SyncProducer(_SyncClient):
     _thread_name = "tidemq-producer"
 
     def __init__(self, group: str, name_servers: str | Sequence[str] | None = None,
-                 config: ClientConfig | None = None) -> None:
-        self._producer = Producer(group, name_servers, config)
+                 config: ClientConfig | None = None, *,
+                 send_latency_fault_enable: bool = True) -> None:
+        self._producer = Producer(group, name_servers, config,
+                                  send_latency_fault_enable=send_latency_fault_enable)
         super().__init__()
 
     @property
@@ -131,6 +139,35 @@ class SyncProducer(_SyncClient):
     def send_batch(self, msgs: Sequence[Message], queue: MessageQueue | None = None,
                    timeout: float | None = None) -> SendResult:
         return self._run(self._producer.send_batch(msgs, queue, timeout))
+
+    def send_batches(self, msgs: Sequence[Message], queue: MessageQueue | None = None,
+                     timeout: float | None = None) -> list[SendResult]:
+        return self._run(self._producer.send_batches(msgs, queue, timeout))
+
+    def send_async(self, msg: Message, on_success: SuccessCallback | None = None,
+                   on_exception: ExceptionCallback | None = None,
+                   queue: MessageQueue | None = None, selector: QueueSelector | None = None,
+                   arg: Any = None, timeout: float | None = None) -> None:
+        """Start a send and return at once; the callbacks run in the producer's loop thread."""
+        async def start() -> None:
+            self._producer.send_async(msg, on_success, on_exception, queue, selector, arg, timeout)
+        self._run(start())
+
+    def request(self, msg: Message, timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                queue: MessageQueue | None = None, selector: QueueSelector | None = None,
+                arg: Any = None) -> MessageExt:
+        return self._run(self._producer.request(msg, timeout, queue, selector, arg))
+
+    def request_with_callback(self, msg: Message, on_success: SuccessCallback | None = None,
+                              on_exception: ExceptionCallback | None = None,
+                              timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                              queue: MessageQueue | None = None,
+                              selector: QueueSelector | None = None, arg: Any = None) -> None:
+        """Start a request and return at once; the callbacks run in the producer's loop thread."""
+        async def start() -> None:
+            self._producer.request_with_callback(msg, on_success, on_exception, timeout, queue,
+                                                 selector, arg)
+        self._run(start())
 
 
 class SyncPullConsumer(_SyncClient):

@@ -54,7 +54,7 @@ class EndTransactionProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if result is None:
             return cmd.response(ResponseCode.SUCCESS)
-        b.metrics.on_put(result.topic, 1, result.body_size)
+        # Not counted in tidemq_broker_messages_in again: the send of the half message was.
         if b.sync_flush and not cmd.is_oneway:
             return self._await_durable(cmd, result.put.end_offset)
         return cmd.response(ResponseCode.SUCCESS)

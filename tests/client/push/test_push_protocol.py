@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.client.push.test_push_process_queue import msg
 from tidemq.client.allocate import AllocateMessageQueueAveragelyByCircle, allocate_averagely_by_circle
 from tidemq.client.push import protocol
-from tidemq.client.push.settings import PushSettings
+from tidemq.client.push.settings import LitePullSettings, PushSettings
 from tidemq.client.route import MessageQueue
 from tidemq.errors import CodecError, ConfigError
 from tidemq.message import Prop
@@ -111,7 +111,19 @@ def test_allocate_by_circle_deals_queues_round_robin(n, m):
     {"pull_threshold_for_queue": 0}, {"consume_concurrency": 0}, {"rebalance_interval": 0},
     {"persist_interval": -1}, {"suspend_ms": -1}, {"message_model": "CLUSTERING"},
     {"consume_from": "LAST"}, {"pull_batch_size": True}, {"consume_timestamp": -5},
+    {"lock_interval": 30.0},
 ])
 def test_settings_refuse_nonsense(kw):
     with pytest.raises(ConfigError):
         PushSettings.make(**kw)
+
+
+@pytest.mark.parametrize("kw", [
+    {"pull_batch_size": 0}, {"pull_threshold_for_all": 0}, {"consume_max_span": 0},
+    {"auto_commit_interval": 0}, {"poll_timeout": -1}, {"suspend_ms": 70_000},
+    {"consume_from": None},
+])
+def test_lite_pull_settings_refuse_nonsense(kw):
+    with pytest.raises(ConfigError):
+        LitePullSettings.make(**kw)
+    assert LitePullSettings().pull_batch_size == 10

@@ -14,6 +14,7 @@ from tidemq.client.push.offset_store import (
     LocalFileOffsetStore,
     ReadOffsetType,
     RemoteOffsetStore,
+    make_offset_store,
     read_offset_file,
 )
 from tidemq.client.push.rebalance import Rebalancer, claim_group, compute_pull_from_where, release_group
@@ -262,3 +263,12 @@ def test_one_rebalancing_consumer_per_group_and_instance():
     claim_group(inst, "g")
     release_group(inst, "g")
     release_group(inst, "h")
+
+
+def test_offset_store_per_message_model(tmp_path):
+    api = FakeApi(FakeInstance("10.0.0.1@1234#99"))
+    assert isinstance(make_offset_store(MessageModel.CLUSTERING, api, tmp_path, "DEFAULT"),  # type: ignore[arg-type]
+                      RemoteOffsetStore)
+    local = make_offset_store(MessageModel.BROADCASTING, api, tmp_path, "DEFAULT")  # type: ignore[arg-type]
+    assert isinstance(local, LocalFileOffsetStore)
+    assert local.path == tmp_path / "10.0.0.1@DEFAULT" / "g.json"  # stable across restarts

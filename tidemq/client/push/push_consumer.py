@@ -19,7 +19,6 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from tidemq.client.allocate import AllocateStrategy, allocate_averagely
 from tidemq.client.config import ClientConfig, make_config
@@ -30,7 +29,7 @@ from tidemq.client.push.broker_api import ConsumerBrokerApi
 from tidemq.client.push.consume_concurrently import ConcurrentConsumeService
 from tidemq.client.push.consume_orderly import OrderlyConsumeService
 from tidemq.client.push.invoker import ListenerInvoker
-from tidemq.client.push.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from tidemq.client.push.offset_store import OffsetStore, ReadOffsetType, make_offset_store
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.protocol import retry_topic
 from tidemq.client.push.puller import ERROR_BACKOFF, FLOW_CONTROL_DELAY, PullSettings, QueuePuller
@@ -42,6 +41,7 @@ from tidemq.client.push.rebalance import (
 )
 from tidemq.client.push.send_back import SendBack
 from tidemq.client.push.settings import PushSettings
+from tidemq.client.push.tasks import cancel_all, guarded
 from tidemq.client.push.types import (
     ConsumeFromWhere,
     MessageListener,
@@ -219,7 +219,8 @@ class PushConsumer:
         self._instance = inst
         self.instance = inst
         self.api = ConsumerBrokerApi(inst, self.group)
-        self.offset_store: OffsetStore = self._make_offset_store(inst)
+        self.offset_store: OffsetStore = make_offset_store(
+            s.message_model, self.api, self.offset_store_dir, self.config.instance_name)
         await self.offset_store.load()
         self.rebalancer = Rebalancer(self.api, self, s.message_model, self.allocate_strategy,
                                      orderly=s.orderly)
@@ -254,15 +255,6 @@ class PushConsumer:
         log.info("push consumer of group %s started (client %s, %s%s)", self.group,
                  inst.client_id, s.message_model.value, ", orderly" if s.orderly else "")
 
-    def _make_offset_store(self, inst: ClientInstance) -> OffsetStore:
-        if self.message_model is MessageModel.CLUSTERING:
-            return RemoteOffsetStore(self.api)
-        base = Path(self.offset_store_dir) if self.offset_store_dir else (
-            Path("~").expanduser() / ".tidemq" / "offsets")
-        ip = inst.client_id.split("@", 1)[0]
-        return LocalFileOffsetStore(base / f"{ip}@{self.config.instance_name}" / f"{self.group}.json",
-                                    self.group)
-
     async def close(self) -> None:
         """Stop pulling, finish in-flight consumption (bounded), commit offsets, unlock queues,
         unregister. Idempotent."""
@@ -273,7 +265,7 @@ class PushConsumer:
         assert inst is not None
         try:
             inst.unregister_request_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify)
-            await _cancel_all(self._tasks)
+            await cancel_all(self._tasks)
             self._tasks = []
             if hasattr(self, "rebalancer"):
                 await self._shutdown_consumption()
@@ -292,16 +284,13 @@ class PushConsumer:
                 log.info("push consumer of group %s closed", self.group)
 
     async def _shutdown_consumption(self) -> None:
-        await _cancel_all(list(self._pullers.values()))
+        await cancel_all(list(self._pullers.values()))
         self._pullers.clear()
         timeout = self.settings.shutdown_timeout
         await self._concurrent.close(timeout)
         await self._orderly.close(timeout)
         owned = list(self.rebalancer.process_queues)
-        if isinstance(self.offset_store, RemoteOffsetStore):
-            await self.offset_store.persist_all(owned, oneway=False)
-        else:
-            await self.offset_store.persist_all(owned)
+        await self.offset_store.persist_all(owned, oneway=False)
         if self.orderly and self.message_model is MessageModel.CLUSTERING and owned:
             await self.api.unlock(self.instance.client_id, owned)
         for pq in self.rebalancer.process_queues.values():
@@ -352,18 +341,18 @@ class PushConsumer:
             except asyncio.TimeoutError:
                 pass
             self._rebalance_now.clear()
-            await _guarded(self.rebalancer.rebalance(), "rebalance", self.group)
+            await guarded(self.rebalancer.rebalance(), "rebalance", self.group)
 
     async def _persist_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.persist_interval)
-            await _guarded(self.offset_store.persist_all(self.rebalancer.assigned()),
+            await guarded(self.offset_store.persist_all(self.rebalancer.assigned()),
                            "offset persist", self.group)
 
     async def _lock_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.lock_interval)
-            await _guarded(self.rebalancer.lock_all(), "queue relock", self.group)
+            await guarded(self.rebalancer.lock_all(), "queue relock", self.group)
 
     # RebalanceHost -----------------------------------------------------------------------------
     async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
@@ -406,7 +395,7 @@ class PushConsumer:
         pq.dropped = True
         task = self._pullers.pop(mq, None)
         if task is not None:
-            await _cancel_all([task])
+            await cancel_all([task])
         await self.offset_store.persist(mq)
         self.offset_store.remove(mq)
 
@@ -418,9 +407,14 @@ class PushConsumer:
                 puller.previously_locked = False
                 return NOT_LOCKED_DELAY
             if not puller.previously_locked:
+                # The lock came back: another client may have consumed meanwhile, so ask the
+                # broker; never go behind what this client itself already acknowledged.
+                mine = await self.offset_store.read(puller.mq, ReadOffsetType.MEMORY)
                 offset = await self._start_offset(puller.mq)
                 if offset < 0:
                     return ERROR_BACKOFF
+                offset = max(offset, mine)
+                self.offset_store.update(puller.mq, offset, increase_only=False)
                 puller.next_offset = offset
                 puller.previously_locked = True
         if (pq.msg_count > s.pull_threshold_for_queue
@@ -444,18 +438,3 @@ class PushConsumer:
     def on_caught_up(self, puller: QueuePuller, next_offset: int) -> None:
         self.offset_store.update(puller.mq, next_offset, increase_only=True)
 
-
-async def _cancel_all(tasks: list[asyncio.Task]) -> None:
-    for t in tasks:
-        t.cancel()
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _guarded(coro, what: str, group: str) -> None:
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("%s of group %s failed", what, group)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidemq.client.pull import MAX_PULL_NUMS
+from tidemq.client.push.process_queue import LOCK_EXPIRY
 from tidemq.client.push.types import ConsumeFromWhere, MessageModel
 from tidemq.errors import ConfigError
 
@@ -51,6 +52,9 @@ class PushSettings:
         for name in ("rebalance_interval", "persist_interval", "lock_interval"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.lock_interval >= LOCK_EXPIRY:
+            raise ConfigError(f"lock_interval must be below {LOCK_EXPIRY:g} s, the age at which a "
+                              "queue lock no longer counts")
         if self.shutdown_timeout < 0:
             raise ConfigError("shutdown_timeout must be >= 0")
         if self.consume_timestamp is not None and self.consume_timestamp < 0:
