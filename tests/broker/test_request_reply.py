@@ -66,9 +66,10 @@ async def responder(cluster, topic: str, answer=lambda m: b"re:" + m.body):
                 offset = r.next_begin_offset
                 if r.status is not PullStatus.FOUND:
                     continue
-                seen.extend(r.messages)
+                requests = [m for m in r.messages if Prop.CORRELATION_ID in m.properties]
+                seen.extend(requests)
                 await asyncio.gather(*(replier.send(create_reply_message(m, answer(m)))
-                                       for m in r.messages))
+                                       for m in requests))
 
         tasks = [asyncio.create_task(loop(mq)) for mq in queues]
         try:
@@ -219,11 +220,17 @@ def test_sync_producer_request(cluster):
             time.sleep(0.05)
         with SyncProducer("rr-sync", config=config(cluster)) as p:
             results.append(p.request(Message(topic, b"blocking"), timeout=10).body)
+            got = threading.Event()
+            p.request_with_callback(Message(topic, b"cb"), lambda m: (results.append(m.body), got.set()),
+                                    None, timeout=10)
+            sent = threading.Event()
+            p.send_async(Message(topic, b"plain"), lambda r: sent.set())
+            assert got.wait(10) and sent.wait(10)
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(20)
         loop.close()
-    assert results == [b"re:blocking"]
+    assert results[:2] == [b"re:blocking", b"re:cb"]
 
 
 # the push codec and the reply table (no processes) ----------------------------------------------

@@ -145,3 +145,21 @@ def test_lite_pull_rejects_bad_settings_and_mixing_modes():
     d.assign([MessageQueue("T", "b", 0)])
     with pytest.raises(ClientError, match="cannot be mixed"):
         d.subscribe("T")
+
+
+def test_paused_queues_are_not_pulled_until_resumed(cluster):
+    topic, group = "LitePause", "lite-pause-cg"
+    mq = MessageQueue(topic, cluster.broker_name, 0)
+
+    async def main():
+        await create_topic(cluster, topic, 1)
+        c = LitePullConsumer(group, config=cfg(cluster, "lp"))
+        c.assign([mq])
+        c.pause([mq])
+        async with c:
+            await send(cluster, topic, [b"held"])
+            assert await c.poll(0.6) == []
+            c.resume([mq])
+            assert [m.body for m in await poll_until(c, 1)] == [b"held"]
+
+    run(main)

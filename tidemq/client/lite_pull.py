@@ -165,6 +165,7 @@ class LitePullConsumer:
         return route.subscribe_queues(topic)
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop pulling ``queues`` (what was already fetched is still handed out)."""
         self._paused |= set(queues)
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
@@ -185,7 +186,6 @@ class LitePullConsumer:
         self._instance = inst
         self.instance = inst
         self._positions.clear()
-        self._paused.clear()
         self._assignment_dirty = self._assigned is not None
         self.api = ConsumerBrokerApi(inst, self.group)
         self.offset_store: OffsetStore = make_offset_store(

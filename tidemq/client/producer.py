@@ -95,6 +95,7 @@ class Producer:
         self._tasks: set[asyncio.Task] = set()
         self._requests: set[str] = set()
         self._request_topics: set[str] = set()
+        self._closing = False
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -109,8 +110,9 @@ class Producer:
         """Wait up to ``timeout`` (default: the request timeout) for callback sends and requests
         in flight, cancel what is left, then unregister and release the client instance."""
         inst = self._instance
-        if inst is None:
+        if inst is None or self._closing:
             return
+        self._closing = True
         pending = [t for t in self._tasks if t is not asyncio.current_task()]
         if pending:
             wait = self.config.request_timeout if timeout is None else timeout
@@ -122,6 +124,7 @@ class Producer:
                             self.group, len(late))
                 await asyncio.gather(*late, return_exceptions=True)
         self._instance = None
+        self._closing = False
         if self._requests:
             router = reply_router(inst)
             for cid in list(self._requests):

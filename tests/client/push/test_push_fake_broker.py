@@ -44,8 +44,9 @@ def run_fake():
 
 def make(fake, listener, **kw) -> PushConsumer:
     kw.setdefault("consume_from", ConsumeFromWhere.FIRST_OFFSET)
-    c = PushConsumer(GROUP, config=ClientConfig(name_servers=fake.addr, instance_name="fk"),
-                     rebalance_interval=0.5, persist_interval=0.2, **kw)
+    kw.setdefault("rebalance_interval", 0.5)
+    kw.setdefault("persist_interval", 0.2)
+    c = PushConsumer(GROUP, config=ClientConfig(name_servers=fake.addr, instance_name="fk"), **kw)
     c.subscribe(TOPIC)
     c.register_listener(listener)
     return c
@@ -262,5 +263,29 @@ def test_tag_subscription_is_sent_normalized_and_skipped_messages_advance_the_of
         assert seen == [b"t0", b"t2"]
         pulls = [r for r in fake.requests if r.code == RequestCode.PULL_MESSAGE]
         assert pulls[0].ext_fields["subscription"] == "TagA || TagB"
+
+    run_fake(body)
+
+
+def test_orderly_lost_lock_pauses_the_queue_and_resumes_without_rewinding(run_fake):
+    async def body(fake):
+        seen = []
+        c = make(fake, lambda msgs: seen.extend(m.body for m in msgs) or ConsumeOrderlyStatus.SUCCESS,
+                 orderly=True, lock_interval=0.2, persist_interval=600)  # broker offset stays stale
+        key = (TOPIC, "broker-a", 0)
+        async with c:
+            for i in range(3):
+                put(fake, TOPIC, f"o{i}".encode())
+            await wait_until(lambda: len(seen) == 3, 5, "three messages")
+            fake.locks[key] = "someone-else"  # the broker gave the queue to another client
+            mq = c.assigned_queues(TOPIC)[0]
+            await wait_until(lambda: not c.process_queues()[mq].locked, 5, "the lost lock")
+            put(fake, TOPIC, b"o3")
+            await asyncio.sleep(0.5)
+            assert seen == [b"o0", b"o1", b"o2"]  # nothing consumed without the lock
+            del fake.locks[key]
+            await wait_until(lambda: len(seen) >= 4, 5, "the message after the lock came back")
+            await asyncio.sleep(0.3)
+        assert seen == [b"o0", b"o1", b"o2", b"o3"]
 
     run_fake(body)

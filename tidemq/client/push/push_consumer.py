@@ -408,14 +408,14 @@ class PushConsumer:
                 return NOT_LOCKED_DELAY
             if not puller.previously_locked:
                 # The lock came back: another client may have consumed meanwhile, so ask the
-                # broker; never go behind what this client itself already acknowledged.
+                # broker and skip what it consumed; never go behind what this client already
+                # pulled or acknowledged itself.
                 mine = await self.offset_store.read(puller.mq, ReadOffsetType.MEMORY)
-                offset = await self._start_offset(puller.mq)
-                if offset < 0:
+                broker = await self._start_offset(puller.mq)
+                if broker < 0:
                     return ERROR_BACKOFF
-                offset = max(offset, mine)
-                self.offset_store.update(puller.mq, offset, increase_only=False)
-                puller.next_offset = offset
+                self.offset_store.update(puller.mq, max(mine, broker), increase_only=False)
+                puller.next_offset = max(puller.next_offset, broker)
                 puller.previously_locked = True
         if (pq.msg_count > s.pull_threshold_for_queue
                 or pq.msg_size > s.pull_threshold_size_for_queue * MIB
