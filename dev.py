@@ -3,6 +3,7 @@
 
     python3 dev.py demo      # venv + install, then `tidemq local --demo` (Ctrl-C to stop)
     python3 dev.py test      # venv + install with test extras, then the whole test suite
+    python3 dev.py setup     # venv + install with test extras only (for bench/ and manual work)
 
 Extra arguments after the command go to `tidemq local` or pytest respectively.
 """
@@ -67,10 +68,14 @@ def test(args: list[str]) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test", "setup"):
         print(__doc__)
         return 2
     cmd, rest = sys.argv[1], sys.argv[2:]
+    if cmd == "setup":
+        ensure_venv("test")
+        say(f"ready: {PY}")
+        return 0
     return demo(rest) if cmd == "demo" else test(rest)
 
 
