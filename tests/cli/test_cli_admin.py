@@ -215,3 +215,16 @@ def error_runs(cluster):
 @pytest.mark.parametrize("name", list(ERRORS))
 def test_admin_errors_are_one_line(error_runs, name):
     assert_clean_failure(error_runs[name], *ERRORS[name][1])
+
+
+def test_query_message_by_key_honours_the_time_range(cluster):
+    create(cluster, "AdmQueryTime", 1)
+    before = int(time.time() * 1000) - 1
+    tidemq("send", "-n", cluster.namesrv_addr, "-t", "AdmQueryTime", "-b", "timed", "-k", "tk").ok()
+    after = int(time.time() * 1000) + 1
+    inside, too_late = tidemq_parallel(
+        admin_args(cluster, "queryMsgByKey", "-t", "AdmQueryTime", "-k", "tk", "-b", str(before), "-e", str(after)),
+        admin_args(cluster, "queryMsgByKey", "-t", "AdmQueryTime", "-k", "tk", "-b", str(after + 60_000)),
+    )
+    assert len(inside.ok().lines()) == 2
+    assert too_late.rc != 0 and "no message with key 'tk'" in too_late.err

@@ -212,10 +212,12 @@ def _print_message(m) -> None:
 @click.option("-t", "--topic", required=True)
 @click.option("-k", "--msgKey", "key", required=True)
 @click.option("-c", "--maxNum", "max_num", type=click.IntRange(1, 1024), default=64, show_default=True)
+@click.option("-b", "--beginTimestamp", "begin", type=click.IntRange(min=0), default=0, help="Stored at or after (ms since the epoch).")
+@click.option("-e", "--endTimestamp", "end", type=click.IntRange(min=0), default=None, help="Stored at or before (ms; default now).")
 @user_errors
-def query_msg_by_key(namesrv, topic, key, max_num) -> None:
-    """Find messages by key."""
-    msgs = _with_admin(namesrv, lambda a: a.query_msg_by_key(topic, key, max_num=max_num))
+def query_msg_by_key(namesrv, topic, key, max_num, begin, end) -> None:
+    """Find messages by key, optionally within a store-time range."""
+    msgs = _with_admin(namesrv, lambda a: a.query_msg_by_key(topic, key, max_num=max_num, begin_ms=begin, end_ms=end))
     if not msgs:
         raise click.ClickException(f"no message with key {key!r} in topic {topic!r}")
     click.echo(f"{'#Message ID':<34}{'#QID':>5}  #Offset")
