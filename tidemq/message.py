@@ -150,6 +150,16 @@ def format_host(addr: bytes, port: int) -> str:
     return f"[{socket.inet_ntop(socket.AF_INET6, addr)}]:{port}"
 
 
+def split_host(addr: str) -> tuple[str, int]:
+    """The inverse of :func:`format_host`: ``"1.2.3.4:10911"`` / ``"[::1]:10911"`` -> (host, port);
+    ("127.0.0.1", 0) for a string without a numeric port."""
+    host, _, port = addr.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
 def encode_offset_msg_id(host_bytes: bytes, port: int, commit_log_offset: int) -> str:
     return (host_bytes + struct.pack(">iq", port, commit_log_offset)).hex().upper()
 
@@ -335,6 +345,25 @@ def _need(buf: memoryview | bytes, pos: int, n: int, end: int) -> None:
         raise CodecError(f"record truncated at byte {pos}: need {n} more bytes")
 
 
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+
+
+def _read_text(
+    mv: memoryview, p: int, length: struct.Struct, end: int, not_utf8: str, start: int
+) -> tuple[str, int]:
+    """Read a UTF-8 string prefixed by its ``length`` at ``p``; return it and the position after it.
+    ``not_utf8`` is the error text, formatted with ``start`` (the enclosing element's offset)."""
+    _need(mv, p, length.size, end)
+    (n,) = length.unpack_from(mv, p)
+    p += length.size
+    _need(mv, p, n, end)
+    try:
+        return bytes(mv[p : p + n]).decode("utf-8"), p + n
+    except UnicodeDecodeError:
+        raise CodecError(not_utf8.format(start)) from None
+
+
 def decode_record_header(buf: bytes | memoryview, pos: int = 0, end: int | None = None) -> RecordHeader:
     """Decode a record's framing, topic and properties (not the body) at ``pos``."""
     mv = memoryview(buf)
@@ -361,24 +390,8 @@ def decode_record_header(buf: bytes | memoryview, pos: int = 0, end: int | None 
     _need(mv, p, body_len, rend)
     body_start = p
     p += body_len
-    _need(mv, p, 1, rend)
-    (topic_len,) = struct.unpack_from(">b", mv, p)
-    p += 1
-    _need(mv, p, topic_len, rend)
-    try:
-        topic = bytes(mv[p : p + topic_len]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise CodecError(f"topic of record at byte {pos} is not UTF-8") from None
-    p += topic_len
-    _need(mv, p, 2, rend)
-    (props_len,) = struct.unpack_from(">h", mv, p)
-    p += 2
-    _need(mv, p, props_len, rend)
-    try:
-        props = bytes(mv[p : p + props_len]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise CodecError(f"properties of record at byte {pos} are not UTF-8") from None
-    p += props_len
+    topic, p = _read_text(mv, p, _I8, rend, "topic of record at byte {} is not UTF-8", pos)
+    props, p = _read_text(mv, p, _I16, rend, "properties of record at byte {} are not UTF-8", pos)
     if p != rend:
         raise CodecError(f"record at byte {pos} has {rend - p} bytes past its properties")
     return RecordHeader(
@@ -495,15 +508,7 @@ def decode_batch(buf: bytes | memoryview, max_items: int = 1 << 16) -> list[Batc
         _need(mv, p, body_len, rend)
         body = bytes(mv[p : p + body_len])
         p += body_len
-        _need(mv, p, 2, rend)
-        (plen,) = struct.unpack_from(">h", mv, p)
-        p += 2
-        _need(mv, p, plen, rend)
-        try:
-            props = bytes(mv[p : p + plen]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise CodecError(f"properties of batch element at byte {pos} are not UTF-8") from None
-        p += plen
+        props, p = _read_text(mv, p, _I16, rend, "properties of batch element at byte {} are not UTF-8", pos)
         if p != rend:
             raise CodecError(f"batch element at byte {pos} has {rend - p} stray bytes")
         items.append(BatchItem(flag, body, props))

@@ -8,7 +8,6 @@ every name server; ``stop()`` stops accepting, unregisters, flushes offsets and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.jsonfile import write_json_atomic
 from tidemq.broker.store.store import MessageStore
+from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.transaction.checker import TransactionChecker
 from tidemq.broker.transaction.processor import EndTransactionProcessor
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
@@ -155,15 +155,8 @@ class Broker:
 
     async def stop(self) -> None:
         self._ready = False
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        if self._register_soon is not None:
-            self._register_soon.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._register_soon
+        await cancel_and_wait(*self._tasks)
+        await cancel_and_wait(self._register_soon)
         self.holds.wake_all()
         await self.registrar.unregister_all()
         await self.server.stop()

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from tidemq.broker.store.replay import SCHEDULE_TOPIC
-from tidemq.broker.store.results import PutRequest
+from tidemq.broker.store.results import PutRequest, put_again
 from tidemq.errors import BrokerError, ConfigError
 from tidemq.message import TRANSACTION_MASK, MessageExt, Prop, SysFlag
 from tidemq.remoting import ResponseCode
@@ -176,12 +176,6 @@ def _redirect(req: PutRequest, topic: str, queue_id: int, due_ms: int) -> None:
     req.tags_code = due_ms
 
 
-def split_host(addr: str) -> tuple[str, int]:
-    """``"1.2.3.4:5"`` / ``"[::1]:5"`` -> (host, port)."""
-    host, _, port = addr.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port or 0)
-
-
 def restore_put(msg: MessageExt, store_host: tuple[str, int]) -> PutRequest:
     """The put that delivers a due scheduled record to its real topic and queue. Raises
     ValueError when the record names no usable real topic/queue."""
@@ -196,16 +190,5 @@ def restore_put(msg: MessageExt, store_host: tuple[str, int]) -> PutRequest:
     if queue_id < 0:
         raise ValueError(f"the scheduled record has a negative REAL_QID ({queue_id})")
     strip_delay(props)
-    return PutRequest(
-        topic=topic,
-        queue_id=queue_id,
-        body=msg.body,
-        properties=props,
-        flag=msg.flag,
-        sys_flag=msg.sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=split_host(msg.born_host),
-        store_host=store_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-    )
+    return put_again(msg, topic, queue_id, props, store_host,
+                     prepared_transaction_offset=msg.prepared_transaction_offset)

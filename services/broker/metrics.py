@@ -25,22 +25,16 @@ class BrokerMetrics:
         self._out: dict[str, tuple] = {}
 
     def on_put(self, topic: str, count: int, size: int) -> None:
-        pair = self._in.get(topic)
-        if pair is None:
-            pair = self._in[topic] = (
-                self.messages_in.labels(*self._base, topic),
-                self.bytes_in.labels(*self._base, topic),
-            )
-        pair[0].inc(count)
-        pair[1].inc(size)
+        self._count(self._in, self.messages_in, self.bytes_in, topic, count, size)
 
     def on_get(self, topic: str, count: int, size: int) -> None:
-        pair = self._out.get(topic)
-        if pair is None:
-            pair = self._out[topic] = (
-                self.messages_out.labels(*self._base, topic),
-                self.bytes_out.labels(*self._base, topic),
-            )
+        self._count(self._out, self.messages_out, self.bytes_out, topic, count, size)
+
+    def _count(self, cache: dict[str, tuple], messages: Counter, nbytes: Counter, topic: str,
+               count: int, size: int) -> None:
+        pair = cache.get(topic)
+        if pair is None:  # the labelled children are cached per topic (hot path)
+            pair = cache[topic] = (messages.labels(*self._base, topic), nbytes.labels(*self._base, topic))
         pair[0].inc(count)
         pair[1].inc(size)
 

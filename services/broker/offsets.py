@@ -45,21 +45,15 @@ class ConsumerOffsetManager:
     def offsets(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.table.get(f"{topic}@{group}", {}))
 
+    def _pairs(self) -> list[tuple[str, str]]:
+        """(topic, group) of every table key, in table order."""
+        return [(t, g) for t, _, g in (key.rpartition("@") for key in self.table)]
+
     def topics_of_group(self, group: str) -> list[str]:
-        out = []
-        for key in self.table:
-            topic, _, g = key.rpartition("@")
-            if g == group:
-                out.append(topic)
-        return out
+        return [t for t, g in self._pairs() if g == group]
 
     def groups_of_topic(self, topic: str) -> list[str]:
-        out = []
-        for key in self.table:
-            t, _, g = key.rpartition("@")
-            if t == topic:
-                out.append(g)
-        return out
+        return [g for t, g in self._pairs() if t == topic]
 
     def delete_topic(self, topic: str) -> None:
         for key in [k for k in self.table if k.rpartition("@")[0] == topic]:

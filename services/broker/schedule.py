@@ -39,6 +39,7 @@ from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.replay import SCHEDULE_TOPIC
 from tidemq.broker.store.store import GetStatus, MessageStore, PutRequest, PutStatus
+from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.timer import RETRY_AFTER_MS, Deliver, DeliveryTimer
 from tidemq.errors import CodecError
 from tidemq.message import decode_record, decode_record_header
@@ -243,17 +244,10 @@ class ScheduleMessageService:
         self._tasks.append(asyncio.create_task(self._persist_loop(), name="delay-offsets"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         self._wakes = []
-        try:
-            await self.persist()
-        except OSError as exc:
-            log.error("could not persist delay progress to %s: %s", self.path, exc)
+        await self._persist_logged()
 
     async def _drive(self, step: Callable[[int], int | None], holder, wake: asyncio.Event) -> None:
         while True:
@@ -279,7 +273,10 @@ class ScheduleMessageService:
     async def _persist_loop(self) -> None:
         while True:
             await asyncio.sleep(self.persist_interval)
-            try:
-                await self.persist()
-            except OSError as exc:
-                log.error("could not persist delay progress to %s: %s", self.path, exc)
+            await self._persist_logged()
+
+    async def _persist_logged(self) -> None:
+        try:
+            await self.persist()
+        except OSError as exc:
+            log.error("could not persist delay progress to %s: %s", self.path, exc)

@@ -11,10 +11,10 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import IntFlag
 from pathlib import Path
 
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
+from tidemq.remoting.codes import Perm
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,6 @@ NOT_ALLOWED_SEND = frozenset(
         OFFSET_MOVED_EVENT,
     }
 )
-
-
-class Perm(IntFlag):
-    INHERIT = 1
-    WRITE = 2
-    READ = 4
-    PRIORITY = 8
 
 
 _READ = int(Perm.READ)  # plain ints on the send/pull path (bench/produce_consume.py)

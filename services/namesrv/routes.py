@@ -20,7 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import IntFlag
+
+from tidemq.remoting.codes import Perm
+from tidemq.remoting.frame import lenient_int
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +30,6 @@ MASTER_ID = 0
 # TopicConfig defaults of RocketMQ, used when a registered topic config omits a field.
 DEFAULT_QUEUE_NUMS = 16
 DEFAULT_PERM = 6
-
-
-class Perm(IntFlag):
-    """Topic / broker permission bits (RocketMQ PermName)."""
-
-    INHERIT = 1
-    WRITE = 2
-    READ = 4
-    PRIORITY = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,18 +80,10 @@ class BrokerLiveInfo:
 
 
 def _as_int(value: object, what: str, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise ValueError(f"{what} must be an integer, got {value!r}")
+    try:
+        return lenient_int(value, default, bools=False)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
 
 
 def queue_data_from_config(topic: str, broker_name: str, config: Mapping[str, object]) -> QueueData:

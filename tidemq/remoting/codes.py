@@ -1,8 +1,8 @@
-"""RocketMQ 4.x request codes, response codes and language codes (wire values)."""
+"""RocketMQ 4.x request codes, response codes, language codes and permission bits (wire values)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, IntFlag
 
 
 class RequestCode(IntEnum):
@@ -105,6 +105,15 @@ class LanguageCode(IntEnum):
 class SerializeType(IntEnum):
     JSON = 0
     ROCKETMQ = 1
+
+
+class Perm(IntFlag):
+    """Topic / broker permission bits (RocketMQ PermName)."""
+
+    INHERIT = 1
+    WRITE = 2
+    READ = 4
+    PRIORITY = 8
 
 
 # MQVersion ordinal of RocketMQ 4.9.7: Java clients gate features on the broker's version.

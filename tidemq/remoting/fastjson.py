@@ -103,6 +103,17 @@ class _Parser:
     def fail(self, what: str) -> FrameError:
         return FrameError(f"invalid JSON body at character {self.pos}: {what}")
 
+    def closed(self, close: str) -> bool:
+        """After an element: consume a comma (False) or the ``close`` bracket (True)."""
+        self.ws()
+        if self.text.startswith(",", self.pos):
+            self.pos += 1
+            return False
+        if self.text.startswith(close, self.pos):
+            self.pos += 1
+            return True
+        raise self.fail(f"expected , or {close}")
+
     def value(self, depth: int) -> object:
         if depth > MAX_DEPTH:
             raise self.fail("nested too deeply")
@@ -121,14 +132,8 @@ class _Parser:
                 return out
             while True:
                 out.append(self.value(depth + 1))
-                self.ws()
-                if self.text.startswith(",", self.pos):
-                    self.pos += 1
-                elif self.text.startswith("]", self.pos):
-                    self.pos += 1
+                if self.closed("]"):
                     return out
-                else:
-                    raise self.fail("expected , or ]")
         if c == '"':
             return self.string()
         return self.scalar()
@@ -158,14 +163,8 @@ class _Parser:
                 raise self.fail("expected :")
             self.pos += 1
             out[key] = self.value(depth + 1)
-            self.ws()
-            if self.text.startswith(",", self.pos):
-                self.pos += 1
-            elif self.text.startswith("}", self.pos):
-                self.pos += 1
+            if self.closed("}"):
                 return out
-            else:
-                raise self.fail("expected , or }")
 
     def string(self) -> str:
         start = self.pos

@@ -45,19 +45,28 @@ def coerce_ext_fields(raw: object) -> dict[str, str]:
     return out
 
 
-def _as_int(value: object, name: str, default: int = 0) -> int:
+def lenient_int(value: object, default: int, *, bools: bool) -> int:
+    """A JSON integer that may come as a number or a decimal string: None -> ``default``, an
+    int or decimal str -> its value, a bool -> 0/1 when ``bools`` allows it. Raises ValueError
+    for anything else (callers word the error)."""
     if value is None:
         return default
     if isinstance(value, bool):
-        return int(value)
+        if bools:
+            return int(value)
+        raise ValueError(value)
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise FrameError(f"header field {name!r} is not an integer")
+        return int(value)
+    raise ValueError(value)
+
+
+def _as_int(value: object, name: str, default: int = 0) -> int:
+    try:
+        return lenient_int(value, default, bools=True)
+    except ValueError:
+        raise FrameError(f"header field {name!r} is not an integer") from None
 
 
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:

@@ -13,8 +13,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from tidemq.broker.clients import SubscriptionParseError, parse_tag_expression
+from tidemq.broker.processors.common import refused
 from tidemq.broker.store.store import GetStatus
 from tidemq.broker.topics import Perm
+from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -28,13 +30,6 @@ FLAG_SUBSCRIPTION = 0x4
 
 
 _READ = int(Perm.READ)
-
-
-class PullError(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 def _pull_fields(next_begin: int, min_offset: int, max_offset: int) -> dict[str, str]:
@@ -56,7 +51,7 @@ class PullProcessor:
     def pull(self, conn: Connection, cmd: RemotingCommand):
         try:
             req = self._check(cmd)
-        except PullError as exc:
+        except BrokerError as exc:
             log.debug("pull from %s refused (%d): %s", conn.peer, exc.code, exc.remark)
             return cmd.response(exc.code, exc.remark, _pull_fields(0, 0, 0))
         except ValueError as exc:
@@ -89,7 +84,7 @@ class PullProcessor:
     def _check(self, cmd: RemotingCommand):
         b = self.broker
         if not b.config.broker_permission & _READ:
-            raise PullError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] pulling message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] pulling message is forbidden")
         group = cmd.get_str("consumerGroup") or ""
         topic = cmd.get_str("topic") or ""
         queue_id = cmd.get_int("queueId", bits=32)
@@ -100,40 +95,40 @@ class PullProcessor:
             raise ValueError("missing header field 'consumerGroup'")
         g = b.groups.find_or_create(group, b.config.auto_create_subscription_group)
         if g is None:
-            raise PullError(
+            raise refused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group [{group}] does not exist; create it with `tidemq admin updateSubGroup`",
             )
         if not g.consume_enable:
-            raise PullError(ResponseCode.NO_PERMISSION, f"subscription group [{group}] is not allowed to consume")
+            raise refused(ResponseCode.NO_PERMISSION, f"subscription group [{group}] is not allowed to consume")
         tc = b.topics.get(topic)
         if tc is None:
-            raise PullError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            raise refused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not tc.readable:
-            raise PullError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         if queue_id < 0 or queue_id >= tc.read_queue_nums:
-            raise PullError(
+            raise refused(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}]",
             )
         if sys_flag & FLAG_SUBSCRIPTION:
             expr_type = (cmd.get_str("expressionType") or "TAG").upper()
             if expr_type != "TAG":
-                raise PullError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"expression type {expr_type} is not supported yet")
+                raise refused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"expression type {expr_type} is not supported yet")
             try:
                 parsed = parse_tag_expression(cmd.get_str("subscription") or "*")
             except SubscriptionParseError as exc:
-                raise PullError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+                raise refused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
             tag_codes = parsed[1] if parsed else None
         else:
             sub = b.clients.subscription(group, topic)
             if sub is None:
-                raise PullError(
+                raise refused(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     f"the consumer's subscription of {topic} does not exist; send a heartbeat first",
                 )
             if sub.sub_version < cmd.get_int("subVersion", 0):
-                raise PullError(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription is not latest")
+                raise refused(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription is not latest")
             tag_codes = sub.tag_codes
         return group, topic, queue_id, offset, max_nums, sys_flag, tag_codes
 

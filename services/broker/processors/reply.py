@@ -20,10 +20,11 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from tidemq.broker.processors.send import V2_NAMES
+from tidemq.broker.processors.common import refused
+from tidemq.broker.processors.send import long_names, peer_host, send_fields
 from tidemq.broker.store.store import PutRequest, PutStatus
 from tidemq.broker.topics import NOT_ALLOWED_SEND, Perm, validate_topic_name
-from tidemq.errors import RemotingError
+from tidemq.errors import BrokerError, RemotingError
 from tidemq.message import Prop, decode_properties, encode_properties
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
@@ -40,19 +41,9 @@ PUSHED_FIELDS = (
 )
 
 
-class ReplyRefused(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
 def _answer(cmd: RemotingCommand, code: int, remark: str | None, region: str, msg_id: str = "0",
             queue_id: int = 0, queue_offset: int = 0) -> RemotingCommand:
-    return cmd.response(code, remark, {
-        "msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
-        "MSG_REGION": region, "TRACE_ON": "true",
-    })
+    return cmd.response(code, remark, send_fields(msg_id, queue_id, queue_offset, region))
 
 
 def build_push(fields: dict[str, str], properties: dict[str, str], body: bytes, born_host: str,
@@ -89,10 +80,10 @@ class ReplyProcessor:
     async def reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         region = self.broker.config.region
         if cmd.code == RequestCode.SEND_REPLY_MESSAGE_V2:
-            cmd.ext_fields = {V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items()}
+            cmd.ext_fields = long_names(cmd.ext_fields)
         try:
             queue_id = self._check(cmd)
-        except ReplyRefused as exc:
+        except BrokerError as exc:
             self.failed += 1
             return _answer(cmd, exc.code, exc.remark, region)
         except ValueError as exc:
@@ -117,24 +108,24 @@ class ReplyProcessor:
         cfg = self.broker.config
         topic = cmd.get_str("topic") or ""
         if not cfg.broker_permission & _WRITE:
-            raise ReplyRefused(ResponseCode.NO_PERMISSION,
-                               f"the broker[{cfg.broker_name}] sending message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION,
+                          f"the broker[{cfg.broker_name}] sending message is forbidden")
         problem = validate_topic_name(topic)
         if problem:
-            raise ReplyRefused(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
+            raise refused(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
         if topic in NOT_ALLOWED_SEND:
-            raise ReplyRefused(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
         tc = self.broker.topics.get(topic)
         if tc is None:
-            raise ReplyRefused(ResponseCode.TOPIC_NOT_EXIST,
-                               f"topic[{topic}] not exist, apply first please! (replies go to "
-                               f"{cfg.cluster_name}_REPLY_TOPIC)")
+            raise refused(ResponseCode.TOPIC_NOT_EXIST,
+                          f"topic[{topic}] not exist, apply first please! (replies go to "
+                          f"{cfg.cluster_name}_REPLY_TOPIC)")
         if not tc.writable:
-            raise ReplyRefused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = cmd.get_int("queueId", -1, bits=32)
         if queue_id >= tc.queue_nums:
-            raise ReplyRefused(ResponseCode.SYSTEM_ERROR,
-                               f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues")
+            raise refused(ResponseCode.SYSTEM_ERROR,
+                          f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues")
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
         for name in ("flag", "sysFlag", "reconsumeTimes"):
@@ -142,8 +133,8 @@ class ReplyProcessor:
         cmd.get_int("bornTimestamp", 0)
         body = cmd.body_bytes()
         if not body or len(body) > cfg.store.max_message_size:
-            raise ReplyRefused(ResponseCode.MESSAGE_ILLEGAL,
-                               f"reply body is {len(body)} bytes; it must be 1..{cfg.store.max_message_size}")
+            raise refused(ResponseCode.MESSAGE_ILLEGAL,
+                          f"reply body is {len(body)} bytes; it must be 1..{cfg.store.max_message_size}")
         return queue_id
 
     async def _push(self, conn: Connection, cmd: RemotingCommand, props: dict[str, str],
@@ -176,7 +167,6 @@ class ReplyProcessor:
         b = self.broker
         stored_props = dict(props)
         stored_props.pop(Prop.WAIT, None)
-        host, _, port = conn.peer.rpartition(":")
         req = PutRequest(
             topic=cmd.get_str("topic") or "",
             queue_id=queue_id,
@@ -185,7 +175,7 @@ class ReplyProcessor:
             flag=cmd.get_int("flag", 0, bits=32),
             sys_flag=cmd.get_int("sysFlag", 0, bits=32),
             born_timestamp=cmd.get_int("bornTimestamp", 0),
-            born_host=(host or "127.0.0.1", int(port) if port.isdigit() else 0),
+            born_host=peer_host(conn),
             store_host=b.store_host,
             reconsume_times=cmd.get_int("reconsumeTimes", 0, bits=32),
         )

@@ -18,8 +18,9 @@ import random
 from typing import TYPE_CHECKING
 
 from tidemq.bodies import SubscriptionGroupConfig
-from tidemq.broker.delay import split_host, strip_delay
-from tidemq.broker.store.store import PutRequest, PutStatus
+from tidemq.broker.delay import strip_delay
+from tidemq.broker.processors.common import refused
+from tidemq.broker.store.results import PutStatus, put_again
 from tidemq.broker.topics import DLQ_PREFIX, RETRY_PREFIX, Perm, TopicConfig
 from tidemq.errors import BrokerError, CodecError
 from tidemq.message import Prop, decode_record
@@ -62,20 +63,20 @@ class RetryProcessor:
         offset = cmd.get_int("offset")
         delay_level = cmd.get_int("delayLevel", 0, bits=32)
         if not group:
-            raise _error(ResponseCode.SYSTEM_ERROR, "the send-back request names no consumer group")
+            raise refused(ResponseCode.SYSTEM_ERROR, "the send-back request names no consumer group")
         g = find_group(b, group)
         if not cfg.broker_permission & _WRITE:
-            raise _error(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
         if g.retry_queue_nums <= 0:
             self.dropped += 1
             return cmd.response(ResponseCode.SUCCESS)
         raw = b.store.read_record(offset) if offset >= 0 else None
         if raw is None:
-            raise _error(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+            raise refused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         try:
             msg = decode_record(raw)
         except CodecError as exc:
-            raise _error(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}: {exc}") from None
+            raise refused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}: {exc}") from None
         props = dict(msg.properties)
         props.setdefault(Prop.RETRY_TOPIC, msg.topic)
         strip_delay(props)
@@ -84,7 +85,7 @@ class RetryProcessor:
         topic = DLQ_PREFIX + group if dead else RETRY_PREFIX + group
         tc = retry_or_dlq_config(b, topic)
         if not tc.writable:
-            raise _error(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = random.randrange(max(1, tc.write_queue_nums))
         if dead:
             self.dead_lettered += 1
@@ -93,22 +94,11 @@ class RetryProcessor:
             props[Prop.DELAY] = str(level)
             self.sent_back += 1
         props[Prop.ORIGIN_MESSAGE_ID] = msg.properties.get(Prop.ORIGIN_MESSAGE_ID) or msg.offset_msg_id
-        req = PutRequest(
-            topic=topic,
-            queue_id=queue_id,
-            body=msg.body,
-            properties=props,
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=split_host(msg.born_host),
-            store_host=b.store_host,
-            reconsume_times=msg.reconsume_times + 1,
-        )
+        req = put_again(msg, topic, queue_id, props, b.store_host, reconsume_times=msg.reconsume_times + 1)
         req = b.schedule.prepare_put(req)
         result = b.store.put(req)
         if result.status is not PutStatus.PUT_OK:
-            raise _error(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)
+            raise refused(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)
         log.debug("message at %d of %s given back by group %s: now %s (reconsume %d)",
                   offset, msg.topic, group, topic, msg.reconsume_times + 1)
         if b.sync_flush:
@@ -121,16 +111,12 @@ class RetryProcessor:
         return cmd.response(ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT: the message is stored but not yet on disk")
 
 
-def _error(code: int, remark: str) -> BrokerError:
-    return BrokerError(remark, code, remark)
-
-
 def find_group(broker: "Broker", group: str) -> SubscriptionGroupConfig:
     """The group's config (created when the broker auto-creates groups), else BrokerError
     SUBSCRIPTION_GROUP_NOT_EXIST."""
     g = broker.groups.find_or_create(group, broker.config.auto_create_subscription_group)
     if g is None:
-        raise _error(
+        raise refused(
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
             f"subscription group [{group}] not exist, create it first with `tidemq admin updateSubGroup -g {group}`",
         )

@@ -16,6 +16,7 @@ import random
 from typing import TYPE_CHECKING
 
 from tidemq.broker.delay import TIMER_TOPIC, has_timer, strip_delay
+from tidemq.broker.processors.common import refused
 from tidemq.broker.processors.retry import find_group, max_reconsume_times, retry_or_dlq_config
 from tidemq.broker.store.store import PutRequest, PutResult, PutStatus
 from tidemq.broker.transaction.half import is_transactional
@@ -66,19 +67,24 @@ _WRITE = int(Perm.WRITE)
 _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
-class SendError(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
+def long_names(fields: dict[str, str]) -> dict[str, str]:
+    """A V2 send header with its one-letter names replaced by the long ones."""
+    return {V2_NAMES.get(k, k): v for k, v in fields.items()}
+
+
+def send_fields(msg_id: str, queue_id: int, queue_offset: int, region: str) -> dict[str, str]:
+    """The header of every answer to a send (and to a reply send)."""
+    return {
+        "msgId": msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(queue_offset),
+        "MSG_REGION": region,
+        "TRACE_ON": "true",
+    }
 
 
 def _error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-    return cmd.response(
-        code,
-        remark,
-        {"msgId": "", "queueId": "0", "queueOffset": "0", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"},
-    )
+    return cmd.response(code, remark, send_fields("", 0, 0, "DefaultRegion"))
 
 
 class SendProcessor:
@@ -98,7 +104,7 @@ class SendProcessor:
     def send(self, conn: Connection, cmd: RemotingCommand):
         try:
             return self._send(conn, cmd)
-        except (SendError, BrokerError) as exc:
+        except BrokerError as exc:
             self.errors += 1
             log.debug("send from %s refused (%s): %s", conn.peer, exc.code, exc.remark)
             return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
@@ -111,23 +117,23 @@ class SendProcessor:
 
     def _send(self, conn: Connection, cmd: RemotingCommand):
         if cmd.code != RequestCode.SEND_MESSAGE:
-            cmd.ext_fields = {V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items()}
+            cmd.ext_fields = long_names(cmd.ext_fields)
         b = self.broker
         cfg = b.config
         topic = cmd.get_str("topic") or ""
         if not cfg.broker_permission & _WRITE:
-            raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
         problem = validate_topic_name(topic)
         if problem:
-            raise SendError(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
+            raise refused(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
         if topic in NOT_ALLOWED_SEND or topic == TIMER_TOPIC:
-            raise SendError(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
         tc = self._topic_config(cmd, topic)
         if not tc.writable:
-            raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = cmd.get_int("queueId", -1, bits=32)
         if queue_id >= tc.queue_nums:
-            raise SendError(
+            raise refused(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues",
             )
@@ -140,7 +146,7 @@ class SendProcessor:
         header_props = decode_properties(cmd.get_str("properties") or "")
         transactional = is_transactional(sys_flag, header_props)  # half message (transaction/)
         header_props[Prop.CLUSTER] = cfg.cluster_name
-        host = _peer_host(conn)
+        host = peer_host(conn)
         body = cmd.body_bytes()
         is_batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or cmd.get_bool("batch")
 
@@ -149,13 +155,13 @@ class SendProcessor:
 
         if not is_batch:
             if len(body) > cfg.store.max_message_size:
-                raise SendError(
+                raise refused(
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"message body is {len(body)} bytes, larger than the broker's maximum "
                     f"{cfg.store.max_message_size}",
                 )
             if not body:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
+                raise refused(ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
             wait = header_props.pop(Prop.WAIT, "true").lower() != "false"
             req = PutRequest(
                 topic=topic,
@@ -179,17 +185,17 @@ class SendProcessor:
             body = inflate(body, cfg.store.max_message_size * 4)
             sys_flag &= ~_COMPRESSED
         if transactional:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
+            raise refused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
         items = decode_batch(body)
         reqs = []
         wait = True
         size = 0
         for item in items:
             if len(item.body) > cfg.store.max_message_size:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "a message of the batch exceeds the maximum body size")
+                raise refused(ResponseCode.MESSAGE_ILLEGAL, "a message of the batch exceeds the maximum body size")
             props = decode_properties(item.properties)
             if Prop.DELAY in props or has_timer(props):
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
+                raise refused(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
             for k, v in header_props.items():
                 props.setdefault(k, v)
             if props.pop(Prop.WAIT, "true").lower() == "false":
@@ -223,7 +229,7 @@ class SendProcessor:
             default = cmd.get_str("defaultTopic") or ""
             tc = b.topics.create_from_default(topic, default, cmd.get_int("defaultTopicQueueNums", 4))
         if tc is None:
-            raise SendError(
+            raise refused(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please! (create it with `tidemq admin updateTopic`)",
             )
@@ -249,13 +255,7 @@ class SendProcessor:
         self.messages_in += result.count
         self.bytes_in += size
         self.broker.metrics.on_put(cmd.ext_fields.get("topic", ""), result.count, size)
-        fields = {
-            "msgId": ",".join(result.msg_ids),
-            "queueId": str(queue_id),
-            "queueOffset": str(result.queue_offset),
-            "MSG_REGION": self.broker.config.region,
-            "TRACE_ON": "true",
-        }
+        fields = send_fields(",".join(result.msg_ids), queue_id, result.queue_offset, self.broker.config.region)
         if not self.broker.sync_flush:
             return cmd.response(code, None, fields)
         if not wait:
@@ -270,7 +270,8 @@ class SendProcessor:
         return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored", fields)
 
 
-def _peer_host(conn: Connection) -> tuple[str, int]:
+def peer_host(conn: Connection) -> tuple[str, int]:
+    """(host, port) of the peer of ``conn``."""
     host, _, port = conn.peer.rpartition(":")
     try:
         return host, int(port)

@@ -25,6 +25,7 @@ from tidemq.broker.store.checkpoint import Checkpoint, write_checkpoint
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
+from tidemq.broker.store.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,8 @@ class CommitLogFlusher:
         self._task = asyncio.create_task(self._run(), name="tidemq-store-commitlog-flush")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.flush()
 
     async def _run(self) -> None:
@@ -151,11 +149,8 @@ class LogicsFlusher:
         self._task = asyncio.create_task(self._run(), name="tidemq-store-logics-flush")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

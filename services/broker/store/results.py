@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from tidemq.message import MessageExt, split_host
+
 
 @dataclass(slots=True)
 class PutRequest:
@@ -20,6 +22,26 @@ class PutRequest:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     tags_code: int | None = None  # None -> tidemq.message.tags_code(properties.get("TAGS"))
+
+
+def put_again(msg: MessageExt, topic: str, queue_id: int, properties: dict[str, str],
+              store_host: tuple[str, int], *, sys_flag: int | None = None,
+              reconsume_times: int | None = None, prepared_transaction_offset: int = 0) -> PutRequest:
+    """A put that stores a stored message again under ``topic``/``queue_id``: its body, flag, born
+    time and host kept; sysFlag and reconsumeTimes kept unless given."""
+    return PutRequest(
+        topic=topic,
+        queue_id=queue_id,
+        body=msg.body,
+        properties=properties,
+        flag=msg.flag,
+        sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=split_host(msg.born_host),
+        store_host=store_host,
+        reconsume_times=msg.reconsume_times if reconsume_times is None else reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
 
 
 class PutStatus(enum.Enum):

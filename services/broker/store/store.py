@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import shutil
@@ -49,6 +48,7 @@ from tidemq.broker.store.results import (  # re-exported: the store's API types
     PutStatus,
 )
 from tidemq.broker.store.retention import Retention, usage_ratio
+from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.store.writer import Pending, RecordEncoder, illegal
 
 __all__ = ["GetResult", "GetStatus", "MessageStore", "PutRequest", "PutResult", "PutStatus"]
@@ -144,10 +144,7 @@ class MessageStore:
         was_loaded = self._state in ("loaded", "running")
         self._state = "closed"
         self._refuse = "the store is shut down"
-        if self._cleanup_task is not None:
-            self._cleanup_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._cleanup_task
+        await cancel_and_wait(self._cleanup_task)
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         if was_loaded:

@@ -22,7 +22,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-from tidemq.broker.store.results import PutRequest
+from tidemq.broker.store.results import PutRequest, put_again
 from tidemq.errors import CodecError
 from tidemq.message import (
     TRANSACTION_MASK,
@@ -32,6 +32,7 @@ from tidemq.message import (
     encode_properties,
     encode_record,
     pack_host,
+    split_host,
 )
 from tidemq.remoting import RemotingCommand, RequestCode
 
@@ -123,15 +124,6 @@ def root_of(msg: MessageExt) -> int:
     return _int_prop(msg.properties, PROP_ROOT_OFFSET, msg.queue_offset) or 0
 
 
-def split_host(addr: str) -> tuple[str, int]:
-    """``"1.2.3.4:10911"`` / ``"[::1]:10911"`` -> (host, port)."""
-    host, _, port = addr.rpartition(":")
-    try:
-        return host.strip("[]"), int(port)
-    except ValueError:
-        return "127.0.0.1", 0
-
-
 def to_half(req: PutRequest) -> PutRequest:
     """The half message for a transactional send (real topic and queue kept in properties).
 
@@ -151,29 +143,13 @@ def to_half(req: PutRequest) -> PutRequest:
     )
 
 
-def _common(msg: MessageExt) -> dict:
-    return {
-        "body": msg.body,
-        "flag": msg.flag,
-        "born_timestamp": msg.born_timestamp,
-        "born_host": split_host(msg.born_host),
-        "reconsume_times": msg.reconsume_times,
-    }
-
-
 def to_real(half: MessageExt, store_host: tuple[str, int]) -> PutRequest:
     """The committed message for a half record."""
     props = {k: v for k, v in half.properties.items() if k not in _INTERNAL}
     real_qid = _int_prop(half.properties, Prop.REAL_QID, 0) or 0
-    return PutRequest(
-        topic=half.properties.get(Prop.REAL_TOPIC, ""),
-        queue_id=real_qid,
-        properties=props,
-        sys_flag=(half.sys_flag & ~TRANSACTION_MASK) | EndType.COMMIT,
-        store_host=store_host,
-        prepared_transaction_offset=half.commit_log_offset,
-        **_common(half),
-    )
+    return put_again(half, half.properties.get(Prop.REAL_TOPIC, ""), real_qid, props, store_host,
+                     sys_flag=(half.sys_flag & ~TRANSACTION_MASK) | EndType.COMMIT,
+                     prepared_transaction_offset=half.commit_log_offset)
 
 
 def to_copy(half: MessageExt, store_host: tuple[str, int], check_times: int,
@@ -184,26 +160,14 @@ def to_copy(half: MessageExt, store_host: tuple[str, int], check_times: int,
     props[PROP_CHECK_TIMES] = str(check_times)
     if not_before_ms is not None:
         props[PROP_NOT_BEFORE] = str(not_before_ms)
-    return PutRequest(
-        topic=HALF_TOPIC,
-        queue_id=HALF_QUEUE_ID,
-        properties=props,
-        sys_flag=half.sys_flag & ~TRANSACTION_MASK,
-        store_host=store_host,
-        **_common(half),
-    )
+    return put_again(half, HALF_TOPIC, HALF_QUEUE_ID, props, store_host,
+                     sys_flag=half.sys_flag & ~TRANSACTION_MASK)
 
 
 def to_discarded(half: MessageExt, store_host: tuple[str, int]) -> PutRequest:
     """A half message given up on, kept in TRANS_CHECK_MAX_TIME_TOPIC for operators."""
-    return PutRequest(
-        topic=CHECK_MAX_TOPIC,
-        queue_id=0,
-        properties=dict(half.properties),
-        sys_flag=half.sys_flag & ~TRANSACTION_MASK,
-        store_host=store_host,
-        **_common(half),
-    )
+    return put_again(half, CHECK_MAX_TOPIC, 0, dict(half.properties), store_host,
+                     sys_flag=half.sys_flag & ~TRANSACTION_MASK)
 
 
 def op_request(root: int, queue_id: int, store_host: tuple[str, int], now_ms: int) -> PutRequest:

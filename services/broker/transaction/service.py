@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,27 +121,19 @@ class TransactionService:
                                  keep_until)
         offset = min(max(self.op_progress, store.min_offset(OP_TOPIC, HALF_QUEUE_ID)), end)
         read = 0
-        while offset < end:
-            res = store.get_messages(OP_TOPIC, HALF_QUEUE_ID, offset, REPLAY_BATCH, None, 1 << 20)
-            if res.status is GetStatus.OFFSET_TOO_SMALL or not res.records:
-                if res.next_begin_offset <= offset:
-                    break
-                offset = res.next_begin_offset
+        for raw in self._records(OP_TOPIC, offset, end):
+            try:
+                op = decode_record(raw)
+            except CodecError as exc:
+                log.error("skipping an unreadable op record: %s", exc)
                 continue
-            for raw in res.records:
-                try:
-                    op = decode_record(raw)
-                except CodecError as exc:
-                    log.error("skipping an unreadable op record: %s", exc)
-                    continue
-                root = parse_op_body(op.body)
-                if root is None:
-                    log.warning("op record %d has body %r, not a half-queue offset", op.queue_offset,
-                                op.body[:32])
-                    continue
-                self.book.add(root, op.queue_offset, keep_until)
-                read += 1
-            offset = res.next_begin_offset
+            root = parse_op_body(op.body)
+            if root is None:
+                log.warning("op record %d has body %r, not a half-queue offset", op.queue_offset,
+                            op.body[:32])
+                continue
+            self.book.add(root, op.queue_offset, keep_until)
+            read += 1
         self.book.prune(self.half_progress)
         self._find_open_copies(keep_until)
         if read or self.half_progress < keep_until:
@@ -151,22 +143,26 @@ class TransactionService:
         return read
 
     def _find_open_copies(self, end: int) -> None:
-        offset = self.half_progress
+        for raw in self._records(HALF_TOPIC, self.half_progress, end):
+            try:
+                msg = decode_record(raw)
+            except CodecError:
+                continue
+            root = root_of(msg)
+            if root != msg.queue_offset and root not in self.book:
+                self.open[root] = max(self.open.get(root, -1), msg.queue_offset)
+
+    def _records(self, topic: str, offset: int, end: int) -> Iterator[bytes]:
+        """The stored records of queue 0 of ``topic`` from ``offset`` up to (about) ``end``,
+        skipping gaps; stops where the queue gives nothing more."""
         while offset < end:
-            res = self.store.get_messages(HALF_TOPIC, HALF_QUEUE_ID, offset, REPLAY_BATCH, None, 1 << 20)
+            res = self.store.get_messages(topic, HALF_QUEUE_ID, offset, REPLAY_BATCH, None, 1 << 20)
             if res.status is GetStatus.OFFSET_TOO_SMALL or not res.records:
                 if res.next_begin_offset <= offset:
                     break
                 offset = res.next_begin_offset
                 continue
-            for raw in res.records:
-                try:
-                    msg = decode_record(raw)
-                except CodecError:
-                    continue
-                root = root_of(msg)
-                if root != msg.queue_offset and root not in self.book:
-                    self.open[root] = max(self.open.get(root, -1), msg.queue_offset)
+            yield from res.records
             offset = res.next_begin_offset
 
     def track_copy(self, root: int, copy_offset: int) -> None:
