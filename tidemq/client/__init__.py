@@ -2,7 +2,8 @@
 
 Layout (aiokafka-like): pure wire codecs in ``send``, ``pull``, ``heartbeat``,
 ``admin_protocol`` and ``route``; state in ``route_cache``; I/O in ``instance`` (connections,
-name servers, heartbeats) used by ``producer``, ``consumer`` and ``admin``; ``sync`` wraps them.
+name servers, heartbeats) used by ``producer``, ``consumer`` and ``admin`` (their shared lifecycle
+in ``base``); ``sync`` wraps them in blocking facades (machinery in ``facade``).
 ``push`` holds PushConsumer (rebalancing, process queues, offset stores, concurrent and orderly
 consumption); ``lite_pull`` the poll()-style LitePullConsumer built on the same parts.
 """

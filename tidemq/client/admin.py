@@ -24,50 +24,30 @@ from tidemq.client.admin_protocol import (
     query_message_request,
 )
 from tidemq.bodies import SubscriptionGroupConfig
+from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
-from tidemq.client.instance import ClientInstance
-from tidemq.client.response import broker_error, check
+from tidemq.client.response import broker_error, check, header_int
 from tidemq.client.route import ClusterInfo, Perm, TopicRouteData
 from tidemq.client.validation import check_group, check_topic_name
-from tidemq.errors import AdminError, ClientError, CodecError, RemotingError
+from tidemq.errors import AdminError, ClientError, CodecError, RemotingError, TideMQError
 from tidemq.message import MessageExt, Prop, decode_offset_msg_id, decode_records
-from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
 
 log = logging.getLogger(__name__)
 
 DEFAULT_QUERY_MAX_NUM = 32
 
 
-class Admin:
+class Admin(ClientBase):
     """An asyncio admin client. Use ``async with Admin("127.0.0.1:9876") as admin:``."""
+
+    _not_started = ("admin is not started: call `await admin.start()` or use "
+                    "`async with Admin(...)`")
 
     def __init__(
         self, name_servers: str | Sequence[str] | None = None, config: ClientConfig | None = None
     ) -> None:
         self.config = make_config(name_servers, config)
-        self._instance: ClientInstance | None = None
-
-    async def start(self) -> None:
-        if self._instance is None:
-            self._instance = await ClientInstance.acquire(self.config)
-
-    async def close(self) -> None:
-        inst, self._instance = self._instance, None
-        if inst is not None:
-            await inst.release()
-
-    async def __aenter__(self) -> "Admin":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def _require(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientError("admin is not started: call `await admin.start()` or use "
-                              "`async with Admin(...)`")
-        return self._instance
 
     # helpers -----------------------------------------------------------------------------------
     async def _namesrv(self, code: RequestCode, fields: dict | None, what: str) -> RemotingCommand:
@@ -269,6 +249,44 @@ class Admin:
             return sorted(parse_string_list(resp.body_bytes(), "consumerIdList", "consumer list"))
         except CodecError as exc:
             raise AdminError(str(exc)) from None
+
+    async def broker_topic_configs(self, broker_addr: str) -> dict[str, dict]:
+        """The broker's own topic table (GET_ALL_TOPIC_CONFIG): topic -> TopicConfig JSON
+        (readQueueNums, writeQueueNums, perm, order ...), fresher than any route."""
+        cmd = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)
+        resp = await self._broker(broker_addr, cmd, "topic configs")
+        try:
+            table = fastjson.loads(resp.body_bytes() or b"{}").get("topicConfigTable") or {}
+        except (TideMQError, ValueError, AttributeError) as exc:
+            raise AdminError(f"topic configs from {broker_addr} are malformed: {exc}") from None
+        return {str(k): v for k, v in table.items() if isinstance(v, dict)}
+
+    async def queue_offset_range(self, broker_addr: str, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of one queue on one broker, whatever its write count."""
+        out = []
+        for code, what in ((RequestCode.GET_MIN_OFFSET, "min offset"),
+                           (RequestCode.GET_MAX_OFFSET, "max offset")):
+            cmd = RemotingCommand.request(code, {"topic": topic, "queueId": queue_id})
+            resp = await self._broker(broker_addr, cmd, f"{what} of {topic}:{queue_id}")
+            out.append(header_int(resp, "offset", f"{what} of {topic}:{queue_id}"))
+        return out[0], out[1]
+
+    async def topic_consumer_groups(self, topic: str) -> list[str]:
+        """Groups that have committed offsets for ``topic`` on any of its master brokers
+        (from GET_ALL_CONSUMER_OFFSET, whose table keys are ``topic@group``)."""
+        route = await self.topic_route(topic)
+
+        async def one(addr: str) -> set[str]:
+            cmd = RemotingCommand.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
+            resp = await self._broker(addr, cmd, f"consumer offsets of topic {topic}")
+            try:
+                table = fastjson.loads(resp.body_bytes() or b"{}").get("offsetTable") or {}
+            except (TideMQError, ValueError, AttributeError) as exc:
+                raise AdminError(f"consumer offsets from {addr} are malformed: {exc}") from None
+            return {str(k).rpartition("@")[2] for k in table if str(k).rpartition("@")[0] == topic}
+
+        parts = await self._gather_brokers(sorted(set(route.master_addrs().values())), one)
+        return sorted(set().union(*parts))
 
     # messages ----------------------------------------------------------------------------------
     async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,

@@ -128,52 +128,35 @@ def _num(obj: dict, key: str, what: str) -> int:
         raise CodecError(f"{what}: {key} is not a number: {v!r}") from None
 
 
-def _offset_table(body: bytes, what: str) -> tuple[dict, dict]:
+def _offset_table(body: bytes, what: str, fields: tuple[str, ...]) -> tuple[dict, list[tuple]]:
+    """The body's object and, for each ``offsetTable`` entry, its queue followed by the numbers
+    named ``fields``."""
     obj = _load_obj(body, what)
     table = obj.get("offsetTable") or {}
     if not isinstance(table, dict):
         raise CodecError(f"{what}: offsetTable is not an object")
-    return obj, table
+    rows = []
+    for key, value in table.items():
+        if not isinstance(value, dict):
+            raise CodecError(f"{what}: entry for {key!r} is not an object")
+        rows.append((_queue_key(key, what), *(_num(value, f, what) for f in fields)))
+    return obj, rows
 
 
 def parse_topic_stats(body: bytes) -> list[TopicOffset]:
-    what = "topic stats"
-    _obj, table = _offset_table(body, what)
-    out = []
-    for key, value in table.items():
-        if not isinstance(value, dict):
-            raise CodecError(f"{what}: entry for {key!r} is not an object")
-        out.append(
-            TopicOffset(
-                _queue_key(key, what),
-                _num(value, "minOffset", what),
-                _num(value, "maxOffset", what),
-                _num(value, "lastUpdateTimestamp", what),
-            )
-        )
-    return sorted(out)
+    _obj, rows = _offset_table(body, "topic stats",
+                               ("minOffset", "maxOffset", "lastUpdateTimestamp"))
+    return sorted(TopicOffset(*row) for row in rows)
 
 
 def parse_consume_stats(body: bytes) -> tuple[list[QueueProgress], float]:
-    what = "consume stats"
-    obj, table = _offset_table(body, what)
-    out = []
-    for key, value in table.items():
-        if not isinstance(value, dict):
-            raise CodecError(f"{what}: entry for {key!r} is not an object")
-        out.append(
-            QueueProgress(
-                _queue_key(key, what),
-                _num(value, "brokerOffset", what),
-                _num(value, "consumerOffset", what),
-                _num(value, "lastTimestamp", what),
-            )
-        )
+    obj, rows = _offset_table(body, "consume stats",
+                              ("brokerOffset", "consumerOffset", "lastTimestamp"))
     try:
         tps = float(obj.get("consumeTps") or 0.0)
     except (TypeError, ValueError):
         tps = 0.0
-    return sorted(out), tps
+    return sorted(QueueProgress(*row) for row in rows), tps
 
 
 def parse_string_list(body: bytes, field_name: str, what: str) -> list[str]:

@@ -64,10 +64,8 @@ class ClientConfig:
         object.__setattr__(self, "name_servers", parse_name_servers(self.name_servers))
         if not self.instance_name or "@" in self.instance_name:
             raise ConfigError("instance_name must be non-empty and must not contain '@'")
-        for name in ("request_timeout", "route_refresh_interval", "heartbeat_interval",
-                     "connect_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        check_positive(self, ("request_timeout", "route_refresh_interval", "heartbeat_interval",
+                              "connect_timeout"))
         if self.retry_times_when_send_failed < 0:
             raise ConfigError("retry_times_when_send_failed must be >= 0")
         if not 0 <= self.compress_level <= 9:
@@ -81,6 +79,13 @@ class ClientConfig:
         if name_servers is None:
             return self
         return dataclasses.replace(self, name_servers=parse_name_servers(name_servers))
+
+
+def check_positive(settings: object, names: Iterable[str]) -> None:
+    """Raise ConfigError unless each named attribute of ``settings`` is > 0."""
+    for name in names:
+        if not getattr(settings, name) > 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(settings, name)!r}")
 
 
 def make_config(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.heartbeat import CLUSTERING, CONSUME_ACTIVELY, ConsumerData, Subscription
 from tidemq.client.instance import ClientInstance
@@ -32,8 +33,11 @@ from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 log = logging.getLogger(__name__)
 
 
-class PullConsumer:
+class PullConsumer(ClientBase):
     """An asyncio pull consumer. Use ``async with PullConsumer("group", "127.0.0.1:9876") as c:``."""
+
+    _not_started = ("consumer is not started: call `await consumer.start()` or use "
+                    "`async with PullConsumer(...)`")
 
     def __init__(
         self,
@@ -43,42 +47,18 @@ class PullConsumer:
     ) -> None:
         self.group = check_group(group)
         self.config = make_config(name_servers, config)
-        self._instance: ClientInstance | None = None
         self._subscriptions: dict[str, Subscription] = {}
 
     # lifecycle ---------------------------------------------------------------------------------
-    async def start(self) -> None:
-        if self._instance is not None:
-            return
-        inst = await ClientInstance.acquire(self.config)
+    def _attach(self, inst: ClientInstance) -> None:
         inst.add_consumer(self)
-        self._instance = inst
 
-    async def close(self) -> None:
-        inst, self._instance = self._instance, None
-        if inst is None:
-            return
-        try:
-            await inst.remove_consumer(self)
-        finally:
-            await inst.release()
-
-    async def __aenter__(self) -> "PullConsumer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def _detach(self, inst: ClientInstance) -> None:
+        await inst.remove_consumer(self)
 
     @property
     def client_id(self) -> str:
         return self._require().client_id
-
-    def _require(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientError("consumer is not started: call `await consumer.start()` or use "
-                              "`async with PullConsumer(...)`")
-        return self._instance
 
     def consumer_data(self) -> ConsumerData:
         return ConsumerData(

@@ -33,6 +33,7 @@ from tidemq.client.ids import UniqIdGenerator, make_client_id
 from tidemq.client.response import check
 from tidemq.client.route import TopicRouteData
 from tidemq.client.route_cache import RouteCache
+from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
 from tidemq.message import local_ip_bytes
 from tidemq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -126,10 +127,7 @@ class ClientInstance:
         self._state = "closed"
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(list(self._tasks))
         self._tasks.clear()
         await self.remoting.close()
         log.debug("client instance %s closed", self.client_id)
@@ -139,10 +137,7 @@ class ClientInstance:
         return self._state == "started"
 
     def _spawn(self, coro: Awaitable[object]) -> asyncio.Task:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return keep(self._tasks, coro)
 
     async def _every(self, interval: float, fn: Callable[[], Awaitable[object]], name: str) -> None:
         while True:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from tidemq.client.allocate import AllocateStrategy, allocate_averagely
+from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.heartbeat import CONSUME_ACTIVELY, ConsumerData, Subscription
 from tidemq.client.instance import ClientInstance
@@ -32,11 +33,16 @@ from tidemq.client.push.offset_store import OffsetStore, ReadOffsetType, make_of
 from tidemq.client.push.poll_cache import PollCache
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.puller import FLOW_CONTROL_DELAY, PullSettings, QueuePuller
-from tidemq.client.push.rebalance import Rebalancer, claim_group, compute_pull_from_where, release_group
+from tidemq.client.push.rebalance import (
+    Rebalancer,
+    acquire_for_group,
+    compute_pull_from_where,
+    release_for_group,
+)
 from tidemq.client.push.settings import LitePullSettings
-from tidemq.client.push.tasks import cancel_all, guarded
 from tidemq.client.push.types import ConsumeFromWhere, MessageModel
 from tidemq.client.route import MessageQueue
+from tidemq.client.tasks import cancel_all, every, pop_and_cancel
 from tidemq.client.validation import check_group, check_topic_name
 from tidemq.errors import ClientError
 from tidemq.message import MessageExt
@@ -48,7 +54,10 @@ MIB = 1024 * 1024
 PAUSED_DELAY = 0.2
 
 
-class LitePullConsumer:
+class LitePullConsumer(ClientBase):
+    _not_started = ("consumer is not started: call `await consumer.start()` or use "
+                    "`async with LitePullConsumer(...)`")
+
     def __init__(
         self,
         group: str,
@@ -95,7 +104,6 @@ class LitePullConsumer:
         self._pullers: dict[MessageQueue, asyncio.Task] = {}
         self._cache = PollCache()
         self._tasks: list[asyncio.Task] = []
-        self._instance: ClientInstance | None = None
         self._state = "new"
 
     # what to consume ---------------------------------------------------------------------------
@@ -177,12 +185,7 @@ class LitePullConsumer:
             return
         if self._state not in ("new", "closed"):
             raise ClientError(f"consumer is {self._state}")
-        inst = await ClientInstance.acquire(self.config)
-        try:
-            claim_group(inst, self.group)
-        except ClientError:
-            await inst.release()
-            raise
+        inst = await acquire_for_group(self.config, self.group)
         self._instance = inst
         self.instance = inst
         self._positions.clear()
@@ -206,9 +209,11 @@ class LitePullConsumer:
         except BaseException:
             await self.close()
             raise
-        self._tasks = [asyncio.ensure_future(self._rebalance_loop())]
+        s = self.settings
+        jobs = [every(s.rebalance_interval, self._balance, "rebalance", self.group, self._wake)]
         if self.auto_commit:
-            self._tasks.append(asyncio.ensure_future(self._commit_loop()))
+            jobs.append(every(s.auto_commit_interval, self._auto_commit, "auto-commit", self.group))
+        self._tasks = [asyncio.ensure_future(job) for job in jobs]
 
     async def close(self) -> None:
         """Stop pulling; with auto_commit, commit the positions; unregister. Idempotent."""
@@ -227,30 +232,18 @@ class LitePullConsumer:
             else:
                 await self._persist(oneway=False)
         finally:
-            for pq in self.rebalancer.process_queues.values():
-                pq.dropped = True
-            self.rebalancer.process_queues.clear()
+            self.rebalancer.clear()
             self._cache.clear()
-            release_group(inst, self.group)
+            self._instance = None
             try:
-                await inst.remove_consumer(self)
+                await release_for_group(inst, self)
             finally:
-                self._instance = None
                 self._state = "closed"
-                await inst.release()
-
-    async def __aenter__(self) -> "LitePullConsumer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def _require(self) -> ClientInstance:
-        if self._state != "started" or self._instance is None:
-            raise ClientError("consumer is not started: call `await consumer.start()` or use "
-                              "`async with LitePullConsumer(...)`")
-        return self._instance
+        if self._state != "started":
+            raise ClientError(self._not_started)
+        return super()._require()
 
     # rebalancing -------------------------------------------------------------------------------
     async def _balance(self) -> None:
@@ -266,28 +259,15 @@ class LitePullConsumer:
             self._wake.set()
         return None
 
-    async def _rebalance_loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.settings.rebalance_interval)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            await guarded(self._balance(), "rebalance", self.group)
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.auto_commit_interval)
-            await guarded(self._commit_positions(None, oneway=True), "auto-commit", self.group)
+    async def _auto_commit(self) -> None:
+        await self._commit_positions(None, oneway=True)
 
     async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         return set(mqs)  # lite pull does not lock
 
     async def on_queue_added(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         self.offset_store.remove(mq)
-        ts = self.settings.consume_timestamp
-        if ts is None:
-            ts = self._require().now_ms() - 30 * 60 * 1000
+        ts = self.settings.start_timestamp(self._require().now_ms())
         offset = await compute_pull_from_where(self.api, self.offset_store, mq,
                                                self.settings.consume_from, ts)
         if offset < 0:
@@ -302,9 +282,7 @@ class LitePullConsumer:
 
     async def on_queue_removed(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         pq.dropped = True
-        task = self._pullers.pop(mq, None)
-        if task is not None:
-            await cancel_all([task])
+        await pop_and_cancel(self._pullers, mq)
         self._cache.drop(mq)
         position = self._positions.pop(mq, None)
         if self.auto_commit and position is not None:
@@ -376,9 +354,7 @@ class LitePullConsumer:
         low, high = await self.api.min_offset(mq), await self.api.max_offset(mq)
         if not low <= offset <= high:
             raise ClientError(f"seek offset {offset} of {mq} is outside {low}..{high}")
-        task = self._pullers.pop(mq, None)
-        if task is not None:
-            await cancel_all([task])
+        await pop_and_cancel(self._pullers, mq)
         self._cache.drop(mq)
         pq.clear()
         if not pq.dropped:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from tidemq.client.base import ClientBase
 from tidemq.client.batching import BATCH_LOG_OVERHEAD, split_batches
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.fault import FaultStrategy
@@ -50,6 +51,7 @@ from tidemq.client.send import (
     parse_send_response,
     prepare_message,
 )
+from tidemq.client.tasks import finish_or_cancel, keep
 from tidemq.client.validation import check_batch, check_group, check_message
 from tidemq.errors import BrokerError, ClientError, RemotingError, RemotingTimeoutError, TideMQError
 from tidemq.message import Message, MessageExt
@@ -72,12 +74,15 @@ def no_route_error(topic: str) -> ClientError:
     )
 
 
-class Producer:
+class Producer(ClientBase):
     """An asyncio producer. Use ``async with Producer("group", "127.0.0.1:9876") as p:``.
 
     ``send_latency_fault_enable`` turns RocketMQ's latency fault avoidance on (the default here;
     Java's default is off); ``clock`` (seconds, monotonic) drives it.
     """
+
+    _not_started = ("producer is not started: call `await producer.start()` or use "
+                    "`async with Producer(...)`")
 
     def __init__(
         self,
@@ -91,66 +96,42 @@ class Producer:
         self.group = check_group(group)
         self.config = make_config(name_servers, config)
         self.fault = FaultStrategy(send_latency_fault_enable, clock)
-        self._instance: ClientInstance | None = None
         self._tasks: set[asyncio.Task] = set()
         self._requests: set[str] = set()
         self._request_topics: set[str] = set()
         self._closing = False
 
     # lifecycle ---------------------------------------------------------------------------------
-    async def start(self) -> None:
-        if self._instance is not None:
-            return
-        inst = await ClientInstance.acquire(self.config)
+    def _attach(self, inst: ClientInstance) -> None:
         inst.add_producer(self.group)
-        self._instance = inst
         inst.schedule_heartbeat()
 
     async def close(self, timeout: float | None = None) -> None:
         """Wait up to ``timeout`` (default: the request timeout) for callback sends and requests
         in flight, cancel what is left, then unregister and release the client instance."""
-        inst = self._instance
-        if inst is None or self._closing:
+        if self._instance is None or self._closing:
             return
         self._closing = True
         pending = [t for t in self._tasks if t is not asyncio.current_task()]
-        if pending:
-            wait = self.config.request_timeout if timeout is None else timeout
-            _done, late = await asyncio.wait(pending, timeout=wait)
-            for task in late:
-                task.cancel()
-            if late:
-                log.warning("producer %s closed with %d callback send(s)/request(s) unfinished",
-                            self.group, len(late))
-                await asyncio.gather(*late, return_exceptions=True)
-        self._instance = None
+        wait = self.config.request_timeout if timeout is None else timeout
+        late = await finish_or_cancel(pending, wait)
+        if late:
+            log.warning("producer %s closed with %d callback send(s)/request(s) unfinished",
+                        self.group, late)
         self._closing = False
+        await super().close()
+
+    async def _detach(self, inst: ClientInstance) -> None:
         if self._requests:
             router = reply_router(inst)
             for cid in list(self._requests):
                 router.fail(cid, ClientError(f"producer {self.group} was closed while the request "
                                              "waited for its reply"))
-        try:
-            await inst.remove_producer(self.group)
-        finally:
-            await inst.release()
-
-    async def __aenter__(self) -> "Producer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        await inst.remove_producer(self.group)
 
     @property
     def client_id(self) -> str:
         return self._require().client_id
-
-    def _require(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientError("producer is not started: call `await producer.start()` or use "
-                              "`async with Producer(...)`")
-        return self._instance
 
     # sending -----------------------------------------------------------------------------------
     async def send(
@@ -333,10 +314,7 @@ class Producer:
     # internals ---------------------------------------------------------------------------------
     def _spawn(self, coro: Awaitable[T], on_success: SuccessCallback | None,
                on_exception: ExceptionCallback | None, what: str) -> "asyncio.Task[T | None]":
-        task = asyncio.ensure_future(_with_callbacks(coro, on_success, on_exception, what))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return keep(self._tasks, _with_callbacks(coro, on_success, on_exception, what))
 
     def _prepare(self, inst: ClientInstance, msg: Message) -> OutgoingMessage:
         return prepare_message(msg, inst.next_uniq_id(), self.config.compress_threshold,

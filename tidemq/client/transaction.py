@@ -36,12 +36,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig
+from tidemq.client.facade import SyncFacade, blocking
 from tidemq.client.instance import ClientInstance
 from tidemq.client.producer import Producer, QueueSelector
 from tidemq.client.route import MessageQueue
 from tidemq.client.send import SendResult, SendStatus
-from tidemq.client.sync import _SyncClient
+from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, RemotingError, TideMQError
 from tidemq.message import (
     Message,
@@ -171,13 +173,16 @@ def _check_listener(listener: object) -> None:
                               "tidemq.TransactionListener")
 
 
-class TransactionProducer:
+class TransactionProducer(ClientBase):
     """An asyncio transactional producer (RocketMQ's TransactionMQProducer).
 
     ``topics``: topics whose brokers should know this producer as soon as it starts (so it can
     answer checks, e.g. for transactions a crashed instance of the same group left open, before
     its own first send). It can also send ordinary messages with :meth:`send`.
     """
+
+    _not_started = ("transaction producer is not started: call `await producer.start()` "
+                    "or use `async with TransactionProducer(...)`")
 
     def __init__(
         self,
@@ -197,7 +202,6 @@ class TransactionProducer:
         self.check_concurrency = check_concurrency
         self.max_pending_checks = max_pending_checks
         self.topics = tuple(topics)
-        self._instance: ClientInstance | None = None
         self._slots: asyncio.Semaphore | None = None
         self._checks: set[asyncio.Task] = set()
         self.checks_answered = 0
@@ -220,13 +224,11 @@ class TransactionProducer:
             return
         await self._producer.start()
         try:
-            inst = await ClientInstance.acquire(self.config)
+            await super().start()
         except BaseException:
             await self._producer.close()
             raise
-        self._instance = inst
-        self._slots = asyncio.Semaphore(self.check_concurrency)
-        inst.register_request_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
+        inst = self._require()
         try:
             for topic in self.topics:
                 await inst.get_route(topic)
@@ -236,29 +238,17 @@ class TransactionProducer:
             await self.close()
             raise
 
+    def _attach(self, inst: ClientInstance) -> None:
+        self._slots = asyncio.Semaphore(self.check_concurrency)
+        inst.register_request_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
+
     async def close(self) -> None:
-        inst, self._instance = self._instance, None
-        if inst is not None:
-            inst.unregister_request_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
-            checks = list(self._checks)
-            for t in checks:
-                t.cancel()
-            await asyncio.gather(*checks, return_exceptions=True)
-            await inst.release()
+        await super().close()
         await self._producer.close()
 
-    async def __aenter__(self) -> "TransactionProducer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def _require(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientError("transaction producer is not started: call `await producer.start()` "
-                              "or use `async with TransactionProducer(...)`")
-        return self._instance
+    async def _detach(self, inst: ClientInstance) -> None:
+        inst.unregister_request_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
+        await cancel_all(list(self._checks))
 
     # sending -----------------------------------------------------------------------------------
     async def send(self, msg: Message, queue: MessageQueue | None = None,
@@ -335,9 +325,7 @@ class TransactionProducer:
             log.warning("%d transaction checks pending; dropping the check of %s (the broker will "
                         "ask again)", len(self._checks), msg.msg_id)
         else:
-            task = asyncio.ensure_future(self._answer_check(conn, cmd, msg))
-            self._checks.add(task)
-            task.add_done_callback(self._checks.discard)
+            keep(self._checks, self._answer_check(conn, cmd, msg))
         return cmd.response(ResponseCode.SUCCESS)  # claims the request; oneway gets no answer
 
     async def _answer_check(self, conn: Connection, cmd: RemotingCommand, msg: MessageExt) -> None:
@@ -374,34 +362,22 @@ class TransactionProducer:
         log.debug("answered the check of transaction %s from %s: %s", uniq, conn.peer, state.value)
 
 
-class SyncTransactionProducer(_SyncClient):
+class SyncTransactionProducer(SyncFacade):
     """Blocking :class:`TransactionProducer`. Plain-function listener methods run in worker
     threads of its loop; coroutine ones on its loop."""
 
     _thread_name = "tidemq-tx-producer"
+    _client: TransactionProducer
 
     def __init__(self, group: str, listener: TransactionListener,
                  name_servers: str | Sequence[str] | None = None, config: ClientConfig | None = None,
                  check_concurrency: int = 1, topics: Sequence[str] = ()) -> None:
-        self._producer = TransactionProducer(group, listener, name_servers, config,
-                                             check_concurrency, topics)
-        super().__init__()
+        super().__init__(TransactionProducer(group, listener, name_servers, config,
+                                             check_concurrency, topics))
 
     @property
     def group(self) -> str:
-        return self._producer.group
+        return self._client.group
 
-    def start(self) -> None:
-        self._run(self._producer.start())
-
-    async def _close_async(self) -> None:
-        await self._producer.close()
-
-    def send_message_in_transaction(self, msg: Message, arg: Any = None,
-                                    timeout: float | None = None) -> TransactionSendResult:
-        return self._run(self._producer.send_message_in_transaction(msg, arg, timeout))
-
-    def send(self, msg: Message, queue: MessageQueue | None = None,
-             selector: QueueSelector | None = None, arg: Any = None,
-             timeout: float | None = None) -> SendResult:
-        return self._run(self._producer.send(msg, queue, selector, arg, timeout))
+    send_message_in_transaction = blocking(TransactionProducer.send_message_in_transaction)
+    send = blocking(TransactionProducer.send)

@@ -4,8 +4,9 @@ rebalancer, pull loop, process queue and offset stores.
 
 Modules: ``types`` (enums, listener type), ``settings``, ``protocol`` (pure wire builders),
 ``broker_api`` (requests over a ClientInstance), ``offset_store``, ``process_queue``,
-``rebalance``, ``puller``, ``invoker``, ``send_back``, ``consume_concurrently``,
-``consume_orderly``, ``push_consumer``, ``blocking`` (thread-friendly facade).
+``rebalance``, ``puller``, ``invoker``, ``send_back``, ``consume_service`` (what the next two
+share), ``consume_concurrently``, ``consume_orderly``, ``push_consumer``, ``blocking``
+(thread-friendly facade).
 """
 
 from tidemq.client.push.push_consumer import PushConsumer

@@ -20,11 +20,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tidemq.client.push.invoker import SKIPPED, ListenerInvoker
-from tidemq.client.push.offset_store import OffsetStore
+from tidemq.client.push.consume_service import ConsumeService, ConsumeSetup
+from tidemq.client.push.invoker import SKIPPED
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.protocol import reset_retry_topic
-from tidemq.client.push.send_back import SendBack
 from tidemq.client.push.types import succeeded
 from tidemq.client.route import MessageQueue
 from tidemq.message import MessageExt
@@ -34,51 +33,26 @@ log = logging.getLogger(__name__)
 LOCAL_RETRY_DELAY = 5.0
 
 
-class ConcurrentConsumeService:
+class ConcurrentConsumeService(ConsumeService):
     def __init__(
         self,
-        group: str,
-        invoker: ListenerInvoker,
-        offset_store: OffsetStore,
-        send_back: SendBack,
-        batch_size: int,
-        clustering: bool,
+        setup: ConsumeSetup,
         local_retry_delay: float = LOCAL_RETRY_DELAY,
         on_consumed: Callable[[int, int], None] | None = None,
     ) -> None:
-        self.group = group
-        self.invoker = invoker
-        self.offset_store = offset_store
-        self.send_back = send_back
-        self.batch_size = batch_size
-        self.clustering = clustering
+        super().__init__(setup)
         self.local_retry_delay = local_retry_delay
         self.on_consumed = on_consumed
-        self._tasks: set[asyncio.Task] = set()
         self._delayed: set[asyncio.Task] = set()
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         for i in range(0, len(msgs), self.batch_size):
-            self._spawn(self._tasks, self._consume(mq, pq, msgs[i : i + self.batch_size]))
-
-    def _spawn(self, tasks: set[asyncio.Task], coro) -> None:
-        task = asyncio.ensure_future(coro)
-        tasks.add(task)
-        task.add_done_callback(lambda t: self._done(tasks, t))
-
-    def _done(self, tasks: set[asyncio.Task], task: asyncio.Task) -> None:
-        tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("consume task of group %s failed", self.group, exc_info=task.exception())
+            self._spawn(self._consume(mq, pq, msgs[i : i + self.batch_size]))
 
     async def _later(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         await asyncio.sleep(self.local_retry_delay)
         if not pq.dropped:
-            self._spawn(self._tasks, self._consume(mq, pq, msgs))
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._tasks)
+            self._spawn(self._consume(mq, pq, msgs))
 
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if pq.dropped:
@@ -109,7 +83,7 @@ class ConcurrentConsumeService:
                 if kept:
                     kept_ids = {id(m) for m in kept}
                     acked = [m for m in msgs if id(m) not in kept_ids]
-                    self._spawn(self._delayed, self._later(mq, pq, kept))
+                    self._spawn(self._later(mq, pq, kept), self._delayed)
         offset = pq.remove_messages(acked)
         if offset >= 0 and not pq.dropped:
             self.offset_store.update(mq, offset, increase_only=True)
@@ -118,15 +92,9 @@ class ConcurrentConsumeService:
         """Let in-flight batches finish for up to ``timeout`` seconds, then cancel the rest.
         Local retries still waiting are cancelled at once (their messages were not
         acknowledged, so the queue's next owner gets them)."""
-        self.invoker.closing = True
         for t in list(self._delayed):
             t.cancel()
-        if self._tasks:
-            done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-            for t in pending:
-                t.cancel()
-            if pending:
-                log.warning("group %s: %d consume task(s) still running after %g s were cancelled; "
-                            "their messages will be delivered again", self.group, len(pending),
-                            timeout)
-                await asyncio.gather(*pending, return_exceptions=True)
+        cancelled = await self._finish(timeout)
+        if cancelled:
+            log.warning("group %s: %d consume task(s) still running after %g s were cancelled; "
+                        "their messages will be delivered again", self.group, cancelled, timeout)

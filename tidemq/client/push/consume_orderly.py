@@ -22,11 +22,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from tidemq.client.push.invoker import SKIPPED, ListenerInvoker
-from tidemq.client.push.offset_store import OffsetStore
+from tidemq.client.push.consume_service import ConsumeService, ConsumeSetup
+from tidemq.client.push.invoker import SKIPPED
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.protocol import reset_retry_topic
-from tidemq.client.push.send_back import DLQ_DELAY_LEVEL, SendBack
+from tidemq.client.push.send_back import DLQ_DELAY_LEVEL
 from tidemq.client.push.types import succeeded
 from tidemq.client.route import MessageQueue
 from tidemq.client.send import PROPERTY_RECONSUME_TIME
@@ -38,30 +38,21 @@ SUSPEND_TIME = 1.0
 RELOCK_RETRY = 1.0
 
 
-class OrderlyConsumeService:
+class OrderlyConsumeService(ConsumeService):
+    _task_name = "orderly consume task"
+
     def __init__(
         self,
-        group: str,
-        invoker: ListenerInvoker,
-        offset_store: OffsetStore,
-        send_back: SendBack,
-        batch_size: int,
-        clustering: bool,
+        setup: ConsumeSetup,
         lock_queues: Callable[[list[MessageQueue]], Awaitable[set[MessageQueue]]],
         max_reconsume_times: int,
         suspend_time: float = SUSPEND_TIME,
     ) -> None:
-        self.group = group
-        self.invoker = invoker
-        self.offset_store = offset_store
-        self.send_back = send_back
-        self.batch_size = batch_size
-        self.clustering = clustering
+        super().__init__(setup)
         self.lock_queues = lock_queues
         self.max_reconsume_times = max_reconsume_times
         self.suspend_time = suspend_time
         self._locks: dict[MessageQueue, asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task] = set()
 
     def consume_lock(self, mq: MessageQueue) -> asyncio.Lock:
         lock = self._locks.get(mq)
@@ -77,18 +68,7 @@ class OrderlyConsumeService:
     def submit(self, mq: MessageQueue, pq: ProcessQueue, dispatch: bool) -> None:
         if not dispatch:
             return
-        task = asyncio.ensure_future(self._run(mq, pq))
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("orderly consume task of group %s failed", self.group, exc_info=task.exception())
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._tasks)
+        self._spawn(self._run(mq, pq))
 
     async def _run(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         while not pq.dropped:
@@ -153,12 +133,7 @@ class OrderlyConsumeService:
 
     async def close(self, timeout: float) -> None:
         """Finish the batches being consumed (up to ``timeout`` seconds), start no new one."""
-        self.invoker.closing = True
-        if self._tasks:
-            _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-            for t in pending:
-                t.cancel()
-            if pending:
-                log.warning("group %s: %d orderly consume task(s) still running after %g s were "
-                            "cancelled", self.group, len(pending), timeout)
-                await asyncio.gather(*pending, return_exceptions=True)
+        cancelled = await self._finish(timeout)
+        if cancelled:
+            log.warning("group %s: %d orderly consume task(s) still running after %g s were "
+                        "cancelled", self.group, cancelled, timeout)

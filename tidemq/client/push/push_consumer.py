@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 from tidemq.client.allocate import AllocateStrategy, allocate_averagely
+from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.heartbeat import CONSUME_PASSIVELY, ConsumerData, Subscription
 from tidemq.client.instance import ClientInstance
@@ -28,6 +29,7 @@ from tidemq.client.pull import normalize_expression
 from tidemq.client.push.broker_api import ConsumerBrokerApi
 from tidemq.client.push.consume_concurrently import ConcurrentConsumeService
 from tidemq.client.push.consume_orderly import OrderlyConsumeService
+from tidemq.client.push.consume_service import ConsumeSetup
 from tidemq.client.push.invoker import ListenerInvoker
 from tidemq.client.push.offset_store import OffsetStore, ReadOffsetType, make_offset_store
 from tidemq.client.push.process_queue import ProcessQueue
@@ -35,13 +37,12 @@ from tidemq.client.push.protocol import retry_topic
 from tidemq.client.push.puller import ERROR_BACKOFF, FLOW_CONTROL_DELAY, PullSettings, QueuePuller
 from tidemq.client.push.rebalance import (
     Rebalancer,
-    claim_group,
+    acquire_for_group,
     compute_pull_from_where,
-    release_group,
+    release_for_group,
 )
 from tidemq.client.push.send_back import SendBack
 from tidemq.client.push.settings import PushSettings
-from tidemq.client.push.tasks import cancel_all, guarded
 from tidemq.client.push.types import (
     ConsumeFromWhere,
     MessageListener,
@@ -49,6 +50,7 @@ from tidemq.client.push.types import (
     ProcessQueueStats,
 )
 from tidemq.client.route import MessageQueue
+from tidemq.client.tasks import cancel_all, every, pop_and_cancel
 from tidemq.client.validation import check_group, check_topic_name
 from tidemq.errors import ClientError
 from tidemq.message import MessageExt
@@ -61,7 +63,7 @@ CONSUME_LOCK_WAIT = 1.0  # orderly: how long a rebalance waits for a running lis
 NOT_LOCKED_DELAY = 1.0
 
 
-class PushConsumer:
+class PushConsumer(ClientBase):
     """An asyncio push consumer::
 
         consumer = PushConsumer("my-group", "127.0.0.1:9876")
@@ -70,6 +72,8 @@ class PushConsumer:
         async with consumer:
             ...
     """
+
+    _not_started = "consumer is not started"
 
     def __init__(
         self,
@@ -117,7 +121,6 @@ class PushConsumer:
         self.offset_store_dir = offset_store_dir
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: MessageListener | None = None
-        self._instance: ClientInstance | None = None
         self._pullers: dict[MessageQueue, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._rebalance_now = asyncio.Event()
@@ -142,13 +145,14 @@ class PushConsumer:
         if current is not None and current.expression == expr:
             return
         self._subscriptions[topic] = Subscription(topic, expr, int(time.time() * 1000))
-        if self._state == "started":
-            self._sync_subscriptions()
-            self._instance.schedule_heartbeat()  # type: ignore[union-attr]
-            self._rebalance_now.set()
+        self._changed()
 
     def unsubscribe(self, topic: str) -> None:
-        if self._subscriptions.pop(topic, None) is not None and self._state == "started":
+        if self._subscriptions.pop(topic, None) is not None:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._state == "started":
             self._sync_subscriptions()
             self._instance.schedule_heartbeat()  # type: ignore[union-attr]
             self._rebalance_now.set()
@@ -200,11 +204,9 @@ class PushConsumer:
         if not self._subscriptions:
             raise ClientError("subscribe to a topic before start(): consumer.subscribe(topic)")
         self._state = "starting"
-        inst = await ClientInstance.acquire(self.config)
         try:
-            claim_group(inst, self.group)
+            inst = await acquire_for_group(self.config, self.group)
         except ClientError:
-            await inst.release()
             self._state = "new"
             raise
         try:
@@ -230,12 +232,10 @@ class PushConsumer:
         self.send_back = SendBack(self.api, self.config, s.max_reconsume_times)
         clustering = s.message_model is MessageModel.CLUSTERING
         self._pull_settings = PullSettings(s.pull_batch_size, s.suspend_ms, commit_offset=clustering)
-        self._concurrent = ConcurrentConsumeService(
-            self.group, self.invoker, self.offset_store, self.send_back,
-            s.consume_batch_max_size, clustering)
-        self._orderly = OrderlyConsumeService(
-            self.group, self.invoker, self.offset_store, self.send_back,
-            s.consume_batch_max_size, clustering, self.lock_queues, s.max_reconsume_times)
+        setup = ConsumeSetup(self.group, self.invoker, self.offset_store, self.send_back,
+                             s.consume_batch_max_size, clustering)
+        self._concurrent = ConcurrentConsumeService(setup)
+        self._orderly = OrderlyConsumeService(setup, self.lock_queues, s.max_reconsume_times)
         self._rebalance_now = asyncio.Event()
         inst.add_consumer(self)
         inst.register_request_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify)
@@ -246,12 +246,15 @@ class PushConsumer:
         await inst.send_heartbeat()
         self._state = "started"
         await self.rebalancer.rebalance()
-        self._tasks = [
-            asyncio.ensure_future(self._rebalance_loop()),
-            asyncio.ensure_future(self._persist_loop()),
+        group = self.group
+        jobs = [
+            every(s.rebalance_interval, self.rebalancer.rebalance, "rebalance", group,
+                  self._rebalance_now),
+            every(s.persist_interval, self._persist_owned, "offset persist", group),
         ]
         if s.orderly and clustering:
-            self._tasks.append(asyncio.ensure_future(self._lock_loop()))
+            jobs.append(every(s.lock_interval, self.rebalancer.lock_all, "queue relock", group))
+        self._tasks = [asyncio.ensure_future(job) for job in jobs]
         log.info("push consumer of group %s started (client %s, %s%s)", self.group,
                  inst.client_id, s.message_model.value, ", orderly" if s.orderly else "")
 
@@ -272,12 +275,10 @@ class PushConsumer:
             if hasattr(self, "send_back"):
                 await self.send_back.close()
         finally:
-            release_group(inst, self.group)
+            self._instance = None
             try:
-                await inst.remove_consumer(self)
+                await release_for_group(inst, self)
             finally:
-                self._instance = None
-                await inst.release()
                 if hasattr(self, "invoker"):
                     self.invoker.shutdown()
                 self._state = "closed"
@@ -293,22 +294,11 @@ class PushConsumer:
         await self.offset_store.persist_all(owned, oneway=False)
         if self.orderly and self.message_model is MessageModel.CLUSTERING and owned:
             await self.api.unlock(self.instance.client_id, owned)
-        for pq in self.rebalancer.process_queues.values():
-            pq.dropped = True
-        self.rebalancer.process_queues.clear()
-
-    async def __aenter__(self) -> "PushConsumer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        self.rebalancer.clear()
 
     @property
     def client_id(self) -> str:
-        if self._instance is None:
-            raise ClientError("consumer is not started")
-        return self._instance.client_id
+        return self._require().client_id
 
     # observation -------------------------------------------------------------------------------
     def assigned_queues(self, topic: str | None = None) -> list[MessageQueue]:
@@ -334,25 +324,8 @@ class PushConsumer:
             self._rebalance_now.set()
         return None
 
-    async def _rebalance_loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._rebalance_now.wait(), self.settings.rebalance_interval)
-            except asyncio.TimeoutError:
-                pass
-            self._rebalance_now.clear()
-            await guarded(self.rebalancer.rebalance(), "rebalance", self.group)
-
-    async def _persist_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.persist_interval)
-            await guarded(self.offset_store.persist_all(self.rebalancer.assigned()),
-                           "offset persist", self.group)
-
-    async def _lock_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.lock_interval)
-            await guarded(self.rebalancer.lock_all(), "queue relock", self.group)
+    async def _persist_owned(self) -> None:
+        await self.offset_store.persist_all(self.rebalancer.assigned())
 
     # RebalanceHost -----------------------------------------------------------------------------
     async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
@@ -370,7 +343,7 @@ class PushConsumer:
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         s = self.settings
-        ts = s.consume_timestamp if s.consume_timestamp is not None else self.instance.now_ms() - 30 * 60 * 1000
+        ts = s.start_timestamp(self.instance.now_ms())
         return await compute_pull_from_where(self.api, self.offset_store, mq, s.consume_from, ts)
 
     async def on_queue_removed(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
@@ -393,9 +366,7 @@ class PushConsumer:
 
     async def _stop_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         pq.dropped = True
-        task = self._pullers.pop(mq, None)
-        if task is not None:
-            await cancel_all([task])
+        await pop_and_cancel(self._pullers, mq)
         await self.offset_store.persist(mq)
         self.offset_store.remove(mq)
 

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tidemq.client.allocate import AllocateStrategy
+from tidemq.client.config import ClientConfig
 from tidemq.client.heartbeat import Subscription
+from tidemq.client.instance import ClientInstance, ConsumerMember
 from tidemq.client.push.broker_api import ConsumerBrokerApi
 from tidemq.client.push.offset_store import NOT_FOUND, OffsetStore, ReadOffsetType
 from tidemq.client.push.process_queue import ProcessQueue
@@ -103,6 +105,27 @@ def release_group(inst: object, group: str) -> None:
     _members.discard((id(inst), group))
 
 
+async def acquire_for_group(config: ClientConfig, group: str) -> ClientInstance:
+    """The shared client instance of ``config``, with ``group`` claimed on it (claim_group)."""
+    inst = await ClientInstance.acquire(config)
+    try:
+        claim_group(inst, group)
+    except ClientError:
+        await inst.release()
+        raise
+    return inst
+
+
+async def release_for_group(inst: ClientInstance, consumer: ConsumerMember) -> None:
+    """Undo :func:`acquire_for_group` for a consumer that joined the instance: release the
+    group, unregister the consumer from the brokers, release the instance."""
+    release_group(inst, consumer.group)
+    try:
+        await inst.remove_consumer(consumer)
+    finally:
+        await inst.release()
+
+
 class Rebalancer:
     def __init__(
         self,
@@ -156,6 +179,13 @@ class Rebalancer:
         async with self._lock:
             for mq in list(self.process_queues):
                 await self._remove(mq)
+
+    def clear(self) -> None:
+        """Mark every process queue dropped and forget it, without asking the host (closing:
+        the consumer has stopped its pull loops and stored its offsets itself)."""
+        for pq in self.process_queues.values():
+            pq.dropped = True
+        self.process_queues.clear()
 
     async def _rebalance_topic(self, topic: str) -> None:
         inst = self.api.inst
