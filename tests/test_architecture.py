@@ -29,7 +29,7 @@ def _package_dirs() -> dict[str, Path]:
 
 def test_every_package_folder_is_listed_in_pyproject():
     listed = {p.resolve() for p in _package_dirs().values()}
-    for top in ("tidemq", "services"):
+    for top in ("tidemq", "services", "operator"):
         for init in (ROOT / top).rglob("__init__.py"):
             assert init.parent.resolve() in listed, f"{init.parent} is a package missing from pyproject's packages"
 

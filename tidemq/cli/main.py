@@ -16,6 +16,7 @@ COMMANDS = {
     "admin": "tidemq.cli.admin:admin_group",
     "send": "tidemq.cli.messages:send_cmd",
     "consume": "tidemq.cli.messages:consume_cmd",
+    "operator": "tidemq.cli.operator:operator_cmd",
 }
 
 

@@ -1,0 +1,175 @@
+"""The operator's calls to a TideMQ (or Apache RocketMQ) cluster, all through tidemq.client.Admin.
+
+Invariants:
+- Everything here is async and goes through :class:`tidemq.client.admin.Admin`; nothing imports
+  the broker or the name server packages (an import-linter contract checks it).
+- "The cluster" is every master broker the name servers know (``mqadmin -c`` semantics for each
+  cluster they report), so an external cluster needs only its name-server addresses.
+- Topic reconciliation is one pass of the pure state machine in :mod:`tidemq.operator.topics` per
+  broker: idempotent, safe to repeat, never lowers read queues before they are drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tidemq.client.admin import Admin
+from tidemq.errors import TideMQError
+from tidemq.operator.groups import GroupSpec
+from tidemq.operator.topics import (
+    Action,
+    BrokerQueues,
+    InvalidSpec,
+    Step,
+    TopicSpec,
+    perm_name,
+    plan,
+    undrained_queues,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ClusterNotReady(TideMQError):
+    """The cluster a resource refers to cannot be reached or has no broker yet (retry later)."""
+
+
+def name_servers_of(cluster: Mapping) -> list[str]:
+    """Name-server addresses of a Cluster resource (its body as a mapping).
+
+    ``spec.external.nameServers`` for an external cluster, otherwise the in-cluster address the
+    workloads module derives (or ``status.nameServerAddress`` when that module is absent).
+    """
+    spec = cluster.get("spec") or {}
+    external = spec.get("external") or {}
+    if external.get("nameServers"):
+        servers = external["nameServers"]
+        if not isinstance(servers, list) or not all(isinstance(s, str) and s for s in servers):
+            raise InvalidSpec("spec.external.nameServers must be a list of host:port strings")
+        return list(servers)
+    try:
+        from tidemq.operator import workloads  # noqa: PLC0415 (written alongside; optional)
+    except ImportError:
+        workloads = None
+    if workloads is not None:
+        addr = workloads.name_server_address(cluster)
+    else:
+        addr = (cluster.get("status") or {}).get("nameServerAddress") or ""
+    return [a for a in str(addr).split(";") if a]
+
+
+@dataclass(slots=True)
+class TopicReport:
+    """What one reconcile pass of a topic did and saw."""
+
+    steps: dict[str, Step] = field(default_factory=dict)  # broker name -> step taken
+    brokers: list[dict] = field(default_factory=list)     # status.brokers rows
+
+    @property
+    def draining(self) -> dict[str, tuple[int, ...]]:
+        return {b: s.draining for b, s in self.steps.items() if s.is_draining}
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.steps) and all(s.action is Action.READY for s in self.steps.values())
+
+
+async def masters(admin: Admin) -> dict[str, str]:
+    """broker name -> master address, over every cluster the name servers know."""
+    try:
+        info = await admin.cluster_info()
+    except TideMQError as exc:
+        raise ClusterNotReady(f"cannot reach the name servers: {exc}") from None
+    found = info.all_master_addrs()
+    if not found:
+        raise ClusterNotReady("the name servers know no master broker yet")
+    return dict(found)
+
+
+async def broker_queues(admin: Admin, addr: str, topic: str) -> BrokerQueues | None:
+    """The queue counts the broker itself has for ``topic`` (None: absent). The route lags
+    behind the broker (it registers in the background), so decisions use this."""
+    tc = (await admin.broker_topic_configs(addr)).get(topic)
+    if tc is None:
+        return None
+    return BrokerQueues(int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)),
+                        int(tc.get("perm", 6)) & 6, bool(tc.get("order", False)))
+
+
+async def _drain_state(admin: Admin, topic: str, broker: str, addr: str,
+                       going: range) -> tuple[int, ...]:
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for q in going:  # per queue: topic stats cover only the write queues
+        lo[q], hi[q] = await admin.queue_offset_range(addr, topic, q)
+    committed: dict[str, dict[int, int]] = {}
+    for group in await admin.topic_consumer_groups(topic):
+        progress = await admin.consumer_progress(group, topic)
+        committed[group] = {q.queue.queue_id: q.consumer_offset for q in progress.queues
+                            if q.queue.broker_name == broker}
+    return undrained_queues(going, lo, hi, committed)
+
+
+async def reconcile_topic(admin: Admin, spec: TopicSpec) -> TopicReport:
+    """One pass: create/grow immediately, shrink write first, lower read once drained."""
+    brokers = await masters(admin)
+    report = TopicReport()
+    for name, addr in sorted(brokers.items()):
+        have = await broker_queues(admin, addr, spec.topic_name)
+        step = plan(spec, have)
+        if have is not None and spec.read_queues < have.read and step.action is not Action.SHRINK_WRITE:
+            undrained = await _drain_state(admin, spec.topic_name, name, addr,
+                                           range(spec.read_queues, have.read))
+            step = plan(spec, have, undrained)
+        if step.writes:
+            log.info("topic %s on %s (%s): %s read=%d write=%d perm=%s", spec.topic_name, name,
+                     addr, step.action.value, step.read, step.write, perm_name(step.perm))
+            await admin.create_topic(spec.topic_name, step.read, step.write, step.perm,
+                                     spec.order, broker_addr=addr)
+            after = BrokerQueues(step.read, step.write, step.perm, spec.order)
+        else:
+            after = have if have is not None else BrokerQueues(0, 0, 0)
+        report.steps[name] = step
+        report.brokers.append({
+            "name": name, "address": addr, "readQueueNums": after.read,
+            "writeQueueNums": after.write, "perm": perm_name(after.perm),
+        })
+    return report
+
+
+async def delete_topic(admin: Admin, topic: str) -> list[str]:
+    """Delete ``topic`` on every master of every cluster, then from the name servers."""
+    info = await admin.cluster_info()
+    done: list[str] = []
+    for cluster in sorted(info.cluster_addr_table):
+        if info.master_addrs(cluster):
+            done += await admin.delete_topic(topic, cluster)
+    return done
+
+
+async def update_group(admin: Admin, spec: GroupSpec) -> list[str]:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every master broker."""
+    brokers = await masters(admin)
+    done = await asyncio.gather(*(
+        admin.update_subscription_group(spec.group_name, broker_addr=addr, **spec.admin_kwargs())
+        for addr in sorted(brokers.values())
+    ))
+    return [a for part in done for a in part]
+
+
+async def group_lag(admin: Admin, group: str) -> tuple[dict[str, int], list[str]]:
+    """(lag per topic = sum of max offset minus committed offset, consumer client ids online)."""
+    progress = await admin.consumer_progress(group)
+    lag: dict[str, int] = {}
+    for q in progress.queues:
+        lag[q.queue.topic] = lag.get(q.queue.topic, 0) + max(0, q.lag)
+    online: set[str] = set()
+    for topic in sorted(lag):
+        try:
+            online.update(await admin.get_consumer_list(group, topic))
+        except TideMQError as exc:  # no consumer online answers an error on some servers
+            log.debug("consumer list of %s on %s: %s", group, topic, exc)
+    return lag, sorted(online)

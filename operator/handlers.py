@@ -1,0 +1,452 @@
+"""kopf handlers for the tidemq.io Cluster, Topic and ConsumerGroup resources.
+
+Run with ``tidemq operator`` (which builds a registry with :func:`register` and its own
+:class:`OperatorConfig`) or ``kopf run -m tidemq.operator.handlers`` (default config, handlers
+registered into kopf's default registry on import).
+
+Invariants:
+- Handlers are idempotent: each pass recomputes the desired state from the spec and what the
+  brokers report; create, update, resume and a timer all run the same pass.
+- Broker calls are async (tidemq.client.Admin) and bounded by ``admin_timeout``; Kubernetes API
+  calls of the Cluster handler run in a worker thread. Nothing blocks the event loop.
+- Status is written only through kopf's ``patch`` (never a separate PATCH of the object).
+- Invalid specs raise kopf.PermanentError after a Ready=False/Error=True condition and a Warning
+  Event; an unreachable or unknown cluster raises kopf.TemporaryError(delay).
+- Topic deletion holds kopf's finalizer until the topic is gone from brokers and name servers,
+  but at most ``delete_retries`` retries when the cluster is gone: then it is released with a
+  Warning Event, so a Topic never hangs in Terminating forever.
+- HA: run two replicas with kopf peering (``tidemq operator --peering NAME``, the KopfPeering
+  CRD installed); only the replica with the highest priority acts, the other stays paused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from tidemq.client.admin import Admin
+from tidemq.errors import ConfigError, TideMQError
+from tidemq.operator import brokers
+from tidemq.operator.groups import group_spec
+from tidemq.operator.metrics import METRICS, OperatorMetrics
+from tidemq.operator.topics import InvalidSpec, topic_spec
+
+log = logging.getLogger(__name__)
+
+GROUP = "tidemq.io"
+VERSION = "v1alpha1"
+FINALIZER = "tidemq.io/finalizer"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    timer_interval: float = 30.0   # seconds between periodic reconciles of every resource
+    admin_timeout: float = 30.0    # bound of one pass of broker calls
+    retry_delay: float = 10.0      # TemporaryError delay when the cluster is not ready
+    delete_retries: int = 5        # Topic deletion retries while the cluster is gone
+    apply_workloads: bool = True   # Cluster: create/patch StatefulSets, Services ...
+
+
+# conditions ------------------------------------------------------------------------------------
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(conditions: list[dict] | None, ctype: str, status: bool, reason: str,
+                  message: str = "", now: str | None = None) -> list[dict]:
+    """A new conditions list with ``ctype`` set; lastTransitionTime moves only on a change."""
+    value = "True" if status else "False"
+    out = [dict(c) for c in conditions or [] if c.get("type") != ctype]
+    old = next((c for c in conditions or [] if c.get("type") == ctype), None)
+    changed = old is None or old.get("status") != value
+    out.append({
+        "type": ctype, "status": value, "reason": reason, "message": message,
+        "lastTransitionTime": (now or _now()) if changed else old.get("lastTransitionTime", now or _now()),
+    })
+    return sorted(out, key=lambda c: c["type"])
+
+
+def _conditions(patch: kopf.Patch, status: Mapping, *items: tuple[str, bool, str, str]) -> None:
+    conds = list(status.get("conditions") or [])
+    now = _now()
+    for ctype, ok, reason, message in items:
+        conds = set_condition(conds, ctype, ok, reason, message, now)
+    patch.status["conditions"] = conds
+
+
+def _invalid(kind: str, body: kopf.Body, patch: kopf.Patch, status: Mapping, exc: Exception,
+             metrics: OperatorMetrics) -> kopf.PermanentError:
+    message = str(exc)
+    _conditions(patch, status, ("Ready", False, "InvalidSpec", message),
+                ("Error", True, "InvalidSpec", message))
+    kopf.warn(body, reason="InvalidSpec", message=message)
+    metrics.result(kind, "invalid", "InvalidSpec")
+    return kopf.PermanentError(f"invalid {kind} spec: {message}")
+
+
+def _cluster(index: kopf.Index, namespace: str | None, name: str) -> Mapping | None:
+    for found in index.get((namespace, name), []):
+        return found
+    return None
+
+
+_LOCKS: dict[str, asyncio.Lock] = {}
+
+
+def _lock(uid: str) -> asyncio.Lock:
+    return _LOCKS.setdefault(uid, asyncio.Lock())
+
+
+# passes ---------------------------------------------------------------------------------------
+async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
+                     patch: kopf.Patch, clusters: kopf.Index, timer: bool = False) -> None:
+    meta, spec, status = body.metadata, body.spec, body.status
+    kind = "Topic"
+    with metrics.timed(kind):
+        try:
+            tspec = topic_spec(meta.name or "", spec)
+            used = status.get("topicName")
+            if used and used != tspec.topic_name:
+                raise InvalidSpec(f"spec.topicName cannot change (was {used!r}, now "
+                                  f"{tspec.topic_name!r}); create a new Topic instead")
+        except InvalidSpec as exc:
+            if timer:
+                return
+            raise _invalid(kind, body, patch, status, exc, metrics) from None
+        cluster = _cluster(clusters, meta.namespace, tspec.cluster)
+        if cluster is None:
+            return _not_ready(kind, patch, status, config, metrics, "ClusterNotFound",
+                              f"Cluster {tspec.cluster!r} not found in namespace {meta.namespace}")
+        try:
+            servers = brokers.name_servers_of(cluster)
+        except InvalidSpec as exc:
+            return _not_ready(kind, patch, status, config, metrics, "ClusterInvalid", str(exc))
+        if not servers:
+            return _not_ready(kind, patch, status, config, metrics, "ClusterNotReady",
+                              f"Cluster {tspec.cluster!r} has no name-server address yet")
+        try:
+            async with _lock(meta.uid or meta.name or ""), Admin(servers) as admin:
+                report = await asyncio.wait_for(brokers.reconcile_topic(admin, tspec),
+                                                config.admin_timeout)
+        except (TideMQError, TimeoutError) as exc:
+            return _not_ready(kind, patch, status, config, metrics, "BrokerUnavailable",
+                              f"cluster {tspec.cluster!r}: {exc or 'timed out'}")
+        draining = report.draining
+        patch.status["topicName"] = tspec.topic_name
+        patch.status["observedGeneration"] = meta.get("generation")
+        patch.status["brokers"] = report.brokers
+        patch.status["readQueueNums"] = min((b["readQueueNums"] for b in report.brokers), default=0)
+        patch.status["writeQueueNums"] = min((b["writeQueueNums"] for b in report.brokers), default=0)
+        if draining:
+            msg = "; ".join(f"{b}: queues {list(q)} still hold unconsumed messages" if q else
+                            f"{b}: writes moved off the queues that go away"
+                            for b, q in sorted(draining.items()))
+            _conditions(patch, status, ("Ready", False, "Draining", msg),
+                        ("Draining", True, "Draining", msg), ("Error", False, "None", ""))
+            metrics.result(kind, "draining")
+        else:
+            ok = report.ready or all(s.writes for s in report.steps.values())
+            _conditions(patch, status, ("Ready", ok, "Reconciled", f"{len(report.brokers)} broker(s)"),
+                        ("Draining", False, "None", ""), ("Error", False, "None", ""))
+            metrics.result(kind, "ok")
+        metrics.track(kind, meta.uid or meta.name or "")
+
+
+def _not_ready(kind: str, patch: kopf.Patch, status: Mapping, config: OperatorConfig,
+               metrics: OperatorMetrics, reason: str, message: str) -> None:
+    _conditions(patch, status, ("Ready", False, reason, message),
+                ("Error", True, reason, message))
+    metrics.result(kind, "retry", reason)
+    raise kopf.TemporaryError(message, delay=config.retry_delay)
+
+
+async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
+                       clusters: kopf.Index, retry: int) -> None:
+    meta, spec, status = body.metadata, body.spec, body.status
+    metrics.track("Topic", meta.uid or meta.name or "", present=False)
+    try:
+        tspec = topic_spec(meta.name or "", spec)
+    except InvalidSpec:
+        if not status.get("topicName"):
+            return  # never created anything
+        cluster_name = (spec.get("clusterRef") or {}).get("name", "")
+        topic = status["topicName"]
+    else:
+        cluster_name, topic = tspec.cluster, status.get("topicName") or tspec.topic_name
+    cluster = _cluster(clusters, meta.namespace, cluster_name)
+    problem = None
+    servers: list[str] = []
+    if cluster is None:
+        problem = f"Cluster {cluster_name!r} not found"
+    else:
+        try:
+            servers = brokers.name_servers_of(cluster)
+        except InvalidSpec as exc:
+            problem = str(exc)
+    if servers:
+        try:
+            async with Admin(servers) as admin:
+                done = await asyncio.wait_for(brokers.delete_topic(admin, topic),
+                                              config.admin_timeout)
+            log.info("deleted topic %s from %s and the name servers", topic, done)
+            metrics.result("Topic", "deleted")
+            return
+        except (TideMQError, TimeoutError) as exc:
+            problem = f"cannot delete topic {topic}: {exc or 'timed out'}"
+    if retry < config.delete_retries:
+        metrics.result("Topic", "retry", "DeleteFailed")
+        raise kopf.TemporaryError(f"{problem} (retry {retry + 1} of {config.delete_retries})",
+                                  delay=config.retry_delay)
+    kopf.warn(body, reason="FinalizerReleased",
+              message=f"{problem}; gave up after {retry} retries, the topic may remain on brokers")
+    metrics.result("Topic", "error", "FinalizerReleased")
+
+
+async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
+                     patch: kopf.Patch, clusters: kopf.Index, timer: bool = False) -> None:
+    meta, spec, status = body.metadata, body.spec, body.status
+    kind = "ConsumerGroup"
+    with metrics.timed(kind):
+        try:
+            gspec = group_spec(meta.name or "", spec)
+        except InvalidSpec as exc:
+            if timer:
+                return
+            raise _invalid(kind, body, patch, status, exc, metrics) from None
+        cluster = _cluster(clusters, meta.namespace, gspec.cluster)
+        if cluster is None:
+            return _not_ready(kind, patch, status, config, metrics, "ClusterNotFound",
+                              f"Cluster {gspec.cluster!r} not found in namespace {meta.namespace}")
+        servers = brokers.name_servers_of(cluster)
+        try:
+            async with Admin(servers) as admin:
+                async def both() -> tuple[list[str], tuple[dict[str, int], list[str]]]:
+                    done = await brokers.update_group(admin, gspec)
+                    return done, await brokers.group_lag(admin, gspec.group_name)
+                done, (lag, online) = await asyncio.wait_for(both(), config.admin_timeout)
+        except (TideMQError, TimeoutError) as exc:
+            return _not_ready(kind, patch, status, config, metrics, "BrokerUnavailable",
+                              f"cluster {gspec.cluster!r}: {exc or 'timed out'}")
+        patch.status["groupName"] = gspec.group_name
+        patch.status["observedGeneration"] = meta.get("generation")
+        patch.status["lag"] = [{"topic": t, "lag": n} for t, n in sorted(lag.items())]
+        patch.status["totalLag"] = sum(lag.values())
+        patch.status["consumersOnline"] = len(online)
+        patch.status["lastLagTime"] = _now()
+        _conditions(patch, status, ("Ready", True, "Reconciled", f"{len(done)} broker(s)"),
+                    ("Error", False, "None", ""))
+        metrics.result(kind, "ok")
+        metrics.track(kind, meta.uid or meta.name or "")
+
+
+# Cluster --------------------------------------------------------------------------------------
+_APIS = {"v1": "CoreV1Api", "apps/v1": "AppsV1Api", "policy/v1": "PolicyV1Api",
+         "rbac.authorization.k8s.io/v1": "RbacAuthorizationV1Api"}
+
+
+def _apply_objects(objs: list[dict], namespace: str) -> list[str]:
+    """Create each object, or merge-patch it when it exists (runs in a worker thread)."""
+    import re  # noqa: PLC0415
+
+    import kubernetes  # noqa: PLC0415 (optional dependency, only for managed clusters)
+
+    client = kubernetes.client.ApiClient()
+    done = []
+    for obj in objs:
+        api_name = _APIS.get(obj["apiVersion"])
+        if api_name is None:
+            raise ConfigError(f"cannot apply {obj['kind']} of {obj['apiVersion']}")
+        api = getattr(kubernetes.client, api_name)(client)
+        kind = re.sub(r"(?<!^)(?=[A-Z])", "_", obj["kind"]).lower()
+        ns = obj.get("metadata", {}).get("namespace") or namespace
+        name = obj["metadata"]["name"]
+        try:
+            getattr(api, f"create_namespaced_{kind}")(ns, obj)
+        except kubernetes.client.ApiException as exc:
+            # 409 AlreadyExists (kmock 0.8 answers the same conflict as a 500 saying so)
+            if exc.status != 409 and "already exists" not in str(exc.body or "").lower():
+                raise
+            getattr(api, f"patch_namespaced_{kind}")(name, ns, obj)
+        done.append(f"{obj['kind']}/{name}")
+    return done
+
+
+async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
+                       patch: kopf.Patch) -> None:
+    meta, spec, status = body.metadata, body.spec, body.status
+    kind = "Cluster"
+    with metrics.timed(kind):
+        external = (spec.get("external") or {}).get("nameServers")
+        cluster = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Cluster",
+                   "metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
+        if external:
+            try:
+                servers = brokers.name_servers_of(cluster)
+            except InvalidSpec as exc:
+                raise _invalid(kind, body, patch, status, exc, metrics) from None
+            patch.status["nameServerAddress"] = ";".join(servers)
+            patch.status["observedGeneration"] = meta.get("generation")
+            try:
+                async with Admin(servers) as admin:
+                    info = await asyncio.wait_for(admin.cluster_info(), config.admin_timeout)
+                patch.status["brokers"] = [
+                    {"name": n, "brokerId": bid, "address": addr}
+                    for n, bd in sorted(info.broker_addr_table.items())
+                    for bid, addr in sorted(bd.broker_addrs.items())
+                ]
+                patch.status["readyBrokers"] = len(patch.status["brokers"])
+            except (TideMQError, TimeoutError) as exc:
+                log.info("external cluster %s not reachable yet: %s", meta.name, exc)
+                patch.status["brokers"] = []
+            _conditions(patch, status, ("Ready", True, "External",
+                                        "external cluster: topics and groups only"),
+                        ("Progressing", False, "None", ""), ("Degraded", False, "None", ""))
+            metrics.result(kind, "ok")
+            metrics.track(kind, meta.uid or meta.name or "")
+            return
+        try:
+            from tidemq.operator import workloads  # noqa: PLC0415 (written alongside)
+        except ImportError:
+            workloads = None
+        if workloads is None or not config.apply_workloads:
+            _conditions(patch, status, ("Ready", False, "NotManaged",
+                                        "this operator build does not create workloads"))
+            metrics.result(kind, "error", "NotManaged")
+            return
+        try:
+            objs = workloads.desired_objects(cluster)
+            address = workloads.name_server_address(cluster)
+        except (ConfigError, ValueError, KeyError, TypeError) as exc:
+            raise _invalid(kind, body, patch, status, exc, metrics) from None
+        for obj in objs:
+            obj.setdefault("metadata", {}).setdefault("namespace", meta.namespace)
+            if not obj["metadata"].get("ownerReferences"):
+                kopf.adopt(obj, owner=body)
+        try:
+            applied = await asyncio.to_thread(_apply_objects, objs, meta.namespace or "default")
+        except Exception as exc:  # noqa: BLE001 (any API failure: retry with a delay)
+            metrics.result(kind, "retry", "ApplyFailed")
+            raise kopf.TemporaryError(f"applying workloads failed: {exc}",
+                                      delay=config.retry_delay) from None
+        patch.status["nameServerAddress"] = address
+        patch.status["observedGeneration"] = meta.get("generation")
+        log.info("cluster %s: applied %s", meta.name, ", ".join(applied))
+        _conditions(patch, status, ("Progressing", True, "WorkloadsApplied",
+                                    f"{len(applied)} objects applied"),
+                    ("Ready", False, "WaitingForPods", "waiting for the StatefulSets to be ready"),
+                    ("Degraded", False, "None", ""))
+        metrics.result(kind, "ok")
+        metrics.track(kind, meta.uid or meta.name or "")
+
+
+# registration ---------------------------------------------------------------------------------
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorConfig(),
+             metrics: OperatorMetrics = METRICS) -> kopf.OperatorRegistry:
+    """Register every handler of the operator into ``registry`` (bound to ``config``)."""
+    reg: dict[str, Any] = {"registry": registry}
+
+    @kopf.on.startup(**reg)
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.finalizer = FINALIZER
+        settings.posting.level = logging.INFO
+        settings.watching.server_timeout = 300
+        if config.apply_workloads:
+            try:
+                import kubernetes  # noqa: PLC0415
+
+                try:
+                    kubernetes.config.load_incluster_config()
+                except kubernetes.config.ConfigException:
+                    kubernetes.config.load_kube_config()
+            except Exception as exc:  # noqa: BLE001 (no kubernetes client: external only)
+                log.warning("kubernetes client not configured (%s); managed clusters will fail",
+                            exc)
+
+    @kopf.on.login(**reg)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """A fresh registry has no fallback login: in-cluster service account, else kubeconfig."""
+        return (kopf.login_with_service_account(**kwargs)
+                or kopf.login_with_kubeconfig(**kwargs))
+
+    @kopf.index(GROUP, VERSION, "clusters", id="cluster_index", **reg)
+    def cluster_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict:
+        return {(namespace, name): {"spec": dict(body.spec), "status": dict(body.status),
+                                    "metadata": {"name": name, "namespace": namespace}}}
+
+    # Cluster
+    @kopf.on.resume(GROUP, VERSION, "clusters", **reg)
+    @kopf.on.create(GROUP, VERSION, "clusters", **reg)
+    @kopf.on.update(GROUP, VERSION, "clusters", **reg)
+    async def cluster_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        await cluster_pass(config, metrics, body, patch)
+
+    @kopf.timer(GROUP, VERSION, "clusters", interval=config.timer_interval,
+                initial_delay=config.timer_interval,
+                backoff=config.retry_delay, **reg)
+    async def cluster_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        await cluster_pass(config, metrics, body, patch)
+
+    # Topic
+    @kopf.on.resume(GROUP, VERSION, "topics", **reg)
+    @kopf.on.create(GROUP, VERSION, "topics", **reg)
+    @kopf.on.update(GROUP, VERSION, "topics", **reg)
+    async def topic_changed(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
+                            **_: Any) -> None:
+        await topic_pass(config, metrics, body, patch, cluster_index)
+
+    @kopf.timer(GROUP, VERSION, "topics", interval=config.timer_interval,
+                initial_delay=config.timer_interval,
+                backoff=config.retry_delay, **reg)
+    async def topic_timer(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
+                          **_: Any) -> None:
+        if body.metadata.get("deletionTimestamp"):
+            return
+        try:
+            await topic_pass(config, metrics, body, patch, cluster_index, timer=True)
+        except kopf.TemporaryError as exc:
+            log.info("topic %s: %s", body.metadata.name, exc)
+
+    @kopf.on.delete(GROUP, VERSION, "topics", **reg)
+    async def topic_deleted(body: kopf.Body, cluster_index: kopf.Index, retry: int,
+                            **_: Any) -> None:
+        await topic_delete(config, metrics, body, cluster_index, retry)
+
+    # ConsumerGroup
+    @kopf.on.resume(GROUP, VERSION, "consumergroups", **reg)
+    @kopf.on.create(GROUP, VERSION, "consumergroups", **reg)
+    @kopf.on.update(GROUP, VERSION, "consumergroups", **reg)
+    async def group_changed(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
+                            **_: Any) -> None:
+        await group_pass(config, metrics, body, patch, cluster_index)
+
+    @kopf.timer(GROUP, VERSION, "consumergroups", interval=config.timer_interval,
+                initial_delay=config.timer_interval,
+                backoff=config.retry_delay, **reg)
+    async def group_timer(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
+                          **_: Any) -> None:
+        try:
+            await group_pass(config, metrics, body, patch, cluster_index, timer=True)
+        except kopf.TemporaryError as exc:
+            log.info("consumer group %s: %s", body.metadata.name, exc)
+
+    @kopf.on.delete(GROUP, VERSION, "consumergroups", optional=True, **reg)
+    async def group_deleted(body: kopf.Body, **_: Any) -> None:
+        metrics.track("ConsumerGroup", body.metadata.uid or body.metadata.name or "",
+                      present=False)
+
+    return registry
+
+
+def _register_default() -> None:
+    """``kopf run -m tidemq.operator.handlers``: default config into the default registry."""
+    register(kopf.get_default_registry())
+
+
+if __name__ != "__main__":
+    _register_default()

@@ -1,0 +1,500 @@
+"""Desired state of a TideMQ Cluster's workloads: a Cluster custom object in, Kubernetes objects out.
+
+Pure functions, no Kubernetes client: the operator applies what :func:`desired_objects` returns and
+compares :func:`spec_hash` values to decide what changed. For a Cluster named ``c`` in namespace
+``ns`` the objects are, in apply order:
+
+- name servers: Service ``c-namesrv-headless`` (headless, publishes not-ready pods so brokers can
+  resolve every name server while they start), Service ``c-namesrv`` (ClusterIP, for clients that
+  want one address), PodDisruptionBudget ``c-namesrv``, StatefulSet ``c-namesrv``;
+- per broker group ``i`` (0 .. spec.brokers.groups-1): ConfigMap ``c-broker-i-config`` (the
+  ``broker.conf`` that ``tidemq broker --config`` reads), Service ``c-broker-i-headless``,
+  PodDisruptionBudget ``c-broker-i``, StatefulSet ``c-broker-i`` (broker name ``c-broker-i``, one
+  PVC ``data`` per pod).
+
+Invariants:
+- An external Cluster (spec.external) yields no objects.
+- Every object carries an owner reference to the Cluster (controller, blockOwnerDeletion), the
+  ``app.kubernetes.io/*`` labels, and the annotation ``tidemq.io/spec-hash`` = ``spec_hash(obj)``.
+- A broker advertises ``$(POD_NAME).c-broker-i-headless.$(POD_NAMESPACE).svc:<port>`` (stable pod
+  DNS, expanded by the kubelet from downward-API env), and registers with every name-server pod
+  (``--namesrv`` = :func:`name_server_address`).
+- A change of a broker group's config file changes its pod template (annotation
+  ``tidemq.io/config-hash``), so the StatefulSet rolls its pods one at a time (RollingUpdate,
+  OrderedReady, each pod only after the previous is ready again). Rolling one broker group after
+  another is the operator's job: apply a group's StatefulSet after the previous group is ready.
+- The HTTP endpoint (/metrics, /healthz, /readyz) always runs because the probes use it;
+  spec.metrics.enabled only adds the Prometheus scrape annotations.
+- Some StatefulSet fields cannot be patched (selector, serviceName, podManagementPolicy, volume
+  claim templates): :func:`immutable_changes` names them so the operator can report instead of
+  retrying a patch the API server refuses.
+- Defaults come from the CRD schema (crds/tidemq.io_clusters.yaml), applied here too so objects
+  that skipped API-server defaulting (emulators) give the same result.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import re
+from typing import Any
+
+from tidemq.errors import ConfigError
+from tidemq.operator.crds import API_VERSION, apply_defaults, openapi_schema
+
+log = logging.getLogger(__name__)
+
+SPEC_HASH_ANNOTATION = "tidemq.io/spec-hash"
+CONFIG_HASH_ANNOTATION = "tidemq.io/config-hash"
+BROKER_GROUP_LABEL = "tidemq.io/broker-group"
+MANAGED_BY = "tidemq-operator"
+CONFIG_FILE = "broker.conf"
+CONFIG_DIR = "/etc/tidemq"
+DATA_DIR = "/var/lib/tidemq"
+STORE_DIR = f"{DATA_DIR}/store"
+BROKER_GRACE_SECONDS = 60
+NAMESRV_GRACE_SECONDS = 30
+PRESTOP_SLEEP_SECONDS = 10
+# The CRD checks the reserved config keys and the name's length with cheap CEL rules; the formats
+# (regular expressions over unbounded strings would exceed the API server's CEL cost budget) here.
+CLUSTER_NAME_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?")
+CONFIG_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+
+
+# -- names -------------------------------------------------------------------------------------
+
+def namesrv_name(cluster_name: str) -> str:
+    """Name of the name-server StatefulSet, PDB and client Service."""
+    return f"{cluster_name}-namesrv"
+
+
+def namesrv_headless_name(cluster_name: str) -> str:
+    """Name of the name servers' headless Service (the StatefulSet's serviceName)."""
+    return f"{cluster_name}-namesrv-headless"
+
+
+def broker_name(cluster_name: str, group: int) -> str:
+    """RocketMQ broker name of group ``group``; also its StatefulSet and PDB name."""
+    return f"{cluster_name}-broker-{group}"
+
+
+def broker_headless_name(cluster_name: str, group: int) -> str:
+    """Name of broker group ``group``'s headless Service."""
+    return f"{broker_name(cluster_name, group)}-headless"
+
+
+def broker_config_name(cluster_name: str, group: int) -> str:
+    """Name of broker group ``group``'s ConfigMap."""
+    return f"{broker_name(cluster_name, group)}-config"
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _defaulted(cluster: dict[str, Any]) -> dict[str, Any]:
+    if cluster.get("kind", "Cluster") != "Cluster":
+        raise ConfigError(f"expected a Cluster, got {cluster.get('kind')!r}")
+    obj = copy.deepcopy({"apiVersion": API_VERSION, "kind": "Cluster", **cluster})
+    spec = obj.setdefault("spec", {})
+    if not spec.get("external"):
+        # a managed cluster: absent sections mean "all defaults" (the CRD defaults only fields)
+        for section in ("nameServers", "brokers", "metrics"):
+            spec.setdefault(section, {})
+        spec["brokers"].setdefault("storage", {})
+    return apply_defaults(openapi_schema("Cluster"), obj)
+
+
+def _meta(cluster: dict[str, Any]) -> tuple[str, str]:
+    md = cluster.get("metadata") or {}
+    name = md.get("name")
+    if not name:
+        raise ConfigError("the Cluster has no metadata.name")
+    if not CLUSTER_NAME_RE.fullmatch(name):
+        raise ConfigError(f"Cluster name {name!r} must be a DNS label of at most 40 characters starting with a "
+                          "letter (it prefixes StatefulSet, Service and pod names)")
+    return name, md.get("namespace") or "default"
+
+
+def _owner_ref(cluster: dict[str, Any]) -> dict[str, Any]:
+    md = cluster.get("metadata") or {}
+    if not md.get("uid"):
+        raise ConfigError("the Cluster has no metadata.uid (owner references need it)")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Cluster",
+        "name": md["name"],
+        "uid": md["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _selector(cluster_name: str, component: str, group: int | None = None) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/name": "tidemq",
+        "app.kubernetes.io/instance": cluster_name,
+        "app.kubernetes.io/component": component,
+    }
+    if group is not None:
+        labels[BROKER_GROUP_LABEL] = str(group)
+    return labels
+
+
+def _labels(cluster_name: str, component: str, group: int | None = None) -> dict[str, str]:
+    return {
+        **_selector(cluster_name, component, group),
+        "app.kubernetes.io/part-of": "tidemq",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def _metadata(cluster: dict[str, Any], name: str, labels: dict[str, str]) -> dict[str, Any]:
+    _cname, ns = _meta(cluster)
+    return {
+        "name": name,
+        "namespace": ns,
+        "labels": dict(labels),
+        "annotations": {},
+        "ownerReferences": [_owner_ref(cluster)],
+    }
+
+
+def _hash(data: Any) -> str:
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def spec_hash(obj: dict[str, Any]) -> str:
+    """A stable hash of a desired object, ignoring its own ``tidemq.io/spec-hash`` annotation and
+    any status: equal hashes mean nothing to apply."""
+    clean = copy.deepcopy(obj)
+    clean.pop("status", None)
+    annotations = (clean.get("metadata") or {}).get("annotations")
+    if annotations:
+        annotations.pop(SPEC_HASH_ANNOTATION, None)
+    return _hash(clean)
+
+
+def _stamp(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(obj)
+    return obj
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _resources(spec: dict[str, Any]) -> dict[str, Any]:
+    res = spec.get("resources") or {}
+    return {k: dict(res[k]) for k in ("requests", "limits") if res.get(k)}
+
+
+def _anti_affinity(cluster_name: str, component: str) -> dict[str, Any]:
+    """Prefer one pod of a component per node (preferred, so a one-node cluster still schedules)."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": _selector(cluster_name, component)},
+                    "topologyKey": "kubernetes.io/hostname",
+                },
+            }],
+        },
+    }
+
+
+def _downward_env() -> list[dict[str, Any]]:
+    return [
+        {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+        for name, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_IP", "status.podIP"))
+    ]
+
+
+def _probes(port_name: str) -> dict[str, Any]:
+    def get(path: str) -> dict[str, Any]:
+        return {"path": path, "port": port_name, "scheme": "HTTP"}
+
+    return {
+        # the HTTP endpoint starts after the store recovered: give recovery up to 10 minutes
+        "startupProbe": {"httpGet": get("/healthz"), "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 120},
+        "livenessProbe": {"httpGet": get("/healthz"), "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
+        "readinessProbe": {"httpGet": get("/readyz"), "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+    }
+
+
+def _scrape_annotations(enabled: bool, port: int) -> dict[str, str]:
+    if not enabled:
+        return {}
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+
+
+def _service(cluster: dict[str, Any], name: str, labels: dict[str, str], selector: dict[str, str],
+             ports: list[tuple[str, int]], headless: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": dict(selector),
+        "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
+    }
+    if headless:
+        spec["clusterIP"] = "None"
+        spec["publishNotReadyAddresses"] = True  # stable pod DNS names resolve while pods start
+    else:
+        spec["type"] = "ClusterIP"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(cluster, name, labels), "spec": spec}
+
+
+def _pdb(cluster: dict[str, Any], name: str, labels: dict[str, str], selector: dict[str, str]) -> dict[str, Any]:
+    # maxUnavailable 1, not minAvailable: a one-pod StatefulSet must not block node drains forever
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(cluster, name, labels),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
+    }
+
+
+# -- public API --------------------------------------------------------------------------------
+
+def name_server_address(cluster: dict[str, Any]) -> str:
+    """The name server address (``ADDR;ADDR...``) of a Cluster: spec.external.nameServers for an
+    external cluster, else every name-server pod's stable DNS name and port."""
+    spec = _defaulted(cluster)["spec"]
+    external = spec.get("external")
+    if external:
+        return ";".join(external["nameServers"])
+    name, ns = _meta(cluster)
+    replicas, port = spec["nameServers"]["replicas"], spec["nameServers"]["port"]
+    headless = namesrv_headless_name(name)
+    return ";".join(f"{namesrv_name(name)}-{i}.{headless}.{ns}.svc:{port}" for i in range(replicas))
+
+
+def broker_config_text(cluster: dict[str, Any], group: int) -> str:
+    """The ``broker.conf`` (RocketMQ key=value form) of broker group ``group``.
+
+    Extra settings from spec.brokers.config come first (sorted), the operator's own keys last;
+    the CRD refuses extra keys that would collide with them.
+    """
+    c = _defaulted(cluster)
+    name, ns = _meta(c)
+    if c["spec"].get("external"):
+        raise ConfigError(f"Cluster {ns}/{name} runs no brokers (spec.external)")
+    b = c["spec"]["brokers"]
+    lines = [f"# Generated by the TideMQ operator from Cluster {ns}/{name}: edit the Cluster, not this file."]
+    for key in sorted(b.get("config") or {}):
+        value = str(b["config"][key])
+        if not CONFIG_KEY_RE.fullmatch(key) or "\n" in value or "\r" in value:
+            raise ConfigError(f"spec.brokers.config: {key!r}={value!r} cannot be written as a broker.conf line")
+        lines.append(f"{key}={value}")
+    lines += [
+        f"brokerClusterName={name}",
+        f"brokerName={broker_name(name, group)}",
+        f"flushDiskType={'SYNC_FLUSH' if b['flushMode'] == 'sync' else 'ASYNC_FLUSH'}",
+        f"mappedFileSizeCommitLog={int(b['segmentSize'])}",
+        f"fileReservedTime={_number(b['retentionHours'])}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _namesrv_objects(c: dict[str, Any]) -> list[dict[str, Any]]:
+    name, _ns = _meta(c)
+    spec = c["spec"]
+    n = spec["nameServers"]
+    port, mport, replicas = n["port"], n["metricsPort"], n["replicas"]
+    labels = _labels(name, "namesrv")
+    selector = _selector(name, "namesrv")
+    ports = [("remoting", port), ("metrics", mport)]
+    container = {
+        "name": "namesrv",
+        "image": spec["image"],
+        "imagePullPolicy": spec["imagePullPolicy"],
+        "command": ["tidemq", "namesrv"],
+        "args": ["--listen", f"0.0.0.0:{port}", "--metrics-listen", f"0.0.0.0:{mport}"],
+        "env": _downward_env(),
+        "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
+        **_probes("metrics"),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+    }
+    if _resources(n):
+        container["resources"] = _resources(n)
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(c, namesrv_name(name), labels),
+        "spec": {
+            "serviceName": namesrv_headless_name(name),
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",  # name servers are independent of each other
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "minReadySeconds": 5,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": _scrape_annotations(spec["metrics"]["enabled"], mport)},
+                "spec": {
+                    "terminationGracePeriodSeconds": NAMESRV_GRACE_SECONDS,
+                    "enableServiceLinks": False,
+                    "affinity": _anti_affinity(name, "namesrv"),
+                    "containers": [container],
+                },
+            },
+        },
+    }
+    return [
+        _service(c, namesrv_headless_name(name), labels, selector, ports, headless=True),
+        _service(c, namesrv_name(name), labels, selector, [("remoting", port)], headless=False),
+        _pdb(c, namesrv_name(name), labels, selector),
+        sts,
+    ]
+
+
+def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[dict[str, Any]]:
+    name, _ns = _meta(c)
+    spec = c["spec"]
+    b = spec["brokers"]
+    port, mport = b["port"], spec["metrics"]["port"]
+    labels = _labels(name, "broker", group)
+    selector = _selector(name, "broker", group)
+    conf = broker_config_text(c, group)
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(c, broker_config_name(name, group), labels),
+        "data": {CONFIG_FILE: conf},
+    }
+    headless = broker_headless_name(name, group)
+    ports = [("remoting", port), ("metrics", mport)]
+    container = {
+        "name": "broker",
+        "image": spec["image"],
+        "imagePullPolicy": spec["imagePullPolicy"],
+        "command": ["tidemq", "broker"],
+        "args": [
+            "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
+            "--namesrv", namesrv_addr,
+            "--listen", f"0.0.0.0:{port}",
+            "--advertise", f"$(POD_NAME).{headless}.$(POD_NAMESPACE).svc:{port}",
+            "--store", STORE_DIR,
+            "--metrics-listen", f"0.0.0.0:{mport}",
+        ],
+        "env": _downward_env(),
+        "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
+        **_probes("metrics"),
+        # The broker unregisters from the name servers and flushes on SIGTERM; the sleep first lets
+        # endpoint removal propagate, the grace period bounds the flush.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}},
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ],
+    }
+    if _resources(b):
+        container["resources"] = _resources(b)
+    pod_annotations = {
+        **_scrape_annotations(spec["metrics"]["enabled"], mport),
+        CONFIG_HASH_ANNOTATION: _hash(cm["data"]),
+    }
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": b["storage"]["size"]}},
+    }
+    if b["storage"].get("storageClassName"):
+        pvc_spec["storageClassName"] = b["storage"]["storageClassName"]
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(c, broker_name(name, group), labels),
+        "spec": {
+            "serviceName": headless,
+            "replicas": b["replicas"],
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "minReadySeconds": 10,
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": pod_annotations},
+                "spec": {
+                    "terminationGracePeriodSeconds": BROKER_GRACE_SECONDS,
+                    "enableServiceLinks": False,
+                    "affinity": _anti_affinity(name, "broker"),
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": cm["metadata"]["name"]}}],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "labels": dict(selector)},
+                "spec": pvc_spec,
+            }],
+        },
+    }
+    return [
+        cm,
+        _service(c, headless, labels, selector, ports, headless=True),
+        _pdb(c, broker_name(name, group), labels, selector),
+        sts,
+    ]
+
+
+def desired_objects(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Kubernetes object a Cluster needs, in apply order (see the module docstring).
+
+    ``cluster`` is the Cluster custom object (metadata with name, namespace and uid; spec).
+    An external Cluster yields ``[]``. Raises ConfigError when metadata.name or uid is missing.
+    """
+    c = _defaulted(cluster)
+    spec = c["spec"]
+    if spec.get("external"):
+        return []
+    _owner_ref(c)  # fail early without a uid
+    objs = _namesrv_objects(c)
+    addr = name_server_address(c)
+    for group in range(spec["brokers"]["groups"]):
+        objs += _broker_objects(c, group, addr)
+    return [_stamp(o) for o in objs]
+
+
+# StatefulSet fields the API server refuses to change after creation.
+_IMMUTABLE_STS_FIELDS = ("selector", "serviceName", "podManagementPolicy", "volumeClaimTemplates")
+
+
+def immutable_changes(live: dict[str, Any], desired: dict[str, Any]) -> list[str]:
+    """Fields of a StatefulSet that differ between the live object and the desired one but cannot
+    be patched (the API server refuses them): a change of storage size or class, for instance.
+
+    Returns ``spec.<field>`` paths (empty when a patch can apply). For volumeClaimTemplates only
+    what this module sets is compared (name, storage request, class, access modes), since the
+    API server adds defaults to the live templates.
+    """
+    if live.get("kind") != "StatefulSet" or desired.get("kind") != "StatefulSet":
+        return []
+    out = []
+    ls, ds = live.get("spec") or {}, desired.get("spec") or {}
+    for field in _IMMUTABLE_STS_FIELDS:
+        if field not in ds or field not in ls:
+            continue
+        if field == "volumeClaimTemplates":
+            if _vct_shape(ls[field], ds[field]) != _vct_shape(ds[field], ds[field]):
+                out.append(f"spec.{field}")
+        elif ls[field] != ds[field]:
+            out.append(f"spec.{field}")
+    return out
+
+
+def _vct_shape(vcts: list[dict[str, Any]], desired: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What this module sets in volume claim templates; a class counts only where the desired
+    template names one (the API server fills in the default class otherwise)."""
+    out = []
+    for i, v in enumerate(vcts):
+        spec = v.get("spec") or {}
+        want = (desired[i].get("spec") or {}) if i < len(desired) else {}
+        out.append((
+            (v.get("metadata") or {}).get("name"),
+            str((spec.get("resources") or {}).get("requests", {}).get("storage")),
+            spec.get("storageClassName") if "storageClassName" in want else None,
+            tuple(spec.get("accessModes") or ()),
+        ))
+    return out

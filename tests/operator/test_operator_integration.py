@@ -1,0 +1,460 @@
+"""The real operator (``tidemq operator`` = kopf, in a subprocess) against kmock's
+KubernetesEmulator on loopback and a real TideMQ name server + broker (tests/procs.py).
+
+How the emulator is adapted (kmock 0.8):
+- It runs in a background thread with its own event loop; the tests talk to it over HTTP with the
+  real ``kubernetes`` client, like kubectl would.
+- The TideMQ resources are registered from crds/*.yaml (kind, plural, singular, short names,
+  status subresource), since the emulator does not serve CustomResourceDefinitions.
+- kopf runs with ``--all-namespaces``: a namespace-restricted kopf lists /api/v1/namespaces, which
+  kmock's path parser answers with 500.
+- There is no admission: the tests default and validate every object with
+  :func:`tidemq.operator.crds.admit` (schema + CEL) before creating it, as the API server would.
+  The invalid-spec test bypasses that on purpose, to check the operator's own PermanentError path
+  (CRDs installed without schemas, or a schema older than the operator).
+- The emulator assigns no metadata.uid/generation: the tests set a uid on create (owner
+  references of managed workloads need one).
+- kmock ignores metadata.generateName (kopf's Events use it): a small subclass fills in a name.
+- Peering is off (``--standalone``): HA with kopf peering needs the KopfPeering CRD.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+kmock = pytest.importorskip("kmock")
+kubernetes = pytest.importorskip("kubernetes")
+pytest.importorskip("kopf")
+
+from tests.procs import free_port, tidemq_cmd  # noqa: E402
+from tidemq.client.route import MessageQueue  # noqa: E402
+from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer  # noqa: E402
+from tidemq.message import Message  # noqa: E402
+from tidemq.operator import crds  # noqa: E402
+from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
+
+GROUP, VERSION, NS = "tidemq.io", "v1alpha1", "default"
+WAIT = 30.0
+
+
+# the emulator ------------------------------------------------------------------------------------
+class GenerateNameEmulator(kmock.KubernetesEmulator):
+    """kmock 0.8 ignores metadata.generateName: every kopf Event would be created under the name
+    None and all but the first conflict. Fill in a name as the API server does."""
+
+    async def _handle(self, request):
+        data = request.data
+        if request.action == kmock.action.CREATE and isinstance(data, dict):
+            md = data.setdefault("metadata", {})
+            if not md.get("name") and md.get("generateName"):
+                md["name"] = md["generateName"] + uuid.uuid4().hex[:8]
+        return await super()._handle(request)
+
+
+class Emulator:
+    """kmock.KubernetesEmulator served on 127.0.0.1 from a background thread."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
+
+    def start(self) -> "Emulator":
+        self._thread.start()
+        if not self._ready.wait(20) or self._error:
+            raise RuntimeError(f"emulator did not start: {self._error}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._stop:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 (reported to start())
+            self._error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        emu = GenerateNameEmulator()
+        emu.resources.load_bundled()
+        for kind in crds.KINDS:
+            names = crds.load_crd(kind)["spec"]["names"]
+            emu.resources[f"{GROUP}/{VERSION}/{names['plural']}"] = kmock.ResourceInfo(
+                kind=names["kind"], namespaced=True, singular=names["singular"],
+                shortnames=set(names.get("shortNames", [])),
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+                subresources={"status"},
+            )
+        async with kmock.Server(emu) as server:
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    emu = Emulator().start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(emulator):
+    cfg = kubernetes.client.Configuration()
+    cfg.host = emulator.url
+    api = kubernetes.client.ApiClient(cfg)
+    return kubernetes.client.CustomObjectsApi(api), api
+
+
+# the operator ------------------------------------------------------------------------------------
+class Operator:
+    def __init__(self, root: Path, url: str) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig = root / "kubeconfig"
+        self.kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: emu\n"
+            f"clusters:\n- name: emu\n  cluster:\n    server: {url}\n"
+            "users:\n- name: emu\n  user:\n    token: test\n"
+            "contexts:\n- name: emu\n  context:\n    cluster: emu\n    user: emu\n"
+        )
+        self.log_path = root / "operator.log"
+        self.liveness_port = free_port()
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Operator":
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(tidemq_cmd(
+                "operator", "--all-namespaces", "--standalone",
+                "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
+                "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+                "--timer-interval", "1", "--retry-delay", "1", "--delete-retries", "2",
+                "--admin-timeout", "10",
+            ), stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"operator exited:\n{self.log()}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"operator liveness endpoint never answered:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(x for x in lines if "succeeded." not in x)[-12000:]
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=3) as r:
+            return r.read().decode()
+
+
+@pytest.fixture(scope="module")
+def operator(emulator, cluster, tmp_path_factory):
+    op = Operator(tmp_path_factory.mktemp("operator"), emulator.url).start()
+    yield op
+    op.stop()
+
+
+def wait_for(op: Operator, what: str, fn: Callable[[], object], timeout: float = WAIT):
+    """Poll ``fn`` until truthy; on timeout fail with the operator's log."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except Exception as exc:  # noqa: BLE001 (not there yet)
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n--- operator log ---\n{op.log()}")
+
+
+def expect(op: Operator, ok: bool, what: str) -> None:
+    if not ok:
+        raise AssertionError(f"{what}\n--- operator log ---\n{op.log()}")
+
+
+# object helpers -----------------------------------------------------------------------------------
+PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups"}
+
+
+def create(kube, kind: str, name: str, spec: dict, validate: bool = True) -> dict:
+    api, _ = kube
+    obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
+           "metadata": {"name": name, "namespace": NS, "uid": str(uuid.uuid4()), "generation": 1,
+                        "resourceVersion": "1"},
+           "spec": spec}
+    if validate:
+        obj, errors = crds.admit(obj)
+        assert errors == [], errors
+    return api.create_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], obj)
+
+
+def get(kube, kind: str, name: str) -> dict:
+    api, _ = kube
+    return api.get_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name)
+
+
+def patch_spec(kube, kind: str, name: str, spec: dict) -> None:
+    api, _ = kube
+    old = get(kube, kind, name)
+    new = {**old, "spec": {**old["spec"], **spec}}
+    new["metadata"] = {**old["metadata"], "generation": old["metadata"].get("generation", 1) + 1}
+    _, errors = crds.admit(new, old)
+    assert errors == [], errors
+    api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name,
+                                       {"metadata": {"generation": new["metadata"]["generation"]},
+                                        "spec": spec})
+
+
+def delete(kube, kind: str, name: str) -> None:
+    api, _ = kube
+    api.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name)
+
+
+def gone(kube, kind: str, name: str) -> bool:
+    try:
+        get(kube, kind, name)
+    except kubernetes.client.ApiException as exc:
+        return exc.status in (404, 500)  # kmock 0.8 answers a missing object with 500
+    return False
+
+
+def condition(obj: dict, ctype: str) -> dict:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return {}
+
+
+def broker_json(addr: str, code: RequestCode) -> dict:
+    async def go() -> dict:
+        client = RemotingClient()
+        try:
+            resp = await client.invoke(addr, RemotingCommand.request(code), 5)
+        finally:
+            await client.close()
+        return orjson.loads(resp.body_bytes())
+    return asyncio.run(go())
+
+
+def broker_topic(cluster, topic: str) -> dict | None:
+    return broker_json(cluster.broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)["topicConfigTable"].get(topic)
+
+
+def counts(cluster, topic: str) -> tuple[int, int] | None:
+    tc = broker_topic(cluster, topic)
+    return None if tc is None else (tc["readQueueNums"], tc["writeQueueNums"])
+
+
+@pytest.fixture(scope="module")
+def external(kube, operator, cluster):
+    create(kube, "Cluster", "ext", {"external": {"nameServers": [cluster.namesrv_addr]}})
+    wait_for(operator, "the external Cluster Ready",
+             lambda: condition(get(kube, "Cluster", "ext"), "Ready").get("status") == "True")
+    return "ext"
+
+
+# tests --------------------------------------------------------------------------------------------
+def test_external_cluster_becomes_ready_with_its_address(kube, operator, cluster, external):
+    status = get(kube, "Cluster", external)["status"]
+    assert status["nameServerAddress"] == cluster.namesrv_addr
+    assert condition({"status": status}, "Ready")["reason"] == "External"
+    assert [b["address"] for b in status["brokers"]] == [cluster.broker_addr]
+
+
+def test_topic_create_grow_shrink_with_draining_then_delete(kube, operator, cluster, external):
+    topic = "OpTopic_" + uuid.uuid4().hex[:6]
+    create(kube, "Topic", "op-topic", {"clusterRef": {"name": external}, "topicName": topic,
+                                       "readQueueNums": 4, "writeQueueNums": 4})
+    wait_for(operator, "topic created with 4/4", lambda: counts(cluster, topic) == (4, 4))
+    obj = wait_for(operator, "Topic Ready",
+                   lambda: (o := get(kube, "Topic", "op-topic")) and
+                   condition(o, "Ready").get("status") == "True" and o)
+    assert obj["status"]["topicName"] == topic
+    assert obj["status"]["brokers"][0]["readQueueNums"] == 4
+    assert "tidemq.io/finalizer" in obj["metadata"]["finalizers"]
+
+    # grow: immediate
+    patch_spec(kube, "Topic", "op-topic", {"readQueueNums": 6, "writeQueueNums": 6})
+    wait_for(operator, "topic grown to 6/6", lambda: counts(cluster, topic) == (6, 6))
+
+    # messages on the queues that will go away (4, 5); a group that consumed nothing of them
+    with SyncProducer("op_pg", cluster.namesrv_addr) as p:
+        wait_for(operator, "route with 6 queues",
+                 lambda: len(route_queues(cluster, topic)) == 6)
+        for q in (0, 4, 4, 5):
+            p.send(Message(topic, f"m{q}".encode()), queue=MessageQueue(topic, cluster.broker_name, q))
+    consumer = SyncPullConsumer("op_drainer", cluster.namesrv_addr)
+    with consumer:
+        q0 = MessageQueue(topic, cluster.broker_name, 0)
+        consumer.commit(q0, consumer.max_offset(q0))  # the group now has offsets for the topic
+
+        # shrink: writes first, read stays while queues 4 and 5 hold unconsumed messages
+        patch_spec(kube, "Topic", "op-topic", {"readQueueNums": 4, "writeQueueNums": 4})
+        wait_for(operator, "write lowered to 4, read kept at 6", lambda: counts(cluster, topic) == (6, 4))
+        obj = wait_for(operator, "Draining condition",
+                       lambda: (o := get(kube, "Topic", "op-topic")) and
+                       condition(o, "Draining").get("status") == "True" and o)
+        assert condition(obj, "Ready")["status"] == "False"
+        time.sleep(3)  # three timer passes: still draining, nothing dropped
+        expect(operator, counts(cluster, topic) == (6, 4), "read kept at 6 while undrained")
+        expect(operator, condition(get(kube, "Topic", "op-topic"), "Draining")["status"] == "True",
+               "still Draining")
+
+        # the consumer drains queues 4 and 5
+        for q in (4, 5):
+            mq = MessageQueue(topic, cluster.broker_name, q)
+            r = consumer.pull(mq, 0)
+            assert r.messages, f"queue {q} should hold messages"
+            consumer.commit(mq, r.next_begin_offset)
+    wait_for(operator, "read lowered to 4 once drained", lambda: counts(cluster, topic) == (4, 4))
+    wait_for(operator, "Ready again, not Draining",
+             lambda: (o := get(kube, "Topic", "op-topic")) and
+             condition(o, "Ready").get("status") == "True" and
+             condition(o, "Draining").get("status") == "False")
+
+    # delete: gone from broker and name server, finalizer released
+    delete(kube, "Topic", "op-topic")
+    wait_for(operator, "Topic object released", lambda: gone(kube, "Topic", "op-topic"))
+    wait_for(operator, "topic gone from the broker", lambda: broker_topic(cluster, topic) is None)
+    with SyncAdmin(cluster.namesrv_addr) as admin:
+        wait_for(operator, "topic gone from the name server", lambda: topic not in admin.topic_list())
+    metrics = operator.metrics()
+    assert 'tidemq_operator_reconciles_total{kind="Topic",result="ok"}' in metrics
+    assert 'tidemq_operator_reconciles_total{kind="Topic",result="draining"}' in metrics
+
+
+def route_queues(cluster, topic: str) -> list:
+    with SyncAdmin(cluster.namesrv_addr) as admin:
+        return admin.topic_route(topic).publish_queues(topic)
+
+
+@pytest.mark.parametrize("bad", [{"writeQueueNums": 0}, {"perm": "X"}])
+def test_invalid_spec_gets_a_permanent_error_condition(kube, operator, external, bad):
+    name = "bad-" + uuid.uuid4().hex[:6]
+    spec = {"clusterRef": {"name": external}, **bad}
+    _, errors = crds.admit({"apiVersion": f"{GROUP}/{VERSION}", "kind": "Topic",
+                            "metadata": {"name": name}, "spec": spec})
+    assert errors, "the CRD schema itself refuses this spec"
+    create(kube, "Topic", name, spec, validate=False)
+    obj = wait_for(operator, "InvalidSpec condition",
+                   lambda: (o := get(kube, "Topic", name)) and
+                   condition(o, "Error").get("reason") == "InvalidSpec" and o)
+    assert condition(obj, "Ready")["status"] == "False"
+    assert next(iter(bad)) in condition(obj, "Error")["message"]
+    events = kubernetes.client.CoreV1Api(kube[1]).list_namespaced_event(NS).items
+    expect(operator, any(e.reason == "InvalidSpec" and e.involved_object.name == name
+                         for e in events), "an InvalidSpec event")
+    delete(kube, "Topic", name)
+    wait_for(operator, "invalid Topic released", lambda: gone(kube, "Topic", name))
+
+
+def test_topic_of_a_missing_cluster_is_released_after_bounded_retries(kube, operator, external):
+    create(kube, "Topic", "orphan", {"clusterRef": {"name": "nowhere"}})
+    wait_for(operator, "ClusterNotFound condition",
+             lambda: condition(get(kube, "Topic", "orphan"), "Ready").get("reason") == "ClusterNotFound")
+    delete(kube, "Topic", "orphan")
+    wait_for(operator, "finalizer released after bounded retries", lambda: gone(kube, "Topic", "orphan"))
+    _, api = kube
+    events = kubernetes.client.CoreV1Api(api).list_namespaced_event(NS).items
+    released = [e for e in events if e.reason == "FinalizerReleased"
+                and e.involved_object.name == "orphan"]
+    expect(operator, bool(released), "a FinalizerReleased event")
+    assert released[0].type == "Warning" and "nowhere" in released[0].message
+
+
+def test_consumer_group_is_created_on_the_broker_and_reports_lag(kube, operator, cluster, external):
+    group = "op_cg_" + uuid.uuid4().hex[:6]
+    topic = "OpLag_" + uuid.uuid4().hex[:6]
+    cluster.create_topic(topic, queues=1)
+    create(kube, "ConsumerGroup", "op-group", {"clusterRef": {"name": external}, "groupName": group,
+                                               "retryMaxTimes": 5, "consumeBroadcastEnable": False})
+
+    def on_broker() -> dict | None:
+        table = broker_json(cluster.broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return table["subscriptionGroupTable"].get(group)
+
+    cfg = wait_for(operator, "group on the broker", on_broker)
+    assert (cfg["retryMaxTimes"], cfg["consumeBroadcastEnable"]) == (5, False)
+    wait_for(operator, "ConsumerGroup Ready",
+             lambda: condition(get(kube, "ConsumerGroup", "op-group"), "Ready").get("status") == "True")
+
+    with SyncProducer("op_lag_pg", cluster.namesrv_addr) as p:
+        for i in range(5):
+            p.send(Message(topic, f"l{i}".encode()))
+    with SyncPullConsumer(group, cluster.namesrv_addr) as c:
+        (mq,) = c.fetch_queues(topic)
+        c.commit(mq, 2)
+    status = wait_for(operator, "lag of 3 in the status",
+                      lambda: (s := get(kube, "ConsumerGroup", "op-group").get("status", {})) and
+                      s.get("totalLag") == 3 and s)
+    assert status["lag"] == [{"topic": topic, "lag": 3}]
+    assert status["groupName"] == group
+
+
+def test_managed_cluster_reconcile_creates_workloads(kube, operator):
+    _, api = kube
+    create(kube, "Cluster", "demo", {"nameServers": {"replicas": 2}, "brokers": {"groups": 2}})
+    apps = kubernetes.client.AppsV1Api(api)
+    core = kubernetes.client.CoreV1Api(api)
+    policy = kubernetes.client.PolicyV1Api(api)
+
+    def names(items) -> set[str]:
+        return {i.metadata.name for i in items}
+
+    sts = wait_for(operator, "StatefulSets",
+                   lambda: len(x := names(apps.list_namespaced_stateful_set(NS).items)) >= 3 and x)
+    assert len(sts) == 3  # name servers + two broker groups
+    assert len(names(core.list_namespaced_service(NS).items)) >= 3
+    assert len(names(core.list_namespaced_config_map(NS).items)) >= 2
+    assert len(names(policy.list_namespaced_pod_disruption_budget(NS).items)) >= 1
+    status = wait_for(operator, "Cluster status",
+                      lambda: get(kube, "Cluster", "demo").get("status", {}).get("nameServerAddress"))
+    assert status.count(";") == 1  # two name servers
+    one = apps.list_namespaced_stateful_set(NS).items[0]
+    assert one.metadata.owner_references[0].kind == "Cluster"
+    # the timer re-applies (create -> conflict -> patch) without errors
+    time.sleep(2.5)
+    expect(operator, "applying workloads failed" not in operator.log(), "re-apply of workloads")
+    obj = get(kube, "Cluster", "demo")
+    assert condition(obj, "Progressing")["status"] == "True"
+    assert condition(obj, "Ready")["reason"] == "WaitingForPods"

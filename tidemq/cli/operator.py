@@ -1,0 +1,76 @@
+"""`tidemq operator`: run the kopf operator for Cluster, Topic and ConsumerGroup resources.
+
+Settings come from flags or TIDEMQ_OPERATOR_* environment variables (read here, in the CLI only).
+HA: run two or more replicas with ``--peering NAME`` (needs kopf's ClusterKopfPeering/KopfPeering
+CRD); replicas with a lower ``--priority`` pause while a higher one is alive. ``--standalone``
+turns peering off (one replica, or tests).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from tidemq.cli.common import parse_listen, setup_logging
+
+log = logging.getLogger("tidemq.cli")
+
+
+@click.command("operator")
+@click.option("-n", "--namespace", "namespaces", multiple=True, envvar="TIDEMQ_OPERATOR_NAMESPACES",
+              help="Namespace to watch (repeatable; glob patterns allowed).")
+@click.option("-A", "--all-namespaces", is_flag=True, envvar="TIDEMQ_OPERATOR_ALL_NAMESPACES",
+              help="Watch every namespace (cluster-wide).")
+@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
+              envvar="TIDEMQ_OPERATOR_LIVENESS", help="kopf liveness endpoint URL ('' to disable).")
+@click.option("--metrics-listen", default="0.0.0.0:9090", show_default=True,
+              envvar="TIDEMQ_OPERATOR_METRICS_LISTEN", help="Prometheus /metrics HOST:PORT ('' off).")
+@click.option("--timer-interval", type=float, default=30.0, show_default=True,
+              envvar="TIDEMQ_OPERATOR_TIMER_INTERVAL",
+              help="Seconds between periodic reconciles (drift, draining, lag).")
+@click.option("--retry-delay", type=float, default=10.0, show_default=True,
+              envvar="TIDEMQ_OPERATOR_RETRY_DELAY", help="Delay before retrying a not-ready cluster.")
+@click.option("--delete-retries", type=int, default=5, show_default=True,
+              envvar="TIDEMQ_OPERATOR_DELETE_RETRIES",
+              help="Retries of a Topic deletion whose cluster is gone before the finalizer is released.")
+@click.option("--admin-timeout", type=float, default=30.0, show_default=True,
+              envvar="TIDEMQ_OPERATOR_ADMIN_TIMEOUT", help="Bound of one pass of broker calls.")
+@click.option("--standalone", is_flag=True, envvar="TIDEMQ_OPERATOR_STANDALONE",
+              help="No peering: act even if other replicas run.")
+@click.option("--peering", default=None, envvar="TIDEMQ_OPERATOR_PEERING",
+              help="kopf peering object name (HA between replicas).")
+@click.option("--priority", type=int, default=0, envvar="TIDEMQ_OPERATOR_PRIORITY",
+              help="Peering priority of this replica.")
+@click.option("--log-level", default="info", show_default=True, envvar="TIDEMQ_LOG_LEVEL")
+def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str,
+                 metrics_listen: str, timer_interval: float, retry_delay: float,
+                 delete_retries: int, admin_timeout: float, standalone: bool,
+                 peering: str | None, priority: int, log_level: str) -> None:
+    """Run the operator (kopf) until SIGINT/SIGTERM."""
+    import kopf  # noqa: PLC0415 (optional dependency: pip install 'tidemq[operator]')
+
+    from tidemq.operator.handlers import OperatorConfig, register  # noqa: PLC0415
+    from tidemq.operator.metrics import OperatorMetrics  # noqa: PLC0415
+
+    if bool(namespaces) == all_namespaces:
+        raise click.UsageError("give --namespace (one or more) or --all-namespaces")
+    setup_logging(log_level)
+    config = OperatorConfig(timer_interval=timer_interval, admin_timeout=admin_timeout,
+                            retry_delay=retry_delay, delete_retries=delete_retries)
+    metrics = OperatorMetrics()
+    if metrics_listen:
+        host, port = parse_listen(metrics_listen, "--metrics-listen")
+        metrics.serve(host, port)
+    registry = register(kopf.OperatorRegistry(), config, metrics)
+    log.info("tidemq operator: %s, timer every %.1f s", "all namespaces" if all_namespaces
+             else ", ".join(namespaces), timer_interval)
+    kopf.run(
+        registry=registry,
+        clusterwide=all_namespaces,
+        namespaces=list(namespaces),
+        standalone=standalone or None,
+        peering_name=peering,
+        priority=priority,
+        liveness_endpoint=liveness or None,
+    )
