@@ -5,3 +5,15 @@ importable as the top-level ``operator`` (that name stays the standard library's
 objects are built by pure functions (:mod:`tidemq.operator.workloads`); the CRDs live in ``crds/``
 (:mod:`tidemq.operator.crds`). The operator reaches brokers only through ``tidemq.client.Admin``.
 """
+
+# ``kopf run -m tidemq.operator`` imports this package and expects the handlers registered in
+# kopf's default registry, so import them here. kopf is an optional dependency (the ``operator``
+# extra): the pure modules (workloads, crds, topics, rollout) must stay importable without it,
+# hence the guard. Only kopf's absence is tolerated; an error inside the handlers module raises.
+try:
+    import kopf as _kopf
+except ImportError:  # pragma: no cover (kopf not installed: pure modules only)
+    _kopf = None
+if _kopf is not None:
+    from tidemq.operator import handlers as handlers  # noqa: E402,F401 (registers on import)
+del _kopf

@@ -1,8 +1,8 @@
 """kopf handlers for the tidemq.io Cluster, Topic and ConsumerGroup resources.
 
 Run with ``tidemq operator`` (which builds a registry with :func:`register` and its own
-:class:`OperatorConfig`) or ``kopf run -m tidemq.operator.handlers`` (default config, handlers
-registered into kopf's default registry on import).
+:class:`OperatorConfig`) or ``kopf run -m tidemq.operator`` (default config: the package imports
+this module, which registers the handlers into kopf's default registry on import).
 
 Invariants:
 - Handlers are idempotent: each pass recomputes the desired state from the spec and what the
@@ -15,6 +15,13 @@ Invariants:
 - Topic deletion holds kopf's finalizer until the topic is gone from brokers and name servers,
   but at most ``delete_retries`` retries when the cluster is gone: then it is released with a
   Warning Event, so a Topic never hangs in Terminating forever.
+- Managed Cluster: each pass reads the live StatefulSets (worker thread) and applies only what
+  :func:`tidemq.operator.rollout.plan` says: name servers first, then broker group 0, 1, ...,
+  each after the previous StatefulSet is ready and updated; the timer (``timer_interval``) moves
+  the rollout and the status (ready counts, Ready/Progressing/Degraded) along as pods get ready.
+  status.rollout keeps what the next pass needs (StatefulSets seen ready, blocked changes).
+  Immutable StatefulSet changes are not applied: a Warning Event and Ready=False
+  (ImmutableFieldChange) say so.
 - HA: run two replicas with kopf peering (``tidemq operator --peering NAME``, the KopfPeering
   CRD installed); only the replica with the highest priority acts, the other stays paused.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +40,7 @@ import kopf
 
 from tidemq.client.admin import Admin
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers
+from tidemq.operator import brokers, rollout, workloads
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
 from tidemq.operator.topics import InvalidSpec, topic_spec
@@ -310,11 +318,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             metrics.result(kind, "ok")
             metrics.track(kind, meta.uid or meta.name or "")
             return
-        try:
-            from tidemq.operator import workloads  # noqa: PLC0415 (written alongside)
-        except ImportError:
-            workloads = None
-        if workloads is None or not config.apply_workloads:
+        if not config.apply_workloads:
             _conditions(patch, status, ("Ready", False, "NotManaged",
                                         "this operator build does not create workloads"))
             metrics.result(kind, "error", "NotManaged")
@@ -324,25 +328,73 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             address = workloads.name_server_address(cluster)
         except (ConfigError, ValueError, KeyError, TypeError) as exc:
             raise _invalid(kind, body, patch, status, exc, metrics) from None
+        namespace = meta.namespace or "default"
         for obj in objs:
-            obj.setdefault("metadata", {}).setdefault("namespace", meta.namespace)
+            obj.setdefault("metadata", {}).setdefault("namespace", namespace)
             if not obj["metadata"].get("ownerReferences"):
                 kopf.adopt(obj, owner=body)
+        sts_names = [o["metadata"]["name"] for o in objs if o["kind"] == "StatefulSet"]
         try:
-            applied = await asyncio.to_thread(_apply_objects, objs, meta.namespace or "default")
+            live = await asyncio.to_thread(_read_statefulsets, sts_names, namespace)
+            was_ready = list((status.get("rollout") or {}).get("wasReady") or [])
+            decision = rollout.plan(objs, live, was_ready)
+            applied = (await asyncio.to_thread(_apply_objects, list(decision.apply), namespace)
+                       if decision.apply else [])
         except Exception as exc:  # noqa: BLE001 (any API failure: retry with a delay)
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",
                                       delay=config.retry_delay) from None
+        if applied:
+            log.info("cluster %s: applied %s", meta.name, ", ".join(applied))
+        known = {f"{n}:{','.join(f)}" for n, f in
+                 ((status.get("rollout") or {}).get("blocked") or {}).items()}
+        for sts_name, fields in sorted(decision.blocked.items()):
+            if f"{sts_name}:{','.join(fields)}" not in known:  # one Event per distinct change
+                kopf.warn(body, reason="ImmutableFieldChange",
+                          message=f"StatefulSet {sts_name}: cannot change {', '.join(fields)} in "
+                                  "place; revert the change or delete the StatefulSet (its PVCs "
+                                  "are retained) so the operator recreates it")
         patch.status["nameServerAddress"] = address
         patch.status["observedGeneration"] = meta.get("generation")
-        log.info("cluster %s: applied %s", meta.name, ", ".join(applied))
-        _conditions(patch, status, ("Progressing", True, "WorkloadsApplied",
-                                    f"{len(applied)} objects applied"),
-                    ("Ready", False, "WaitingForPods", "waiting for the StatefulSets to be ready"),
-                    ("Degraded", False, "None", ""))
-        metrics.result(kind, "ok")
+        patch.status["readyNameServers"] = decision.ready_name_servers
+        patch.status["readyBrokers"] = decision.ready_brokers
+        patch.status["brokers"] = workloads.broker_addresses(cluster)
+        patch.status["statefulSets"] = [{"name": n, **c} for n, c in sorted(decision.counts.items())]
+        patch.status["rollout"] = {"wasReady": list(decision.was_ready),
+                                   "rolling": list(decision.rolling),
+                                   "waiting": list(decision.waiting),
+                                   "blocked": {n: list(f) for n, f in decision.blocked.items()}}
+        gen = meta.get("generation")
+        _conditions(patch, status, *decision.conditions())
+        if gen is not None:
+            for c in patch.status["conditions"]:
+                c["observedGeneration"] = gen
+        if decision.blocked:
+            metrics.result(kind, "error", "ImmutableFieldChange")
+        else:
+            metrics.result(kind, "ok" if decision.ready else "progressing")
         metrics.track(kind, meta.uid or meta.name or "")
+
+
+def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | None]:
+    """The live StatefulSets as API JSON (camelCase), None when missing (runs in a worker thread)."""
+    import kubernetes  # noqa: PLC0415 (optional dependency, only for managed clusters)
+
+    client = kubernetes.client.ApiClient()
+    apps = kubernetes.client.AppsV1Api(client)
+    out: dict[str, dict | None] = {}
+    for name in names:
+        try:
+            # raw JSON: no client-side model validation of a partly filled status
+            resp = apps.read_namespaced_stateful_set(name, namespace, _preload_content=False)
+        except kubernetes.client.ApiException as exc:
+            # 404 NotFound (kmock 0.8 answers a missing object with 500)
+            if exc.status not in (404, 500):
+                raise
+            out[name] = None
+            continue
+        out[name] = json.loads(resp.data)
+    return out
 
 
 # registration ---------------------------------------------------------------------------------
@@ -444,7 +496,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
 
 
 def _register_default() -> None:
-    """``kopf run -m tidemq.operator.handlers``: default config into the default registry."""
+    """``kopf run -m tidemq.operator``: default config into the default registry."""
     register(kopf.get_default_registry())
 
 

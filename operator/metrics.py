@@ -2,7 +2,8 @@
 
 Names: tidemq_operator_reconciles_total{kind,result}, tidemq_operator_reconcile_seconds{kind},
 tidemq_operator_errors_total{kind,reason}, tidemq_operator_managed{kind} (topics/groups/clusters
-this replica reconciles). ``result`` is one of ok, draining, retry, invalid, error, deleted.
+this replica reconciles). ``result`` is one of ok, progressing (a Cluster rolling or waiting for
+pods), draining, retry, invalid, error, deleted.
 """
 
 from __future__ import annotations

@@ -498,3 +498,31 @@ def _vct_shape(vcts: list[dict[str, Any]], desired: list[dict[str, Any]]) -> lis
             tuple(spec.get("accessModes") or ()),
         ))
     return out
+
+
+def image_version(image: str) -> str:
+    """The tag of an image reference (``repo/tidemq:0.4`` -> ``0.4``; a digest or no tag -> the
+    reference itself, ``latest`` when there is nothing after the name)."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        return last.split(":", 1)[1]
+    return image.split("@", 1)[1] if "@" in image else "latest"
+
+
+def broker_addresses(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every broker pod of a managed Cluster: name (RocketMQ brokerName), brokerId (the pod's
+    ordinal), address (the stable pod DNS name it advertises, see ``--advertise``) and version
+    (the image tag the StatefulSet runs). An external Cluster yields ``[]``."""
+    c = _defaulted(cluster)
+    spec = c["spec"]
+    if spec.get("external"):
+        return []
+    name, ns = _meta(c)
+    b = spec["brokers"]
+    version = image_version(spec["image"])
+    return [
+        {"name": broker_name(name, g), "brokerId": i, "version": version,
+         "address": f"{broker_name(name, g)}-{i}.{broker_headless_name(name, g)}.{ns}.svc:{b['port']}"}
+        for g in range(b["groups"]) for i in range(b["replicas"])
+    ]

@@ -15,6 +15,10 @@ How the emulator is adapted (kmock 0.8):
 - The emulator assigns no metadata.uid/generation: the tests set a uid on create (owner
   references of managed workloads need one).
 - kmock ignores metadata.generateName (kopf's Events use it): a small subclass fills in a name.
+- kmock runs no controllers and keeps no metadata.generation: the same subclass sets generation 1
+  on create and bumps it when a StatefulSet's spec is patched (as the API server does); the tests
+  play the StatefulSet controller by patching status (readyReplicas, updatedReplicas,
+  observedGeneration, revisions) through the status subresource to "make pods ready".
 - Peering is off (``--standalone``): HA with kopf peering needs the KopfPeering CRD.
 """
 
@@ -61,6 +65,15 @@ class GenerateNameEmulator(kmock.KubernetesEmulator):
             md = data.setdefault("metadata", {})
             if not md.get("name") and md.get("generateName"):
                 md["name"] = md["generateName"] + uuid.uuid4().hex[:8]
+            md.setdefault("generation", 1)
+        elif (request.action == kmock.action.UPDATE and isinstance(data, dict) and "spec" in data
+              and request.subresource is None and request.resource is not None
+              and request.resource.plural == "statefulsets"):
+            key = (request.resource, request.namespace, request.name)
+            stored = self._objects[key] if key in self._objects else None
+            if stored is not None and not stored.deleted:
+                generation = (stored.get("metadata") or {}).get("generation") or 1
+                data.setdefault("metadata", {})["generation"] = generation + 1
         return await super()._handle(request)
 
 
@@ -439,7 +452,7 @@ def test_managed_cluster_reconcile_creates_workloads(kube, operator):
     policy = kubernetes.client.PolicyV1Api(api)
 
     def names(items) -> set[str]:
-        return {i.metadata.name for i in items}
+        return {i.metadata.name for i in items if i.metadata.name.startswith("demo-")}
 
     sts = wait_for(operator, "StatefulSets",
                    lambda: len(x := names(apps.list_namespaced_stateful_set(NS).items)) >= 3 and x)
@@ -450,11 +463,109 @@ def test_managed_cluster_reconcile_creates_workloads(kube, operator):
     status = wait_for(operator, "Cluster status",
                       lambda: get(kube, "Cluster", "demo").get("status", {}).get("nameServerAddress"))
     assert status.count(";") == 1  # two name servers
-    one = apps.list_namespaced_stateful_set(NS).items[0]
+    one = apps.read_namespaced_stateful_set("demo-namesrv", NS)
     assert one.metadata.owner_references[0].kind == "Cluster"
-    # the timer re-applies (create -> conflict -> patch) without errors
+    # timer passes read the StatefulSets and apply nothing new, without errors
     time.sleep(2.5)
     expect(operator, "applying workloads failed" not in operator.log(), "re-apply of workloads")
     obj = get(kube, "Cluster", "demo")
     assert condition(obj, "Progressing")["status"] == "True"
     assert condition(obj, "Ready")["reason"] == "WaitingForPods"
+
+
+# managed Cluster rollout ---------------------------------------------------------------------------
+def sts_image(apps, name: str) -> str:
+    return apps.read_namespaced_stateful_set(name, NS).spec.template.spec.containers[0].image
+
+
+def mark_ready(apps, name: str, ready: int | None = None) -> None:
+    """Play the StatefulSet controller: every pod of ``name`` updated and ready (or ``ready``)."""
+    sts = apps.read_namespaced_stateful_set(name, NS)
+    gen, n = sts.metadata.generation, sts.spec.replicas
+    apps.patch_namespaced_stateful_set_status(name, NS, {"status": {
+        "observedGeneration": gen, "replicas": n, "readyReplicas": n if ready is None else ready,
+        "updatedReplicas": n, "currentRevision": f"rev{gen}", "updateRevision": f"rev{gen}",
+    }})
+
+
+def test_managed_cluster_rolls_one_statefulset_at_a_time(kube, operator):
+    _, api = kube
+    apps = kubernetes.client.AppsV1Api(api)
+    create(kube, "Cluster", "roll", {"image": "tidemq:1", "nameServers": {"replicas": 1},
+                                     "brokers": {"groups": 2}})
+    sts = ["roll-namesrv", "roll-broker-0", "roll-broker-1"]
+
+    def cluster_cond(ctype: str) -> dict:
+        return condition(get(kube, "Cluster", "roll"), ctype)
+
+    for name in sts:  # first install: everything at once
+        wait_for(operator, f"{name} created", lambda n=name: sts_image(apps, n) == "tidemq:1")
+    wait_for(operator, "Progressing while pods start",
+             lambda: cluster_cond("Progressing").get("status") == "True")
+    assert cluster_cond("Ready")["status"] == "False"
+
+    for name in sts:
+        mark_ready(apps, name)
+    wait_for(operator, "Ready once every StatefulSet is ready",
+             lambda: cluster_cond("Ready").get("status") == "True")
+    status = get(kube, "Cluster", "roll")["status"]
+    assert (status["readyNameServers"], status["readyBrokers"]) == (1, 2)
+    assert cluster_cond("Progressing")["status"] == "False"
+    assert cluster_cond("Degraded")["status"] == "False"
+    assert [b["address"] for b in status["brokers"]] == [
+        f"roll-broker-{g}-0.roll-broker-{g}-headless.{NS}.svc:10911" for g in (0, 1)]
+    assert {b["version"] for b in status["brokers"]} == {"1"}
+
+    # a broker pod that was ready is lost: Degraded, then healed
+    mark_ready(apps, "roll-broker-1", ready=0)
+    wait_for(operator, "Degraded", lambda: cluster_cond("Degraded").get("status") == "True")
+    assert cluster_cond("Ready")["status"] == "False"
+    mark_ready(apps, "roll-broker-1")
+    wait_for(operator, "healed", lambda: cluster_cond("Degraded").get("status") == "False"
+             and cluster_cond("Ready").get("status") == "True")
+
+    # an image change rolls name servers, then group 0, then group 1
+    patch_spec(kube, "Cluster", "roll", {"image": "tidemq:2"})
+    wait_for(operator, "name servers patched first", lambda: sts_image(apps, "roll-namesrv") == "tidemq:2")
+    time.sleep(2.5)  # two timer passes: the brokers wait for the name servers
+    expect(operator, sts_image(apps, "roll-broker-0") == "tidemq:1", "group 0 waits for name servers")
+    expect(operator, sts_image(apps, "roll-broker-1") == "tidemq:1", "group 1 waits")
+    assert cluster_cond("Progressing")["status"] == "True"
+    assert cluster_cond("Ready")["status"] == "False"
+
+    mark_ready(apps, "roll-namesrv")
+    wait_for(operator, "group 0 patched", lambda: sts_image(apps, "roll-broker-0") == "tidemq:2")
+    time.sleep(2.5)
+    expect(operator, sts_image(apps, "roll-broker-1") == "tidemq:1", "group 1 waits for group 0")
+
+    mark_ready(apps, "roll-broker-0")
+    wait_for(operator, "group 1 patched", lambda: sts_image(apps, "roll-broker-1") == "tidemq:2")
+    mark_ready(apps, "roll-broker-1")
+    wait_for(operator, "Ready after the rollout",
+             lambda: cluster_cond("Ready").get("status") == "True"
+             and cluster_cond("Progressing").get("status") == "False")
+    status = get(kube, "Cluster", "roll")["status"]
+    assert status["observedGeneration"] == 2
+    assert {b["version"] for b in status["brokers"]} == {"2"}
+
+
+def test_immutable_change_is_reported_not_applied(kube, operator):
+    _, api = kube
+    apps = kubernetes.client.AppsV1Api(api)
+    create(kube, "Cluster", "imm", {"nameServers": {"replicas": 1},
+                                    "brokers": {"groups": 1, "storage": {"size": "10Gi"}}})
+    wait_for(operator, "broker StatefulSet", lambda: apps.read_namespaced_stateful_set("imm-broker-0", NS))
+    for name in ("imm-namesrv", "imm-broker-0"):
+        mark_ready(apps, name)
+    wait_for(operator, "Ready", lambda: condition(get(kube, "Cluster", "imm"), "Ready").get("status") == "True")
+    patch_spec(kube, "Cluster", "imm", {"brokers": {**get(kube, "Cluster", "imm")["spec"]["brokers"],
+                                                    "storage": {"size": "20Gi"}}})
+    cond = wait_for(operator, "ImmutableFieldChange condition",
+                    lambda: (c := condition(get(kube, "Cluster", "imm"), "Ready")) and
+                    c.get("reason") == "ImmutableFieldChange" and c)
+    assert cond["status"] == "False" and "volumeClaimTemplates" in cond["message"]
+    vct = apps.read_namespaced_stateful_set("imm-broker-0", NS).spec.volume_claim_templates[0]
+    assert vct.spec.resources.requests["storage"] == "10Gi"  # not patched
+    events = kubernetes.client.CoreV1Api(api).list_namespaced_event(NS).items
+    expect(operator, any(e.reason == "ImmutableFieldChange" and e.involved_object.name == "imm"
+                         and e.type == "Warning" for e in events), "an ImmutableFieldChange event")

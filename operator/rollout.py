@@ -1,0 +1,218 @@
+"""Rolling a managed Cluster one StatefulSet at a time: a pure decision function.
+
+Given the desired objects (:func:`tidemq.operator.workloads.desired_objects`), the live
+StatefulSets and what the previous pass remembered, :func:`plan` says which objects to apply now
+and what the Cluster's conditions are. The operator calls it on every pass (create, update,
+resume and a timer), so the rollout advances as pods become ready.
+
+Stages, in order: the name servers (their Services, PDB and StatefulSet), then broker group 0,
+1, ... (ConfigMap, Service, PDB, StatefulSet). Invariants:
+
+- First install (no StatefulSet exists) applies every stage at once: there is nothing to roll.
+  A stage whose StatefulSet does not exist yet (a new broker group) is always applied.
+- A stage whose live StatefulSet carries another ``tidemq.io/spec-hash`` than the desired one is
+  applied only when every earlier stage is *settled*; after it is applied, the later stages wait
+  until it is settled again. So the name servers roll first, then group 0, then group 1 ...
+- Settled = the StatefulSet controller observed the current generation and
+  ``readyReplicas == updatedReplicas == status.replicas == spec.replicas`` (and
+  ``currentRevision == updateRevision`` when both are reported). Within a StatefulSet the pods roll
+  one at a time by themselves (RollingUpdate; brokers OrderedReady): the operator never deletes pods.
+- A stage whose change touches fields the API server refuses to patch
+  (:func:`tidemq.operator.workloads.immutable_changes`) is not applied; it is reported in
+  ``blocked`` and the later stages wait.
+- Ready is True only when every StatefulSet is settled with the desired hash and nothing is
+  blocked. Progressing is True while a stage is applied but not settled, or waits to be applied.
+  Degraded is True when a StatefulSet that was settled with its current hash since it was last
+  applied now has fewer ready replicas (``was_ready`` remembers that across passes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidemq.operator.workloads import SPEC_HASH_ANNOTATION, immutable_changes
+
+
+@dataclass(frozen=True, slots=True)
+class StsState:
+    """What the live StatefulSet reports (None fields: not reported)."""
+
+    name: str
+    spec_hash: str | None
+    replicas: int            # spec.replicas
+    generation: int | None
+    observed_generation: int | None
+    status_replicas: int
+    ready: int
+    updated: int
+    current_revision: str | None = None
+    update_revision: str | None = None
+
+    @property
+    def settled(self) -> bool:
+        if self.generation is not None and (self.observed_generation or 0) < self.generation:
+            return False
+        if self.current_revision and self.update_revision and \
+                self.current_revision != self.update_revision:
+            return False
+        return self.ready == self.updated == self.status_replicas == self.replicas
+
+
+def sts_state(obj: Mapping[str, Any]) -> StsState:
+    """A StsState from a StatefulSet as JSON (camelCase, as the API serves it)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return StsState(
+        name=meta.get("name", ""),
+        spec_hash=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
+        replicas=int(spec.get("replicas", 1) or 0),
+        generation=meta.get("generation"),
+        observed_generation=status.get("observedGeneration"),
+        status_replicas=int(status.get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        current_revision=status.get("currentRevision"),
+        update_revision=status.get("updateRevision"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """The objects applied together; ``sts`` is the StatefulSet among them."""
+
+    component: str          # "namesrv" or "broker"
+    objects: tuple[dict[str, Any], ...]
+    sts: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.sts["metadata"]["name"]
+
+    @property
+    def spec_hash(self) -> str | None:
+        return (self.sts["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+def stages(desired: Sequence[dict[str, Any]]) -> list[Stage]:
+    """Split desired objects (in apply order) into stages, each ending at its StatefulSet."""
+    out, pending = [], []
+    for obj in desired:
+        pending.append(obj)
+        if obj.get("kind") == "StatefulSet":
+            component = (obj["metadata"].get("labels") or {}).get(
+                "app.kubernetes.io/component", "broker")
+            out.append(Stage(component, tuple(pending), obj))
+            pending = []
+    if pending and out:  # trailing objects (none today) go with the last stage
+        last = out[-1]
+        out[-1] = Stage(last.component, last.objects + tuple(pending), last.sts)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    apply: tuple[dict[str, Any], ...]       # objects to create or patch now, in order
+    applied_stages: tuple[str, ...]         # StatefulSet names applied now
+    waiting: tuple[str, ...]                # StatefulSets with a change that waits its turn
+    rolling: tuple[str, ...]                # StatefulSets applied but not settled
+    blocked: Mapping[str, tuple[str, ...]]  # StatefulSet -> immutable fields it would change
+    degraded: tuple[str, ...]
+    was_ready: tuple[str, ...]              # remember for the next pass
+    ready: bool
+    progressing: bool
+    ready_name_servers: int
+    ready_brokers: int
+    counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def conditions(self) -> list[tuple[str, bool, str, str]]:
+        """(type, status, reason, message) for Ready, Progressing and Degraded."""
+        if self.blocked:
+            what = "; ".join(f"{n}: {', '.join(f)}" for n, f in sorted(self.blocked.items()))
+            ready = (False, "ImmutableFieldChange",
+                     f"cannot patch immutable StatefulSet fields ({what}); revert the change or "
+                     "recreate the StatefulSet")
+        elif self.ready:
+            ready = (True, "AllReady", "every StatefulSet is ready and up to date")
+        else:
+            ready = (False, "WaitingForPods",
+                     "waiting for " + ", ".join(self.rolling + self.waiting or ("pods",)))
+        if self.rolling or self.waiting:
+            prog = (True, "RollingUpdate",
+                    f"rolling {', '.join(self.rolling) or '-'}; next {', '.join(self.waiting) or '-'}")
+        else:
+            prog = (False, "Idle", "")
+        if self.degraded:
+            deg = (True, "ReplicasNotReady",
+                   f"fewer ready replicas than desired: {', '.join(self.degraded)}")
+        else:
+            deg = (False, "None", "")
+        return [("Ready", *ready), ("Progressing", *prog), ("Degraded", *deg)]
+
+
+def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any] | None],
+         was_ready: Sequence[str] = ()) -> Plan:
+    """Decide what to apply now.
+
+    ``live`` maps a StatefulSet name to the live object as JSON (None or absent: not created).
+    ``was_ready`` is :attr:`Plan.was_ready` of the previous pass (names settled since their last
+    apply).
+    """
+    all_stages = stages(desired)
+    first_install = all(live.get(s.name) is None for s in all_stages)
+    apply: list[dict[str, Any]] = []
+    applied, waiting, rolling, degraded, remembered = [], [], [], [], []
+    blocked: dict[str, tuple[str, ...]] = {}
+    ready_ns = ready_br = 0
+    counts: dict[str, dict[str, int]] = {}
+    earlier_settled = True
+    for st in all_stages:
+        obj = live.get(st.name)
+        if obj is None:
+            apply.extend(st.objects)
+            applied.append(st.name)
+            if not first_install:
+                earlier_settled = False
+            rolling.append(st.name)
+            continue
+        state = sts_state(obj)
+        counts[st.name] = {"replicas": st.sts["spec"].get("replicas", 0), "ready": state.ready,
+                           "updated": state.updated}
+        if st.component == "namesrv":
+            ready_ns += state.ready
+        else:
+            ready_br += state.ready
+        if state.spec_hash != st.spec_hash:
+            fields = tuple(immutable_changes(dict(obj), st.sts))
+            if fields:
+                blocked[st.name] = fields
+                earlier_settled = False
+            elif earlier_settled:
+                apply.extend(st.objects)
+                applied.append(st.name)
+                rolling.append(st.name)
+                earlier_settled = False
+            else:
+                waiting.append(st.name)
+            continue
+        if state.settled:
+            remembered.append(st.name)
+            continue
+        earlier_settled = False
+        rolling_now = (state.updated < state.replicas or
+                       (state.generation is not None and
+                        (state.observed_generation or 0) < state.generation) or
+                       bool(state.current_revision and state.update_revision and
+                            state.current_revision != state.update_revision))
+        if st.name in was_ready and not rolling_now:
+            degraded.append(st.name)
+            remembered.append(st.name)
+        else:
+            rolling.append(st.name)
+    ready = not applied and not waiting and not rolling and not blocked and not degraded
+    return Plan(
+        apply=tuple(apply), applied_stages=tuple(applied), waiting=tuple(waiting),
+        rolling=tuple(rolling), blocked=blocked, degraded=tuple(degraded),
+        was_ready=tuple(remembered), ready=ready, progressing=bool(rolling or waiting),
+        ready_name_servers=ready_ns, ready_brokers=ready_br, counts=counts,
+    )
