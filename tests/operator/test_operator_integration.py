@@ -71,10 +71,25 @@ class GenerateNameEmulator(kmock.KubernetesEmulator):
               and request.resource.plural == "statefulsets"):
             key = (request.resource, request.namespace, request.name)
             stored = self._objects[key] if key in self._objects else None
-            if stored is not None and not stored.deleted:
+            # As the API server: only a patch that changes the spec bumps the generation.
+            if stored is not None and not stored.deleted and \
+                    _merge(stored.get("spec") or {}, data["spec"]) != (stored.get("spec") or {}):
                 generation = (stored.get("metadata") or {}).get("generation") or 1
                 data.setdefault("metadata", {})["generation"] = generation + 1
         return await super()._handle(request)
+
+
+def _merge(base: object, patch: object) -> object:
+    """JSON merge patch (RFC 7386) of ``patch`` onto ``base``, without mutating either."""
+    if not isinstance(patch, dict) or not isinstance(base, dict):
+        return patch
+    out = dict(base)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge(base.get(k), v)
+    return out
 
 
 class Emulator:
@@ -555,9 +570,12 @@ def test_immutable_change_is_reported_not_applied(kube, operator):
     create(kube, "Cluster", "imm", {"nameServers": {"replicas": 1},
                                     "brokers": {"groups": 1, "storage": {"size": "10Gi"}}})
     wait_for(operator, "broker StatefulSet", lambda: apps.read_namespaced_stateful_set("imm-broker-0", NS))
-    for name in ("imm-namesrv", "imm-broker-0"):
-        mark_ready(apps, name)
-    wait_for(operator, "Ready", lambda: condition(get(kube, "Cluster", "imm"), "Ready").get("status") == "True")
+    def ready() -> bool:  # keep playing the StatefulSet controller while waiting
+        for name in ("imm-namesrv", "imm-broker-0"):
+            mark_ready(apps, name)
+        return condition(get(kube, "Cluster", "imm"), "Ready").get("status") == "True"
+
+    wait_for(operator, "Ready", ready)
     patch_spec(kube, "Cluster", "imm", {"brokers": {**get(kube, "Cluster", "imm")["spec"]["brokers"],
                                                     "storage": {"size": "20Gi"}}})
     cond = wait_for(operator, "ImmutableFieldChange condition",
