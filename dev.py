@@ -26,7 +26,14 @@ def say(msg: str) -> None:
     print(f"[dev.py] {msg}", flush=True)
 
 
+# The repository root holds the folder `operator/` (installed as tidemq.operator). `python -m ...`
+# started from the root would put the root first on sys.path, where that folder shadows the
+# standard library's `operator`; PYTHONSAFEPATH (Python 3.11+) keeps the root off sys.path.
+CHILD_ENV = dict(os.environ, PYTHONSAFEPATH="1")
+
+
 def run(cmd: list[str], **kw) -> int:
+    kw.setdefault("env", CHILD_ENV)
     return subprocess.call([str(c) for c in cmd], **kw)
 
 
