@@ -11,6 +11,7 @@ Extra arguments after the command go to `tidemq local` or pytest respectively.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -55,6 +56,82 @@ def ensure_venv(extras: str) -> None:
     stamp.touch()
 
 
+# Debian packages some tests need: binary -> (package, the tests that skip without it).
+DEBIAN_TOOLS = {"prometheus": ("prometheus", "tests/test_prometheus.py")}
+
+
+def ensure_debian_tools() -> None:
+    """Install missing test tools with apt-get when running as root; never fails the run."""
+    missing = {b: pkg for b, pkg in DEBIAN_TOOLS.items() if shutil.which(b) is None}
+    if not missing:
+        return
+    packages = sorted({pkg for pkg, _tests in missing.values()})
+    skipped = ", ".join(tests for _pkg, tests in missing.values())
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        why = "apt-get is not available" if apt is None else "not running as root"
+        say(f"{', '.join(missing)} not found and {why}: {skipped} will skip "
+            f"(install the Debian package(s) {' '.join(packages)} to run them)")
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    say(f"{', '.join(missing)} not found: running `apt-get update` and "
+        f"`apt-get install -y --no-install-recommends {' '.join(packages)}` (as root)")
+    try:
+        rc = run([apt, "update", "-q"], env=env)
+        if rc == 0:
+            rc = run([apt, "install", "-y", "-q", "--no-install-recommends", *packages], env=env)
+    except OSError as exc:
+        rc = f"could not run apt-get: {exc}"
+    if rc != 0:
+        say(f"apt-get failed ({rc}): {skipped} will skip; the rest of the suite still runs")
+    elif any(shutil.which(b) is None for b in missing):
+        say(f"apt-get succeeded but {', '.join(missing)} is still not on PATH: {skipped} will skip")
+    else:
+        say(f"installed {' '.join(packages)}")
+
+
+HELM_VENV = ROOT / ".venv-helm"
+HELM_PY = HELM_VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
+
+
+def _python312() -> str | None:
+    """A Python >= 3.12 interpreter (helm-sdkpy needs one): on PATH, else under pyenv."""
+    import glob  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    pyenv = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates = [shutil.which(name) for name in ("python3.13", "python3.12")]
+    candidates += sorted(glob.glob(f"{pyenv}/versions/3.1[2-9]*/bin/python3"), reverse=True)
+    probe = "import sys; sys.exit(sys.version_info < (3, 12))"
+    for py in filter(None, candidates):  # a pyenv shim may exist yet refuse to run: try each
+        if subprocess.call([py, "-P", "-c", probe], cwd=ROOT.parent, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) == 0:
+            return py
+    return None
+
+
+def ensure_helm_venv() -> str | None:
+    """Create .venv-helm (Python 3.12+ with helm-sdkpy, the Helm engine the chart tests lint
+    with) when missing. Returns None when it is ready, else why it could not be made."""
+    check = [str(HELM_PY), "-P", "-c", "import helm_sdkpy"]
+    if HELM_PY.exists() and subprocess.call(check, cwd=HELM_VENV, stderr=subprocess.DEVNULL) == 0:
+        return None
+    py = _python312()
+    if py is None:
+        return "no Python 3.12+ interpreter found (helm-sdkpy needs one)"
+    # -P and a cwd outside the repository: its operator/ folder would shadow the stdlib `operator`
+    say(f"creating {HELM_VENV} with {py} and installing helm-sdkpy (the Helm engine of the chart tests)")
+    if subprocess.call([py, "-P", "-m", "venv", str(HELM_VENV)], cwd=ROOT.parent) != 0:
+        return f"`{py} -m venv {HELM_VENV}` failed"
+    rc = subprocess.call([str(HELM_PY), "-P", "-m", "pip", "install", "--disable-pip-version-check",
+                          "-q", "helm-sdkpy"], cwd=HELM_VENV)
+    if rc != 0 or subprocess.call(check, cwd=HELM_VENV) != 0:
+        return f"pip install helm-sdkpy into {HELM_VENV} failed (exit {rc})"
+    return None
+
+
 def demo(args: list[str]) -> int:
     ensure_venv("")
     say("starting `tidemq local --demo` (name server :9876, broker :10911, data in ./tidemq-data)")
@@ -66,6 +143,10 @@ def demo(args: list[str]) -> int:
 
 def test(args: list[str]) -> int:
     ensure_venv("test")
+    ensure_debian_tools()
+    problem = ensure_helm_venv()
+    if problem:
+        say(f"the chart tests will skip: {problem}")
     say("running the test suite")
     rc = run([PY, "-m", "pytest", *args], cwd=ROOT)
     if rc == 5:

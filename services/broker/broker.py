@@ -18,7 +18,7 @@ from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.longpoll import PullHoldService
-from tidemq.broker.metrics import BrokerMetrics
+from tidemq.broker.metrics import TIMED_REQUESTS, BrokerMetrics
 from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerManageProcessor
@@ -57,7 +57,7 @@ class Broker:
         self.clients.notify_enabled = self._notify_enabled
         self.locks = RebalanceLockManager()
         self.holds = PullHoldService()
-        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name)
+        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.metrics_queue_lag)
         self.registrar = NamesrvRegistrar(self)
         self.store_host = (config.advertise_host, config.advertise_port)
         pack_host(config.advertise_host, config.advertise_port)  # fail early on a bad address
@@ -231,11 +231,40 @@ class Broker:
             self.unknown_codes += 1
             if self.unknown_codes <= 20:
                 log.info("request code %d from %s is not supported", cmd.code, conn.peer)
+            self.metrics.on_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        request = TIMED_REQUESTS.get(cmd.code)
+        started = time.perf_counter()
         try:
-            return handler(conn, cmd)
+            result = handler(conn, cmd)
         except (ValueError, TypeError) as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
+            result = cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
+        except Exception:
+            self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
+            raise
+        if isinstance(result, RemotingCommand):
+            self.metrics.on_response(result.code)
+            if request is not None:
+                self.metrics.on_latency(request, time.perf_counter() - started)
+            return result
+        if result is None:
+            return None
+        return self._measured(result, request, started)
+
+    async def _measured(self, pending, request: str | None, started: float):
+        """Await a handler's deferred response (long poll, SYNC_FLUSH wait) and measure it then."""
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
+            raise
+        if result is not None:
+            self.metrics.on_response(result.code)
+        if request is not None:
+            self.metrics.on_latency(request, time.perf_counter() - started)
+        return result
 
     def connection_lost(self, conn: Connection) -> None:
         self.clients.connection_closed(conn)

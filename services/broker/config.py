@@ -39,6 +39,7 @@ class BrokerConfig:
     delay_levels: str = DEFAULT_DELAY_LEVELS  # RocketMQ messageDelayLevel: "1s 5s 10s ... 2h"
     store_reply_message: bool = True  # also store replies in <cluster>_REPLY_TOPIC (storeReplyMessageEnable)
     reply_push_timeout: float = 3.0  # s to wait for a requester to take a pushed reply
+    metrics_queue_lag: bool = False  # also export consumer lag per queue (cardinality: groups x queues)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

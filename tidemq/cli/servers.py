@@ -148,6 +148,7 @@ def broker_options(fn):
         click.option("--advertise", default=None, help="HOST:PORT clients use to reach this broker (default: the listen address, or $POD_IP)."),
         click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True, help="ASYNC_FLUSH or SYNC_FLUSH."),
         click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz."),
+        click.option("--metrics-queue-lag/--no-metrics-queue-lag", default=False, show_default=True, help="Also export consumer lag per queue (one series per group, topic and queue)."),
         click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True, help="Create unknown topics on send (TBW102)."),
         click.option("--segment-size", default=1 << 30, show_default=True, type=click.IntRange(min=64 * 1024), help="CommitLog segment size in bytes."),
         click.option("--retention-hours", default=72.0, show_default=True, type=click.FloatRange(min=0.01)),
@@ -168,13 +169,14 @@ def broker_options(fn):
 @broker_options
 @user_errors
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
-               auto_create_topic, segment_size, retention_hours, delay_levels, transaction_timeout, transaction_check_interval,
+               metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delay_levels, transaction_timeout, transaction_check_interval,
                transaction_check_max, register_interval, log_level) -> None:
     """Run a broker."""
     setup_logging(log_level)
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
                               auto_create_topic, segment_size, retention_hours, broker_id)
-    cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels)
+    cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
+                              metrics_queue_lag=metrics_queue_lag)
     cfg = dataclasses.replace(cfg, transaction_timeout=transaction_timeout,
                               transaction_check_interval=transaction_check_interval,
                               transaction_check_max=transaction_check_max)

@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ class CommitLogFlusher:
         self.flushed = 0
         self.fsyncs = 0
         self.rounds = 0
+        self.seconds = 0.0  # summed wall time of flush rounds' fsyncs (a duration, not a timestamp)
         self.error: OSError | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
@@ -85,7 +87,9 @@ class CommitLogFlusher:
             if target > self.flushed:
                 segs = self.commitlog.segments_between(self.flushed, target)
                 loop = asyncio.get_running_loop()
+                started = time.perf_counter()
                 n = await loop.run_in_executor(self.executor, _fsync_all, segs)
+                self.seconds += time.perf_counter() - started
                 self.fsyncs += n
                 self.rounds += 1
                 self.flushed = target

@@ -460,6 +460,7 @@ class MessageStore:
             "flushed_offset": self._flusher.flushed,
             "commitlog_fsyncs": self._flusher.fsyncs,
             "flush_rounds": self._flusher.rounds,
+            "flush_seconds": self._flusher.seconds,
             "checkpoints": self._logics.checkpoints,
             "queues": len(self._queues),
             "index_files": len(self._index.files),

@@ -1,0 +1,102 @@
+{{/* Chart name (nameOverride or the chart's). */}}
+{{- define "tidemq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: fullnameOverride, or <release>-<name> unless the release name already contains it. */}}
+{{- define "tidemq.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tidemq.operatorName" -}}
+{{- printf "%s-operator" (include "tidemq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Common labels. */}}
+{{- define "tidemq.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "tidemq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tidemq
+{{- end }}
+
+{{/* Selector labels of the operator pods. */}}
+{{- define "tidemq.operatorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "tidemq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "tidemq.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tidemq.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tidemq.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "tidemq.peeringName" -}}
+{{- default (include "tidemq.fullname" .) .Values.operator.peering.name }}
+{{- end }}
+
+{{/* Namespaces the operator watches when not cluster-wide. */}}
+{{- define "tidemq.watchNamespaces" -}}
+{{- if .Values.operator.watchNamespaces }}
+{{- join "," .Values.operator.watchNamespaces }}
+{{- else }}
+{{- .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/* The rules the operator needs in a namespace (or cluster-wide). Only what it uses:
+     - tidemq.io resources: kopf lists and watches them and patches them (annotations, finalizers,
+       status through the status subresource); blockOwnerDeletion on owner references of the
+       Cluster's workloads needs update on clusters/finalizers;
+     - the Cluster's workloads (operator/workloads.py, applied by handlers._apply_objects):
+       StatefulSets are read, created and patched; Services, ConfigMaps and PodDisruptionBudgets are
+       created and patched;
+     - Events: kopf posts handler progress and the operator's warnings;
+     - kopf.dev peerings when peering is on. */}}
+{{- define "tidemq.operatorRules" -}}
+- apiGroups: ["tidemq.io"]
+  resources: ["clusters", "topics", "consumergroups"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["tidemq.io"]
+  resources: ["clusters/status", "topics/status", "consumergroups/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["tidemq.io"]
+  resources: ["clusters/finalizers", "topics/finalizers", "consumergroups/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["create", "patch"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- if .Values.operator.peering.enabled }}
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}

@@ -1,0 +1,646 @@
+"""The Helm chart charts/tidemq.
+
+- Lint with the real Helm engine: helm-sdkpy (Helm's Go library, Python >= 3.12) in the separate
+  virtual environment .venv-helm, created by dev.py or by the session fixture here; lint runs in a
+  subprocess of that interpreter and its messages are read by Severity (1 info, 2 warning,
+  3 error; helm-sdkpy returns the error text empty). Lint renders every template with the chart's
+  values and checks them against values.schema.json, so the chart is linted once with its defaults
+  and once with tests/charts/values-all.yaml (every option on) merged in.
+- Render: helm-sdkpy has no template / dry-run action, so the chart is installed with Helm's real
+  Install action into kmock's KubernetesEmulator (adapted, see the rendering section) with the
+  default values and with values-all.yaml; the release manifest is parsed and every object is
+  validated: built-in kinds with kubernetes-validate (strict), the tidemq.io resources with
+  tidemq.operator.crds.admit (schema + CEL), ServiceMonitor/PodMonitor against the Prometheus
+  operator's CRDs in ../shared/thirdparty-crds/ (used from there, not copied).
+- Offline cross-checks: the RBAC rules against the kinds the operator's code creates, the values
+  against the CRD schemas, the chart's CRD copies against crds/ (byte for byte).
+- values.schema.json accepts the defaults and values-all.yaml and rejects wrong types (jsonschema
+  here, and Helm itself through lint).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+jsonschema = pytest.importorskip("jsonschema")
+
+pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "tidemq"
+VALUES_ALL = Path(__file__).resolve().parent / "values-all.yaml"
+
+LINT = """
+import asyncio, json, sys
+import helm_sdkpy
+print(json.dumps(asyncio.run(helm_sdkpy.Lint(helm_sdkpy.Configuration()).run(sys.argv[1]))))
+"""
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def load_values(path: Path = CHART / "values.yaml") -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def merged(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def values_all() -> dict:
+    return merged(load_values(), load_values(VALUES_ALL))
+
+
+def values_schema() -> dict:
+    return json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def helm_python() -> Path:
+    """The .venv-helm interpreter with helm-sdkpy (created once when missing, as dev.py does)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import dev  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT))
+    problem = dev.ensure_helm_venv()
+    if problem:
+        pytest.skip(f"no Helm engine: {problem}")
+    return dev.HELM_PY
+
+
+def lint(helm_python: Path, chart: Path) -> list[dict]:
+    """Helm lint messages of ``chart`` (a folder)."""
+    proc = subprocess.run([str(helm_python), "-P", "-c", LINT, str(chart)], capture_output=True,
+                          text=True, timeout=120, cwd=chart.parent)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["TotalChartsLinted"] == 1
+    return result["Messages"] or []
+
+
+def errors(messages: list[dict]) -> list[dict]:
+    return [m for m in messages if m["Severity"] >= 3]
+
+
+def chart_copy(tmp_path: Path, values: dict | None = None) -> Path:
+    dest = tmp_path / "tidemq"
+    shutil.copytree(CHART, dest)
+    if values is not None:
+        (dest / "values.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
+    return dest
+
+
+# -- Helm lint --------------------------------------------------------------------------------
+
+def test_lint_default_values(helm_python) -> None:
+    messages = lint(helm_python, CHART)
+    assert errors(messages) == []
+    assert [m for m in messages if m["Severity"] == 2] == []  # no warnings either
+
+
+def test_lint_every_option_on(helm_python, tmp_path) -> None:
+    messages = lint(helm_python, chart_copy(tmp_path, values_all()))
+    assert errors(messages) == []
+
+
+@pytest.mark.parametrize("change, where", [
+    (lambda v: v["cluster"]["nameServers"].__setitem__("replicas", "three"), "values.yaml"),
+    (lambda v: v["operator"].__setitem__("watchAllNamespaces", "yes"), "values.yaml"),
+    # more than one operator replica without peering (the schema's if/then)
+    (lambda v: v["operator"].__setitem__("replicas", 2), "values.yaml"),
+])
+def test_lint_refuses_bad_values(helm_python, tmp_path, change, where) -> None:
+    values = load_values()
+    change(values)
+    bad = errors(lint(helm_python, chart_copy(tmp_path, values)))
+    assert bad and {m["Path"] for m in bad} >= {where}
+
+
+def test_lint_sees_a_broken_template(helm_python, tmp_path) -> None:
+    """The lint check itself can fail: a template with a syntax error is a Severity-3 message."""
+    chart = chart_copy(tmp_path)
+    (chart / "templates" / "broken.yaml").write_text("kind: {{ .Values.nope | nosuchfunc }}\n")
+    assert any(m["Path"].startswith("templates") for m in errors(lint(helm_python, chart)))
+
+
+# -- values.yaml and values.schema.json --------------------------------------------------------
+
+def test_schema_accepts_defaults_and_values_all() -> None:
+    schema = values_schema()
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(load_values(), schema)
+    jsonschema.validate(values_all(), schema)
+
+
+@pytest.mark.parametrize("path, value", [
+    ("image.tag", 1),
+    ("image.pullPolicy", "Sometimes"),
+    ("imagePullSecrets", "regcred"),
+    ("operator.replicas", "two"),
+    ("operator.watchAllNamespaces", "true"),
+    ("operator.timerInterval", "30s"),
+    ("operator.metricsPort", 70000),
+    ("operator.nodeSelector", ["linux"]),
+    ("operator.tolerations", {"key": "x"}),
+    ("operator.peering.enabled", 1),
+    ("serviceAccount.create", "no"),
+    ("rbac.create", None),
+    ("cluster.enabled", "true"),
+    ("cluster.name", "Not_A_DNS_Name"),
+    ("cluster.brokers.groups", 1.5),
+    ("cluster.brokers.flushMode", "fsync"),
+    ("cluster.brokers.storage.size", 10),
+    ("cluster.brokers.config", ["a=b"]),
+    ("topics", {"name": "orders"}),
+    ("topics", [{"readQueueNums": 8}]),
+    ("topics", [{"name": "orders", "readQueueNums": "8"}]),
+    ("consumerGroups", [{"name": "g", "consumeEnable": "yes"}]),
+    ("metrics.serviceMonitor.enabled", "yes"),
+    ("metrics.podMonitor.interval", 30),
+    ("networkPolicy.enabled", 1),
+    ("unknownTopLevel", True),
+    ("operator.unknownKey", True),
+    ("operator.replicas", 2),  # without peering.enabled
+])
+def test_schema_rejects_wrong_types(path, value) -> None:
+    values = load_values()
+    *parents, last = path.split(".")
+    node = values
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(values, values_schema())
+
+
+def test_values_documented_line_by_line() -> None:
+    """Every key in values.yaml has a comment right above it (or on its line)."""
+    lines = (CHART / "values.yaml").read_text(encoding="utf-8").splitlines()
+    undocumented = []
+    for n, line in enumerate(lines):
+        if re.match(r"^\s*[A-Za-z][\w.-]*:", line) and "#" not in line:
+            above = lines[n - 1].strip() if n else ""
+            if not above.startswith("#"):
+                undocumented.append(f"{n + 1}: {line.strip()}")
+    assert undocumented == []
+
+
+def test_schema_covers_every_value() -> None:
+    """No value is outside the schema (objects whose keys are free, like nodeSelector, aside)."""
+    def walk(values: dict, schema: dict, path: str) -> list[str]:
+        missing = []
+        for key, value in values.items():
+            sub = (schema.get("properties") or {}).get(key)
+            if sub is None:
+                missing.append(f"{path}{key}")
+            elif isinstance(value, dict) and "properties" in sub:
+                missing += walk(value, sub, f"{path}{key}.")
+        return missing
+    assert walk(load_values(), values_schema(), "") == []
+
+
+# -- the values against the CRDs (what the templates put into the custom resources) ------------
+
+def _crd_spec_schema(kind: str) -> dict:
+    from tidemq.operator import crds  # noqa: PLC0415
+
+    return crds.openapi_schema(kind)["properties"]["spec"]
+
+
+def _paths(values: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in values.items():
+        if isinstance(value, dict) and value and key not in ("resources", "config"):
+            out += _paths(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def test_cluster_values_are_crd_fields() -> None:
+    spec = _crd_spec_schema("Cluster")
+    for path in _paths({k: v for k, v in values_all()["cluster"].items() if k not in ("enabled", "name")}):
+        node = spec
+        for key in path.split("."):
+            assert key in (node.get("properties") or {}), f"cluster.{path} is not a Cluster spec field"
+            node = node["properties"][key]
+
+
+def test_default_cluster_is_reliable_and_admitted() -> None:
+    """The default Cluster flushes synchronously; a Cluster made from the values is admitted."""
+    from tidemq.operator import crds  # noqa: PLC0415
+
+    values = load_values()
+    assert values["cluster"]["enabled"] is True
+    assert values["cluster"]["brokers"]["flushMode"] == "sync"
+    for vals in (values, values_all()):
+        c = copy.deepcopy(vals["cluster"])
+        c.pop("enabled")
+        name = c.pop("name")
+        c["image"] = c["image"] or f"{vals['image']['repository']}:{vals['image']['tag'] or '0.1.0'}"
+        if not c["brokers"]["storage"]["storageClassName"]:
+            del c["brokers"]["storage"]["storageClassName"]  # the template leaves it out when empty
+        obj = {"apiVersion": crds.API_VERSION, "kind": "Cluster", "metadata": {"name": name, "namespace": "default"},
+               "spec": c}
+        _obj, problems = crds.admit(obj)
+        assert problems == []
+
+
+@pytest.mark.parametrize("kind, key", [("Topic", "topics"), ("ConsumerGroup", "consumerGroups")])
+def test_topic_and_group_values_are_admitted(kind, key) -> None:
+    from tidemq.operator import crds  # noqa: PLC0415
+
+    items = values_all()[key]
+    assert items
+    item_keys = set(values_schema()["properties"][key]["items"]["properties"]) - {"name"}
+    assert item_keys <= set(_crd_spec_schema(kind)["properties"])
+    for item in items:
+        spec = {k: v for k, v in item.items() if k != "name"}
+        spec["clusterRef"] = {"name": values_all()["cluster"]["name"]}
+        obj = {"apiVersion": crds.API_VERSION, "kind": kind,
+               "metadata": {"name": item["name"], "namespace": "default"}, "spec": spec}
+        assert crds.admit(obj)[1] == []
+
+
+# -- RBAC: only what the operator uses ---------------------------------------------------------
+
+def operator_rules() -> list[dict]:
+    """The rules of the `tidemq.operatorRules` template (template lines dropped, peering kept)."""
+    text = (CHART / "templates" / "_helpers.tpl").read_text(encoding="utf-8")
+    body = text.split('{{- define "tidemq.operatorRules" -}}', 1)[1].split("{{- end }}\n{{- end }}", 1)[0]
+    return yaml.safe_load("\n".join(line for line in body.splitlines() if "{{" not in line))
+
+
+def test_rbac_is_least_privilege() -> None:
+    rules = operator_rules()
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    groups = {g for g, _, _ in granted}
+    assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev"}
+    assert ("", "secrets", "get") not in granted and not any(r == "secrets" for _, r, _ in granted)
+
+
+def test_rbac_covers_what_the_operator_creates() -> None:
+    """Every kind the operator applies for a Cluster (operator/workloads.py) may be created and
+    patched; StatefulSets also read; the custom resources watched and their status patched."""
+    from tidemq.operator import workloads  # noqa: PLC0415
+
+    granted = {(g, r, v) for rule in operator_rules() for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    cluster = yaml.safe_load((ROOT / "crds" / "examples" / "cluster.yaml").read_text())
+    cluster["metadata"]["namespace"] = "default"
+    cluster["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"
+    objs = workloads.desired_objects(cluster)
+    kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"]) for o in objs}
+    assert kinds == {("", "Service"), ("", "ConfigMap"), ("policy", "PodDisruptionBudget"), ("apps", "StatefulSet")}
+    plural = {"Service": "services", "ConfigMap": "configmaps", "PodDisruptionBudget": "poddisruptionbudgets",
+              "StatefulSet": "statefulsets"}
+    for group, kind in kinds:
+        assert (group, plural[kind], "create") in granted and (group, plural[kind], "patch") in granted
+    assert ("apps", "statefulsets", "get") in granted
+    for res in ("clusters", "topics", "consumergroups"):
+        for verb in ("list", "watch", "patch"):
+            assert ("tidemq.io", res, verb) in granted
+        assert ("tidemq.io", f"{res}/status", "patch") in granted
+    assert ("tidemq.io", "clusters/finalizers", "update") in granted  # blockOwnerDeletion
+    assert ("", "events", "create") in granted
+
+
+def test_rbac_templates_are_namespaced_by_default() -> None:
+    text = (CHART / "templates" / "rbac.yaml").read_text(encoding="utf-8")
+    # the full rule set goes into a ClusterRole only under watchAllNamespaces
+    cluster_part, _, namespaced_part = text.partition("{{- else }}")
+    assert "{{- if .Values.operator.watchAllNamespaces }}" in cluster_part
+    assert 'include "tidemq.operatorRules"' in cluster_part.split("watchAllNamespaces }}", 1)[1]
+    assert "kind: Role\n" in namespaced_part and "kind: RoleBinding\n" in namespaced_part
+    assert load_values()["operator"]["watchAllNamespaces"] is False
+
+
+# -- the operator Deployment ------------------------------------------------------------------
+
+def test_operator_flags_exist() -> None:
+    """Every flag the Deployment passes is a flag of `tidemq operator`."""
+    from tidemq.cli.operator import operator_cmd  # noqa: PLC0415
+
+    known = {opt for p in operator_cmd.params for opt in p.opts}
+    text = (CHART / "templates" / "operator-deployment.yaml").read_text(encoding="utf-8")
+    used = set(re.findall(r"^\s*- (--[a-z-]+)", text, re.M))
+    assert used >= {"--liveness", "--metrics-listen", "--all-namespaces", "--namespace", "--standalone", "--peering"}
+    assert used <= known, used - known
+    assert "readOnlyRootFilesystem: true" in (CHART / "values.yaml").read_text()
+    assert load_values()["operator"]["podSecurityContext"]["runAsUser"] == 10001  # the image's user
+
+
+# -- CRDs --------------------------------------------------------------------------------------
+
+def test_crds_never_drift_from_crds_folder() -> None:
+    ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert ours
+    in_chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert in_chart == sorted([*ours, "kopf.dev_peerings.yaml"])
+    for name in ours:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
+            f"charts/tidemq/crds/{name} differs from crds/{name}: cp crds/{name} charts/tidemq/crds/")
+
+
+def test_chart_crds_are_valid_kubernetes_objects() -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            kv.validate(doc, "1.30", strict=True)
+
+
+# -- versions and notes ------------------------------------------------------------------------
+
+def test_versions_match_the_project() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    assert f"ARG VERSION={version}" in (ROOT / "Dockerfile").read_text()
+    from tidemq.operator import crds  # noqa: PLC0415
+
+    assert crds.openapi_schema("Cluster")["properties"]["spec"]["properties"]["image"]["default"].endswith(
+        f":{version}")
+
+
+def test_notes_explain_name_server_topics_and_metrics() -> None:
+    notes = (CHART / "templates" / "NOTES.txt").read_text(encoding="utf-8")
+    assert "-namesrv" in notes and "port-forward" in notes
+    assert "kind: Topic" in notes and "kubectl" in notes and "apply -f -" in notes
+    assert "/metrics" in notes
+
+
+def test_gitignore_has_the_helm_venv() -> None:
+    assert ".venv-helm/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert sys.version_info >= (3, 11)
+
+
+# -- rendering: Helm's Install against the kmock emulator --------------------------------------
+# helm-sdkpy has no template/dry-run action; its Install renders the chart with the real Helm
+# engine and sends every object to an API server. kmock 0.8's KubernetesEmulator stands in, with
+# two adaptations: (1) its core discovery (/api/v1) says groupVersion "/v1", which Helm's REST
+# mapper cannot match (no kind ServiceAccount in v1): fixed to "v1"; (2) a GET of a missing object
+# escapes as a plain 500, which Helm treats as an error (it GETs every object before creating it):
+# answered as a 404 Status. HELM_DRIVER=memory keeps the release records out of the emulator.
+
+INSTALL = """
+import asyncio, json, sys
+import helm_sdkpy
+config = helm_sdkpy.Configuration(namespace="default", kubeconfig=sys.argv[1])
+values = json.loads(sys.argv[4])
+result = asyncio.run(helm_sdkpy.Install(config).run(sys.argv[2], sys.argv[3], values=values, wait=False,
+                                                    timeout=60))
+print(json.dumps(result))
+"""
+
+THIRDPARTY_CRDS = ROOT.parent / "shared" / "thirdparty-crds"
+
+
+class Emulator:
+    """kmock.KubernetesEmulator (adapted for Helm, see above) served on 127.0.0.1 from a thread."""
+
+    def __init__(self) -> None:
+        import threading  # noqa: PLC0415
+
+        self.url = ""
+        self._ready = threading.Event()
+        self._loop = None
+        self._stop = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kmock-helm", daemon=True)
+
+    def start(self) -> "Emulator":
+        self._thread.start()
+        if not self._ready.wait(20) or self._error:
+            raise RuntimeError(f"emulator did not start: {self._error}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._stop:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        import asyncio  # noqa: PLC0415
+
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 (reported to start())
+            self._error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        import asyncio  # noqa: PLC0415
+
+        import aiohttp.web  # noqa: PLC0415
+        import kmock  # noqa: PLC0415
+
+        class HelmEmulator(kmock.KubernetesEmulator):
+            async def _handle(self, request):
+                try:
+                    return await super()._handle(request)
+                except kmock.KubernetesError as exc:
+                    return aiohttp.web.json_response(
+                        {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                         "reason": {404: "NotFound", 409: "AlreadyExists"}.get(exc.status, "InternalError"),
+                         "code": exc.status, "message": exc.message or ""}, status=exc.status)
+
+            async def _serve_version(self, request):
+                result = await super()._serve_version(request)
+                if isinstance(result, dict) and str(result.get("groupVersion", "")).startswith("/"):
+                    result["groupVersion"] = result["groupVersion"][1:]
+                return result
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        emu = HelmEmulator()
+        emu.resources.load_bundled()
+        verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+        custom = [("tidemq.io/v1alpha1", "clusters", "Cluster", True),
+                  ("tidemq.io/v1alpha1", "topics", "Topic", True),
+                  ("tidemq.io/v1alpha1", "consumergroups", "ConsumerGroup", True),
+                  ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", True),
+                  ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True),
+                  ("kopf.dev/v1", "kopfpeerings", "KopfPeering", True),
+                  ("kopf.dev/v1", "clusterkopfpeerings", "ClusterKopfPeering", False)]
+        for gv, plural, kind, namespaced in custom:
+            emu.resources[f"{gv}/{plural}"] = kmock.ResourceInfo(
+                kind=kind, namespaced=namespaced, singular=kind.lower(), verbs=verbs, subresources={"status"})
+        async with kmock.Server(emu) as server:
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory) -> Path:
+    pytest.importorskip("kmock")
+    emu = Emulator().start()
+    path = tmp_path_factory.mktemp("helm") / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: emu\n"
+        f"clusters:\n- name: emu\n  cluster:\n    server: {emu.url}\n"
+        "users:\n- name: emu\n  user:\n    token: test\n"
+        "contexts:\n- name: emu\n  context:\n    cluster: emu\n    user: emu\n")
+    yield path
+    emu.stop()
+
+
+def render(helm_python: Path, kubeconfig: Path, release: str, values: dict) -> list[dict]:
+    """The objects Helm renders for ``values`` (installed into the emulator)."""
+    import os  # noqa: PLC0415
+
+    proc = subprocess.run(
+        [str(helm_python), "-P", "-c", INSTALL, str(kubeconfig), release, str(CHART), json.dumps(values)],
+        capture_output=True, text=True, timeout=120, cwd=CHART.parent,
+        env=dict(os.environ, HELM_DRIVER="memory"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["info"]["status"] == "deployed"
+    return [doc for doc in yaml.safe_load_all(result["manifest"]) if doc]
+
+
+@pytest.fixture(scope="module")
+def rendered(helm_python, kubeconfig) -> dict[str, list[dict]]:
+    return {"default": render(helm_python, kubeconfig, "tidemq", {}),
+            "all": render(helm_python, kubeconfig, "all", load_values(VALUES_ALL))}
+
+
+def _thirdparty_schema(kind: str) -> dict:
+    plural = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors"}[kind]
+    path = THIRDPARTY_CRDS / f"monitoring.coreos.com_{plural}.yaml"
+    if not path.exists():
+        pytest.skip(f"{path} is missing (the Prometheus operator's CRDs are kept outside the repository)")
+    crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def validate_object(obj: dict) -> None:
+    """Validate one rendered object as an API server would (raises AssertionError)."""
+    from tidemq.operator import crds  # noqa: PLC0415
+
+    group = obj["apiVersion"].rpartition("/")[0]
+    where = f"{obj['kind']}/{obj['metadata'].get('name')}"
+    if group == "tidemq.io":
+        _obj, problems = crds.admit(obj)
+        assert problems == [], f"{where}: {problems}"
+    elif group == "monitoring.coreos.com":
+        schema = crds.to_json_schema(_thirdparty_schema(obj["kind"]))
+        problems = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+        assert problems == [], f"{where}: {problems}"
+    elif group == "kopf.dev":
+        assert obj["kind"] in ("KopfPeering", "ClusterKopfPeering") and obj["metadata"]["name"]
+    else:
+        kv = pytest.importorskip("kubernetes_validate")
+        try:
+            kv.validate(obj, "1.30", strict=True)
+        except kv.ValidationError as exc:
+            raise AssertionError(f"{where}: {exc}") from None
+
+
+@pytest.mark.parametrize("which", ["default", "all"])
+def test_rendered_objects_are_valid(rendered, which) -> None:
+    objs = rendered[which]
+    assert len(objs) >= 8
+    for obj in objs:
+        validate_object(obj)
+
+
+def test_validation_catches_a_bad_object(rendered) -> None:
+    """The validators above can fail: break one object of each family."""
+    objs = {o["kind"]: o for o in rendered["all"]}
+    bad = copy.deepcopy(objs["Deployment"])
+    bad["spec"]["replicas"] = "two"
+    with pytest.raises(AssertionError):
+        validate_object(bad)
+    bad = copy.deepcopy(objs["Cluster"])
+    bad["spec"]["brokers"]["flushMode"] = "fsync"
+    with pytest.raises(AssertionError):
+        validate_object(bad)
+    bad = copy.deepcopy(objs["ServiceMonitor"])
+    bad["spec"]["endpoints"] = "metrics"
+    with pytest.raises(AssertionError):
+        validate_object(bad)
+
+
+def test_render_default(rendered) -> None:
+    objs = rendered["default"]
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                            "Service", "Deployment", "Cluster"])
+    by_kind = {o["kind"]: o for o in objs}
+    cluster = by_kind["Cluster"]
+    assert cluster["metadata"]["name"] == "tidemq"
+    assert cluster["spec"]["brokers"]["flushMode"] == "sync"
+    assert "storageClassName" not in cluster["spec"]["brokers"]["storage"]
+    # the full rule set is namespaced; the ClusterRole is discovery-only (read CRDs, namespaces)
+    assert by_kind["Role"]["metadata"]["namespace"] == "default"
+    cluster_rules = by_kind["ClusterRole"]["rules"]
+    assert {r for rule in cluster_rules for r in rule["resources"]} == {"customresourcedefinitions", "namespaces"}
+    assert {v for rule in cluster_rules for v in rule["verbs"]} == {"list", "watch"}
+    pod = by_kind["Deployment"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == "ghcr.io/tidemq/tidemq:0.1.0"
+    assert container["args"][0] == "operator"
+    assert "--namespace=default" in container["args"] and "--standalone" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090}
+    assert container["args"].count("--liveness=http://0.0.0.0:8080/healthz") == 1
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9090"
+    assert pod["spec"]["serviceAccountName"] == by_kind["ServiceAccount"]["metadata"]["name"]
+
+
+def test_render_everything_on(rendered) -> None:
+    objs = rendered["all"]
+    kinds = {o["kind"] for o in objs}
+    assert {"ServiceMonitor", "PodMonitor", "NetworkPolicy", "ClusterKopfPeering", "Topic",
+            "ConsumerGroup", "Cluster"} <= kinds
+    assert "Role" not in kinds  # cluster-wide: ClusterRole + ClusterRoleBinding
+    roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
+    full = roles["all-tidemq-operator"]["rules"]
+    assert any("statefulsets" in r["resources"] for r in full)
+    assert any("clusterkopfpeerings" in r["resources"] for r in roles["all-tidemq-operator-discovery"]["rules"])
+    deploy = next(o for o in objs if o["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--all-namespaces" in args and "--peering=tidemq-peering" in args and "--standalone" not in args
+    assert deploy["spec"]["replicas"] == 2
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated" and "podAntiAffinity" in pod["affinity"]
+    topics = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Topic"}
+    assert topics["orders"] == {"clusterRef": {"name": "prod"}, "readQueueNums": 16, "writeQueueNums": 16}
+    assert topics["payments-fifo"]["messageType"] == "FIFO" and topics["payments-fifo"]["order"] is True
+    cluster = next(o for o in objs if o["kind"] == "Cluster")
+    assert cluster["spec"]["brokers"]["config"]["autoCreateTopicEnable"] == "false"
+    assert cluster["spec"]["brokers"]["storage"]["storageClassName"] == "fast-ssd"
+    sm = next(o for o in objs if o["kind"] == "ServiceMonitor")
+    svc = next(o for o in objs if o["kind"] == "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items() | svc["spec"]["selector"].items()
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    pm = next(o for o in objs if o["kind"] == "PodMonitor")
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics" and pm["spec"]["namespaceSelector"] == {"any": True}
