@@ -137,7 +137,11 @@ def test_orderly_consumer_parks_a_poison_message_in_the_dlq(fast_cluster):
             await send(fast_cluster, topic, [b"poison", b"after"])
             await wait_until(lambda: (b"after", 0) in calls, 10, "the message after the poison")
         assert calls == [(b"poison", 0), (b"poison", 1), (b"after", 0)]
-        dead = await dlq_messages(fast_cluster, group)
+        # the DLQ topic reaches the name server's routes with the broker's next registration
+        deadline = asyncio.get_running_loop().time() + 10
+        while not (dead := await dlq_messages(fast_cluster, group)):
+            assert asyncio.get_running_loop().time() < deadline, "nothing in the DLQ"
+            await asyncio.sleep(0.2)
         assert [m.body for m in dead] == [b"poison"]
 
     run(main)
