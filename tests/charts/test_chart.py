@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.kube import ThreadedEmulator
+
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -416,86 +418,47 @@ print(json.dumps(result))
 THIRDPARTY_CRDS = ROOT.parent / "shared" / "thirdparty-crds"
 
 
-class Emulator:
-    """kmock.KubernetesEmulator (adapted for Helm, see above) served on 127.0.0.1 from a thread."""
+def build_helm_emulator():
+    """kmock.KubernetesEmulator adapted for Helm (see above), with the kinds the chart creates."""
+    import aiohttp.web  # noqa: PLC0415
+    import kmock  # noqa: PLC0415
 
-    def __init__(self) -> None:
-        import threading  # noqa: PLC0415
+    class HelmEmulator(kmock.KubernetesEmulator):
+        async def _handle(self, request):
+            try:
+                return await super()._handle(request)
+            except kmock.KubernetesError as exc:
+                return aiohttp.web.json_response(
+                    {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                     "reason": {404: "NotFound", 409: "AlreadyExists"}.get(exc.status, "InternalError"),
+                     "code": exc.status, "message": exc.message or ""}, status=exc.status)
 
-        self.url = ""
-        self._ready = threading.Event()
-        self._loop = None
-        self._stop = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="kmock-helm", daemon=True)
+        async def _serve_version(self, request):
+            result = await super()._serve_version(request)
+            if isinstance(result, dict) and str(result.get("groupVersion", "")).startswith("/"):
+                result["groupVersion"] = result["groupVersion"][1:]
+            return result
 
-    def start(self) -> "Emulator":
-        self._thread.start()
-        if not self._ready.wait(20) or self._error:
-            raise RuntimeError(f"emulator did not start: {self._error}")
-        return self
-
-    def stop(self) -> None:
-        if self._loop and self._stop:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        import asyncio  # noqa: PLC0415
-
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 (reported to start())
-            self._error = exc
-            self._ready.set()
-
-    async def _main(self) -> None:
-        import asyncio  # noqa: PLC0415
-
-        import aiohttp.web  # noqa: PLC0415
-        import kmock  # noqa: PLC0415
-
-        class HelmEmulator(kmock.KubernetesEmulator):
-            async def _handle(self, request):
-                try:
-                    return await super()._handle(request)
-                except kmock.KubernetesError as exc:
-                    return aiohttp.web.json_response(
-                        {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-                         "reason": {404: "NotFound", 409: "AlreadyExists"}.get(exc.status, "InternalError"),
-                         "code": exc.status, "message": exc.message or ""}, status=exc.status)
-
-            async def _serve_version(self, request):
-                result = await super()._serve_version(request)
-                if isinstance(result, dict) and str(result.get("groupVersion", "")).startswith("/"):
-                    result["groupVersion"] = result["groupVersion"][1:]
-                return result
-
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        emu = HelmEmulator()
-        emu.resources.load_bundled()
-        verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
-        custom = [("tidemq.io/v1alpha1", "clusters", "Cluster", True),
-                  ("tidemq.io/v1alpha1", "topics", "Topic", True),
-                  ("tidemq.io/v1alpha1", "consumergroups", "ConsumerGroup", True),
-                  ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", True),
-                  ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True),
-                  ("kopf.dev/v1", "kopfpeerings", "KopfPeering", True),
-                  ("kopf.dev/v1", "clusterkopfpeerings", "ClusterKopfPeering", False)]
-        for gv, plural, kind, namespaced in custom:
-            emu.resources[f"{gv}/{plural}"] = kmock.ResourceInfo(
-                kind=kind, namespaced=namespaced, singular=kind.lower(), verbs=verbs, subresources={"status"})
-        async with kmock.Server(emu) as server:
-            self.url = str(server.url).rstrip("/")
-            self._ready.set()
-            await self._stop.wait()
+    emu = HelmEmulator()
+    emu.resources.load_bundled()
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    custom = [("tidemq.io/v1alpha1", "clusters", "Cluster", True),
+              ("tidemq.io/v1alpha1", "topics", "Topic", True),
+              ("tidemq.io/v1alpha1", "consumergroups", "ConsumerGroup", True),
+              ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", True),
+              ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True),
+              ("kopf.dev/v1", "kopfpeerings", "KopfPeering", True),
+              ("kopf.dev/v1", "clusterkopfpeerings", "ClusterKopfPeering", False)]
+    for gv, plural, kind, namespaced in custom:
+        emu.resources[f"{gv}/{plural}"] = kmock.ResourceInfo(
+            kind=kind, namespaced=namespaced, singular=kind.lower(), verbs=verbs, subresources={"status"})
+    return emu
 
 
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory) -> Path:
     pytest.importorskip("kmock")
-    emu = Emulator().start()
+    emu = ThreadedEmulator(build_helm_emulator, name="kmock-helm").start()
     path = tmp_path_factory.mktemp("helm") / "kubeconfig"
     path.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: emu\n"

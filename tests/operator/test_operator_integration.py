@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import threading
 import time
 import urllib.request
 import uuid
@@ -42,6 +41,7 @@ kubernetes = pytest.importorskip("kubernetes")
 pytest.importorskip("kopf")
 
 from tests.procs import free_port, tidemq_cmd  # noqa: E402
+from tests.support.kube import ThreadedEmulator  # noqa: E402
 from tidemq.client.route import MessageQueue  # noqa: E402
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer  # noqa: E402
 from tidemq.message import Message  # noqa: E402
@@ -92,57 +92,24 @@ def _merge(base: object, patch: object) -> object:
     return out
 
 
-class Emulator:
-    """kmock.KubernetesEmulator served on 127.0.0.1 from a background thread."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
-
-    def start(self) -> "Emulator":
-        self._thread.start()
-        if not self._ready.wait(20) or self._error:
-            raise RuntimeError(f"emulator did not start: {self._error}")
-        return self
-
-    def stop(self) -> None:
-        if self._loop and self._stop:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 (reported to start())
-            self._error = exc
-            self._ready.set()
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        emu = GenerateNameEmulator()
-        emu.resources.load_bundled()
-        for kind in crds.KINDS:
-            names = crds.load_crd(kind)["spec"]["names"]
-            emu.resources[f"{GROUP}/{VERSION}/{names['plural']}"] = kmock.ResourceInfo(
-                kind=names["kind"], namespaced=True, singular=names["singular"],
-                shortnames=set(names.get("shortNames", [])),
-                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-                subresources={"status"},
-            )
-        async with kmock.Server(emu) as server:
-            self.url = str(server.url).rstrip("/")
-            self._ready.set()
-            await self._stop.wait()
+def build_emulator() -> kmock.KubernetesEmulator:
+    """The emulator with the bundled kinds and our CRDs registered."""
+    emu = GenerateNameEmulator()
+    emu.resources.load_bundled()
+    for kind in crds.KINDS:
+        names = crds.load_crd(kind)["spec"]["names"]
+        emu.resources[f"{GROUP}/{VERSION}/{names['plural']}"] = kmock.ResourceInfo(
+            kind=names["kind"], namespaced=True, singular=names["singular"],
+            shortnames=set(names.get("shortNames", [])),
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            subresources={"status"},
+        )
+    return emu
 
 
 @pytest.fixture(scope="module")
 def emulator():
-    emu = Emulator().start()
+    emu = ThreadedEmulator(build_emulator).start()
     yield emu
     emu.stop()
 
