@@ -23,10 +23,11 @@ from tidemq.client.request_reply import (
     reply_topic,
 )
 from tidemq.client.sync import SyncProducer
-from tidemq.errors import AdminError, BrokerError, ClientError, CodecError, RequestTimeoutError
+from tidemq.errors import BrokerError, ClientError, CodecError, RequestTimeoutError
 from tidemq.message import Message, MessageExt, Prop, SysFlag
 from tidemq.remoting import RequestCode, ResponseCode
 from tidemq.remoting.frame import decode_frame, encode_frame
+from tests.support.routes import wait_for_route
 
 REPLY_TOPIC = "DefaultCluster_REPLY_TOPIC"
 
@@ -39,16 +40,7 @@ async def create_topic(cluster, topic: str, queues: int) -> None:
     async with Admin(config=config(cluster)) as admin:
         await admin.create_topic(topic, read_queues=queues, write_queues=queues,
                                  cluster=cluster.cluster_name)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                route = await admin.topic_route(topic)
-            except AdminError:
-                route = None
-            if route is not None and len(route.publish_queues(topic)) == queues:
-                return
-            assert time.monotonic() < deadline, f"topic {topic} never appeared in the route"
-            await asyncio.sleep(0.1)
+        await wait_for_route(admin, topic, queues)
 
 
 @contextlib.asynccontextmanager

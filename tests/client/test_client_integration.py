@@ -16,6 +16,7 @@ from tidemq.client.send import SendStatus
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
 from tidemq.errors import AdminError, ClientError
 from tidemq.message import Message, MessageExt, SysFlag
+from tests.support.routes import wait_for_route
 
 TEST_TIMEOUT = 30
 
@@ -33,16 +34,7 @@ async def create_topic(cluster, admin: Admin, topic: str, queues: int = 4) -> No
     done = await admin.create_topic(topic, read_queues=queues, write_queues=queues,
                                     cluster=cluster.cluster_name)
     assert done == [cluster.broker_addr]
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            route = await admin.topic_route(topic)
-        except AdminError:
-            route = None
-        if route is not None and len(route.publish_queues(topic)) == queues:
-            return
-        assert time.monotonic() < deadline, f"topic {topic} never appeared in the route"
-        await asyncio.sleep(0.1)
+    await wait_for_route(admin, topic, queues)
 
 
 async def drain(consumer: PullConsumer, mq: MessageQueue, offset: int = 0,

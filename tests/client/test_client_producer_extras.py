@@ -8,12 +8,12 @@ import logging
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.client.fake_server import FakeCluster
 from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tests.support.routes import wait_for_route
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer
 from tidemq.client.batching import batch_message_size, split_batches
 from tidemq.client.fault import (
@@ -24,7 +24,7 @@ from tidemq.client.fault import (
 )
 from tidemq.client.selectors import select_by_hash, select_queue
 from tidemq.client.send import SendResult, SendStatus
-from tidemq.errors import AdminError, ClientError
+from tidemq.errors import ClientError
 from tidemq.message import Message, Prop, decode_properties, java_hash
 from tidemq.remoting import RequestCode
 
@@ -419,16 +419,7 @@ def two_brokers(cluster_factory, tmp_path):
 
 
 async def _wait_route(admin: Admin, topic: str, queues: int) -> None:
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            route = await admin.topic_route(topic)
-        except AdminError:
-            route = None
-        if route is not None and len(route.publish_queues(topic)) == queues:
-            return
-        assert time.monotonic() < deadline, f"topic {topic} never got {queues} queues"
-        await asyncio.sleep(0.1)
+    await wait_for_route(admin, topic, queues, timeout=15)
 
 
 @pytest.mark.parametrize("fault_enabled", [True, False])

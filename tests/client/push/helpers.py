@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from tidemq.client import Admin, ClientConfig, Producer
 from tidemq.client.push import ConsumeConcurrentlyStatus
-from tidemq.errors import AdminError
 from tidemq.message import Message, MessageExt
+from tests.support.routes import wait_for_route
 
 TEST_TIMEOUT = 40
 
@@ -28,16 +28,7 @@ async def create_topic(cluster, topic: str, queues: int = 4) -> None:
     async with Admin(config=cfg(cluster)) as admin:
         await admin.create_topic(topic, read_queues=queues, write_queues=queues,
                                  cluster=cluster.cluster_name)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                route = await admin.topic_route(topic)
-            except AdminError:
-                route = None
-            if route is not None and len(route.publish_queues(topic)) == queues:
-                return
-            assert time.monotonic() < deadline, f"topic {topic} never appeared in the route"
-            await asyncio.sleep(0.05)
+        await wait_for_route(admin, topic, queues, interval=0.05)
 
 
 async def send(cluster, topic: str, bodies: list[bytes], **kw) -> list:
