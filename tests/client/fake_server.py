@@ -262,3 +262,29 @@ class FakeCluster:
 
 def props_string(**kw: str) -> str:
     return encode_properties(kw)
+
+
+def with_fake(factory: type[FakeCluster] = FakeCluster, timeout: float = 20.0):
+    """Decorator: run the async test ``fn(fake)`` in a fresh event loop with a started fake."""
+
+    def decorate(fn):
+        def wrapper():
+            async def main():
+                fake = await factory().start()
+                try:
+                    await asyncio.wait_for(fn(fake), timeout)
+                finally:
+                    await fake.stop()
+            asyncio.run(main())
+
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+    return decorate
+
+
+def fake_config(fake: FakeCluster, **kw):
+    """A ClientConfig pointing at the fake name server."""
+    from tidemq.client import ClientConfig  # noqa: PLC0415 (the fake itself needs no client)
+
+    return ClientConfig(name_servers=fake.addr, **kw)

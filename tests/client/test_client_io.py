@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from tests.client.fake_server import FakeCluster
+from tests.client.fake_server import FakeCluster, fake_config, with_fake
 from tidemq.client import Admin, ClientConfig, ClientInstance, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
 from tidemq.client.send import SendStatus
@@ -24,24 +24,8 @@ from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 from tests.procs import free_port
 
 
-def run(fn):
-    """Run ``fn(fake)`` in a fresh event loop with a started FakeCluster."""
-
-    def wrapper():
-        async def main():
-            fake = await FakeCluster().start()
-            try:
-                await asyncio.wait_for(fn(fake), 20)
-            finally:
-                await fake.stop()
-        asyncio.run(main())
-
-    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
-    return wrapper
-
-
-def cfg(fake: FakeCluster, **kw) -> ClientConfig:
-    return ClientConfig(name_servers=fake.addr, **kw)
+run = with_fake()  # run ``fn(fake)`` in a fresh event loop with a started FakeCluster
+cfg = fake_config
 
 
 @run

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.client.fake_server import FakeCluster
+from tests.client.fake_server import FakeCluster, fake_config, with_fake
 from tests.procs import ServerProcess, free_port, tidemq_cmd
 from tests.support.routes import wait_for_route
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer
@@ -235,22 +235,8 @@ class ReplyFake(FakeCluster):
         return self.on_send_message_v2(conn, cmd)
 
 
-def run(fn):
-    def wrapper():
-        async def main():
-            fake = await ReplyFake().start()
-            try:
-                await asyncio.wait_for(fn(fake), 20)
-            finally:
-                await fake.stop()
-        asyncio.run(main())
-
-    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
-    return wrapper
-
-
-def cfg(fake: FakeCluster, **kw) -> ClientConfig:
-    return ClientConfig(name_servers=fake.addr, **kw)
+run = with_fake(ReplyFake)
+cfg = fake_config
 
 
 @run
