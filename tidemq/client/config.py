@@ -59,6 +59,14 @@ class ClientConfig:
     compress_level: int = 5
     max_message_size: int = MAX_MESSAGE_SIZE
     connect_timeout: float = 3.0
+    access_key: str | None = None  # RocketMQ ACL: requests are signed when both keys are set
+    secret_key: str | None = None
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if shown["secret_key"] is not None:
+            shown["secret_key"] = "***"
+        return f"ClientConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name_servers", parse_name_servers(self.name_servers))
@@ -74,6 +82,8 @@ class ClientConfig:
             raise ConfigError("compress_threshold must be >= 0")
         if self.max_message_size <= 0:
             raise ConfigError("max_message_size must be positive")
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ConfigError("access_key and secret_key must be given together (RocketMQ ACL)")
 
     def with_name_servers(self, name_servers: str | Iterable[str] | None) -> "ClientConfig":
         if name_servers is None:

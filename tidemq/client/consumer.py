@@ -19,9 +19,11 @@ from tidemq.client.heartbeat import CLUSTERING, CONSUME_ACTIVELY, ConsumerData, 
 from tidemq.client.instance import ClientInstance
 from tidemq.client.pull import (
     PullResult,
+    RawPullResult,
     build_pull_request,
     normalize_expression,
     parse_pull_response,
+    parse_pull_response_raw,
     parse_tag_expression,
 )
 from tidemq.client.response import check, header_int
@@ -111,6 +113,25 @@ class PullConsumer(ClientBase):
     ) -> PullResult:
         """Pull up to ``max_nums`` messages from ``offset``; with ``suspend_ms`` > 0 the broker
         holds the request until a message arrives or that many milliseconds pass."""
+        resp, expr, addr = await self._pull(mq, offset, max_nums, expression, suspend_ms, timeout)
+        return parse_pull_response(resp, mq, parse_tag_expression(expr), addr)
+
+    async def pull_raw(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        expression: str = "*",
+        suspend_ms: int = 0,
+        timeout: float | None = None,
+    ) -> RawPullResult:
+        """Like :meth:`pull`, but the records stay encoded (for bulk decoders); the caller must
+        re-check tags itself (the broker filters by tag hash code only)."""
+        resp, _expr, addr = await self._pull(mq, offset, max_nums, expression, suspend_ms, timeout)
+        return parse_pull_response_raw(resp, mq, addr)
+
+    async def _pull(self, mq: MessageQueue, offset: int, max_nums: int, expression: str,
+                    suspend_ms: int, timeout: float | None) -> tuple[RemotingCommand, str, str]:
         inst = self._require()
         if offset < 0:
             raise ClientError(f"offset must be >= 0, got {offset}")
@@ -124,8 +145,7 @@ class PullConsumer(ClientBase):
         cmd = build_pull_request(self.group, mq, offset, max_nums, expr, suspend_ms,
                                  self._subscriptions[mq.topic].sub_version)
         wait = (timeout if timeout is not None else self.config.request_timeout) + suspend_ms / 1000
-        resp = await inst.invoke(addr, cmd, wait)
-        return parse_pull_response(resp, mq, parse_tag_expression(expr), addr)
+        return await inst.invoke(addr, cmd, wait), expr, addr
 
     # offsets -----------------------------------------------------------------------------------
     async def committed_offset(self, mq: MessageQueue) -> int | None:

@@ -37,6 +37,7 @@ from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
 from tidemq.message import local_ip_bytes
 from tidemq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.acl import AclSigner
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,10 @@ class ClientInstance:
     def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.remoting = RemotingClient(handler=self, connect_timeout=config.connect_timeout)
+        signer = (AclSigner(config.access_key, config.secret_key)
+                  if config.access_key is not None and config.secret_key is not None else None)
+        self.remoting = RemotingClient(handler=self, connect_timeout=config.connect_timeout,
+                                       rpc_hook=signer)
         self.routes = RouteCache()
         self.client_id = ""
         self._uniq: UniqIdGenerator | None = None

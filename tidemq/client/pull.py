@@ -53,6 +53,18 @@ class PullResult:
     messages: list[MessageExt] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class RawPullResult:
+    """A pull result whose records are left encoded (``body``: stored records back to back), for
+    readers that decode them in bulk (the Spark source). No tag re-check has been applied."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes = b""
+
+
 def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
     """``None`` for "all" (``*`` or blank), else the set of tags of ``TagA || TagB``."""
     if expression is None or not expression.strip() or expression.strip() == SUB_ALL:
@@ -101,6 +113,17 @@ def build_pull_request(
         "expressionType": "TAG",
     }
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
+
+
+def parse_pull_response_raw(resp: RemotingCommand, mq: MessageQueue,
+                            addr: str | None = None) -> RawPullResult:
+    status = PULL_STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
+    what = f"pull from {mq}"
+    if status is None:
+        raise broker_error(resp, what, addr)
+    return RawPullResult(status, header_int(resp, "nextBeginOffset", what),
+                         header_int(resp, "minOffset", what), header_int(resp, "maxOffset", what),
+                         resp.body_bytes() if status is PullStatus.FOUND else b"")
 
 
 def parse_pull_response(

@@ -86,6 +86,7 @@ class SyncPullConsumer(SyncFacade):
 
     fetch_queues = blocking(PullConsumer.fetch_queues)
     pull = blocking(PullConsumer.pull)
+    pull_raw = blocking(PullConsumer.pull_raw)
     committed_offset = blocking(PullConsumer.committed_offset)
     commit = blocking(PullConsumer.commit)
     max_offset = blocking(PullConsumer.max_offset)

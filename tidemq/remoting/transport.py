@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from tidemq.errors import ConnectError, FrameError, RemotingError, RemotingTimeoutError
@@ -261,10 +261,12 @@ class RemotingClient:
         handler: RequestHandler | None = None,
         connect_timeout: float = 3.0,
         max_frame: int = DEFAULT_MAX_FRAME,
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.handler = handler
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
+        self.rpc_hook = rpc_hook  # runs on every request before it is sent (e.g. ACL signing)
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
 
@@ -306,10 +308,14 @@ class RemotingClient:
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         conn = await self.connection(addr)
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         conn.invoke_oneway(cmd)
 
     def close_connection(self, addr: str) -> None:

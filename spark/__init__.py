@@ -1,0 +1,29 @@
+"""The ``tidemq`` PySpark data source: read topics (batch and streaming) and write to them.
+
+Use ``tidemq.spark.register(spark)`` once per session, or install the package so that the top-level
+module ``pyspark_tidemq`` lets ``spark.read.format("tidemq")`` resolve on its own. The source talks
+to brokers only through :mod:`tidemq.client`; executors import this package (Spark pickles our
+classes by reference), so it must be installed where executors run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["FORMAT", "TideMQDataSource", "register"]
+
+FORMAT = "tidemq"
+
+
+def __getattr__(name: str) -> Any:
+    # pyspark is an optional extra: import it only when the data source itself is used.
+    if name == "TideMQDataSource":
+        from tidemq.spark.source import TideMQDataSource
+        return TideMQDataSource
+    raise AttributeError(name)
+
+
+def register(spark: Any) -> None:
+    """Register the ``tidemq`` format with a SparkSession."""
+    from tidemq.spark.source import TideMQDataSource
+    spark.dataSource.register(TideMQDataSource)
