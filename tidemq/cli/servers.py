@@ -137,6 +137,20 @@ def _check_delay_levels(_ctx: click.Context, _param: click.Parameter, value: str
     return value
 
 
+def _check_delete_when(_ctx, param, value: str) -> tuple[int, ...]:
+    text = str(value).strip()
+    if text == "*":
+        return tuple(range(24))
+    try:
+        hours = tuple(sorted({int(h) for h in text.replace(",", ";").split(";") if h.strip()}))
+    except ValueError:
+        hours = ()
+    if not hours or any(not 0 <= h <= 23 for h in hours):
+        raise click.BadParameter(f"{value!r}: give hours 0-23 like '04' or '04;16', or '*'",
+                                 param=param)
+    return hours
+
+
 def broker_options(fn):
     opts = [
         click.option("--namesrv", "-n", envvar="NAMESRV_ADDR", default="127.0.0.1:9876", show_default=True, help="Name servers, ADDR[;ADDR...] (also $NAMESRV_ADDR)."),
@@ -151,7 +165,9 @@ def broker_options(fn):
         click.option("--metrics-queue-lag/--no-metrics-queue-lag", default=False, show_default=True, help="Also export consumer lag per queue (one series per group, topic and queue)."),
         click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True, help="Create unknown topics on send (TBW102)."),
         click.option("--segment-size", default=1 << 30, show_default=True, type=click.IntRange(min=64 * 1024), help="CommitLog segment size in bytes."),
-        click.option("--retention-hours", default=72.0, show_default=True, type=click.FloatRange(min=0.01)),
+        click.option("--retention-hours", default=72.0, show_default=True, type=click.FloatRange(min=0.0001), help="Keep CommitLog segments this long (RocketMQ fileReservedTime)."),
+        click.option("--delete-when", default="04", show_default=True, callback=_check_delete_when, help="Hours of the day (HH[;HH...], or '*' for every hour) when expired segments are deleted (RocketMQ deleteWhen)."),
+        click.option("--cleanup-interval", default=10.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between retention passes (RocketMQ cleanResourceInterval)."),
         click.option("--delay-levels", default=DEFAULT_DELAY_LEVELS, show_default=True, callback=_check_delay_levels, help="Delay of each delay level (RocketMQ messageDelayLevel), units ms/s/m/h/d."),
         click.option("--transaction-timeout", default=6.0, show_default=True, type=click.FloatRange(min=0), help="Seconds before an unresolved transactional (half) message is checked with its producer."),
         click.option("--transaction-check-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between transaction check rounds."),
@@ -169,12 +185,15 @@ def broker_options(fn):
 @broker_options
 @user_errors
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
-               metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delay_levels, transaction_timeout, transaction_check_interval,
+               metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delete_when,
+               cleanup_interval, delay_levels, transaction_timeout, transaction_check_interval,
                transaction_check_max, register_interval, log_level) -> None:
     """Run a broker."""
     setup_logging(log_level)
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
                               auto_create_topic, segment_size, retention_hours, broker_id)
+    cfg = dataclasses.replace(cfg, store=dataclasses.replace(
+        cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
                               metrics_queue_lag=metrics_queue_lag)
     cfg = dataclasses.replace(cfg, transaction_timeout=transaction_timeout,
