@@ -145,11 +145,17 @@ def collect(body: bytes, cols: Columns, end_offset: int, tags_filter: frozenset[
             store_id = m.offset_msg_id
         else:
             p = pos + 88
+            if not 0 <= blen <= total - 91:
+                raise CodecError(f"bad body length {blen} at byte {pos} of a pull response")
             b = mv[p:p + blen]
             p += blen
             tlen = body[p]
             p += 1 + tlen
+            if p + 2 > pos + total:
+                raise CodecError(f"record at byte {pos} of a pull response: lengths do not add up")
             plen = (body[p] << 8) | body[p + 1]
+            if p + 2 + plen != pos + total:
+                raise CodecError(f"record at byte {pos} of a pull response: lengths do not add up")
             raw_props = body[p + 2:p + 2 + plen]
             store_id = ""
         pos += total

@@ -70,10 +70,15 @@ def from_json(obj: object) -> Offsets:
     if not isinstance(obj, dict):
         raise SparkOptionError(f"offsets must be a JSON object, got {type(obj).__name__}")
     out: Offsets = {}
-    for topic, brokers in obj.items():
-        for broker, queues in brokers.items():
-            for qid, off in queues.items():
-                out[QueueKey(topic, broker, int(qid))] = int(off)
+    try:
+        for topic, brokers in obj.items():
+            for broker, queues in brokers.items():
+                for qid, off in queues.items():
+                    out[QueueKey(topic, broker, int(qid))] = int(off)
+    except (AttributeError, TypeError, ValueError):
+        raise SparkOptionError(f"offsets {json.dumps(obj)[:200]} are not of the form "
+                               '{"topic": {"broker": {"queueId": offset}}}; is the checkpoint '
+                               "from another source?") from None
     return out
 
 
@@ -124,10 +129,11 @@ def limit_rows(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     total = sum(backlog.values())
     if total <= max_rows:
         return dict(latest)
-    shares = {k: max_rows * b / total for k, b in backlog.items()}
-    grant = {k: math.floor(s) for k, s in shares.items()}
+    # exact integer shares: float division can round a share up past an integer for big offsets
+    grant = {k: max_rows * b // total for k, b in backlog.items()}
+    frac = {k: max_rows * b % total for k, b in backlog.items()}
     left = max_rows - sum(grant.values())
-    for k in sorted(shares, key=lambda k: (-(shares[k] - grant[k]), k))[:left]:
+    for k in sorted(frac, key=lambda k: (-frac[k], k))[:left]:
         grant[k] += 1
     return {k: start.get(k, 0) + grant[k] for k in latest}
 

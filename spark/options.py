@@ -173,7 +173,7 @@ class _Opts:
 def _json(value: str, shown: str, example: str) -> object:
     try:
         return json.loads(value)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
         raise SparkOptionError(f"option {shown} is not valid JSON ({exc}); expected e.g. {example}") from None
 
 
@@ -282,7 +282,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     if pattern is not None:
         try:
             re.compile(pattern)
-        except re.error as exc:
+        except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}, ((((...
             raise SparkOptionError(f"option subscribePattern is not a valid regex: {exc}") from None
     if assign_text is not None:
         assign = parse_assign(assign_text)

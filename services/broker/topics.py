@@ -18,7 +18,7 @@ from tidemq.remoting.codes import Perm
 
 log = logging.getLogger(__name__)
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would allow a trailing "\n"
 MAX_TOPIC_LENGTH = 127
 DEFAULT_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -50,7 +50,7 @@ def validate_topic_name(name: str) -> str | None:
         return "the topic name is blank"
     if len(name.encode()) > MAX_TOPIC_LENGTH:
         return f"the topic name is longer than {MAX_TOPIC_LENGTH} bytes"
-    if not TOPIC_PATTERN.match(name):
+    if not TOPIC_PATTERN.fullmatch(name):
         return f"the topic name {name!r} contains characters other than [%|a-zA-Z0-9_-]"
     return None
 

@@ -17,7 +17,7 @@ from tidemq.message import (
     Prop,
 )
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch (no "$": it allows "\n")
 GROUP_PATTERN = TOPIC_PATTERN
 MAX_GROUP_LENGTH = 255
 AUTO_CREATE_TOPIC = "TBW102"
@@ -48,7 +48,7 @@ def check_topic_name(topic: object) -> str:
             f"topic {topic[:40]!r}... is {len(topic)} characters long; at most "
             f"{MAX_TOPIC_LENGTH} are allowed"
         )
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         raise ClientError(
             f"topic {topic!r} contains illegal characters; use only letters, digits, '%', '|', "
             "'_' and '-'"
@@ -68,7 +68,7 @@ def check_group(group: object) -> str:
         raise ClientError("group is blank: give a group name such as 'my-group'")
     if len(group) > MAX_GROUP_LENGTH:
         raise ClientError(f"group name is {len(group)} characters; at most {MAX_GROUP_LENGTH}")
-    if not GROUP_PATTERN.match(group):
+    if not GROUP_PATTERN.fullmatch(group):
         raise ClientError(
             f"group {group!r} contains illegal characters; use only letters, digits, '%', '|', "
             "'_' and '-'"
