@@ -29,6 +29,7 @@ COPY README.md ./
 COPY tidemq/ tidemq/
 COPY services/ services/
 COPY operator/ operator/
+COPY spark/ spark/
 COPY crds/ crds/
 RUN /opt/tidemq/bin/pip install --no-deps . \
  && /opt/tidemq/bin/pip wheel --no-deps --wheel-dir /wheels . \
@@ -51,8 +52,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3.11 -m venv /opt/tidemq
 COPY --from=builder /wheels /tmp/wheels
+# pyarrow and pandas: the 'spark' extra without pyspark (the image's own Spark provides it)
 RUN /opt/tidemq/bin/pip install --no-cache-dir --disable-pip-version-check /tmp/wheels/*.whl \
+      "pyarrow>=15" "pandas>=2.0,<3" \
  && rm -rf /tmp/wheels
+# the example jobs (spark/jobs; the SparkApplications in spark/manifests run them from here) and
+# the Prometheus JMX exporter agent that SparkApplication spec.monitoring.prometheus loads
+ARG JMX_EXPORTER_VERSION=1.1.0
+COPY spark/jobs/ /opt/tidemq/jobs/
+ADD --chmod=644 https://repo1.maven.org/maven2/io/prometheus/jmx/jmx_prometheus_javaagent/${JMX_EXPORTER_VERSION}/jmx_prometheus_javaagent-${JMX_EXPORTER_VERSION}.jar /opt/tidemq/prometheus/jmx_prometheus_javaagent.jar
 COPY crds/ /tmp/crds/
 RUN cp -r /tmp/crds "$(/opt/tidemq/bin/python -c 'import pathlib, tidemq.operator as o; print(pathlib.Path(o.__file__).parent)')/crds" \
  && rm -rf /tmp/crds

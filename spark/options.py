@@ -50,6 +50,7 @@ SOURCE_OPTIONS = frozenset({
 SINK_OPTIONS = frozenset({
     "nameservers", "nameserver", "namesrvaddr", "topic", "producergroup", "sendbatchsize",
     "sendtimeoutms", "accesskey", "secretkey", "checkpointlocation", "path",
+    "queryname",  # Spark passes a streaming query's name to its sink as an option
 })
 
 MAX_PULL_BATCH = 1024  # the broker's cap on messages per PULL_MESSAGE (RocketMQ's too)
