@@ -20,15 +20,6 @@ SIGNATURE = "Signature"
 _SKIPPED = frozenset({SIGNATURE, "_UNIQUE_KEY_QUERY"})
 
 
-def _body(cmd: RemotingCommand) -> bytes:
-    body = cmd.body
-    if body is None:
-        return b""
-    if isinstance(body, (list, tuple)):
-        return b"".join(bytes(part) for part in body)
-    return bytes(body)
-
-
 def signature(fields: dict[str, str], body: bytes, secret_key: str) -> str:
     content = "".join(fields[k] for k in sorted(fields) if k not in _SKIPPED).encode("utf-8") + body
     digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
@@ -45,7 +36,7 @@ class AclSigner:
     def __call__(self, cmd: RemotingCommand) -> None:
         cmd.ext_fields[ACCESS_KEY] = self.access_key
         cmd.ext_fields.pop(SIGNATURE, None)
-        cmd.ext_fields[SIGNATURE] = signature(cmd.ext_fields, _body(cmd), self.secret_key)
+        cmd.ext_fields[SIGNATURE] = signature(cmd.ext_fields, cmd.body_bytes(), self.secret_key)
 
 
 def verify(cmd: RemotingCommand, secret_key: str) -> bool:
@@ -53,4 +44,4 @@ def verify(cmd: RemotingCommand, secret_key: str) -> bool:
     given = cmd.ext_fields.get(SIGNATURE)
     if given is None:
         return False
-    return hmac.compare_digest(given, signature(cmd.ext_fields, _body(cmd), secret_key))
+    return hmac.compare_digest(given, signature(cmd.ext_fields, cmd.body_bytes(), secret_key))
