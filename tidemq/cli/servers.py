@@ -172,6 +172,7 @@ def broker_options(fn):
         click.option("--transaction-timeout", default=6.0, show_default=True, type=click.FloatRange(min=0), help="Seconds before an unresolved transactional (half) message is checked with its producer."),
         click.option("--transaction-check-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between transaction check rounds."),
         click.option("--transaction-check-max", default=15, show_default=True, type=click.IntRange(min=0), help="Checks before an unresolved half message is discarded."),
+        click.option("--max-pull-bytes", default=256 * 1024, show_default=True, type=click.IntRange(min=4096), help="Most bytes of messages one pull returns (RocketMQ maxTransferBytesOnMessageInMemory; at least one message is always returned)."),
         click.option("--register-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between registrations with the name servers."),
         click.option("--log-level", default="INFO", show_default=True),
     ]
@@ -187,7 +188,7 @@ def broker_options(fn):
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
                metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delete_when,
                cleanup_interval, delay_levels, transaction_timeout, transaction_check_interval,
-               transaction_check_max, register_interval, log_level) -> None:
+               transaction_check_max, max_pull_bytes, register_interval, log_level) -> None:
     """Run a broker."""
     setup_logging(log_level)
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
@@ -195,6 +196,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
         cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
+                              max_pull_bytes=max_pull_bytes,
                               metrics_queue_lag=metrics_queue_lag)
     cfg = dataclasses.replace(cfg, transaction_timeout=transaction_timeout,
                               transaction_check_interval=transaction_check_interval,
