@@ -40,10 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.procs import Cluster
-from tidemq import Message
-from tidemq.client.route import MessageQueue
-from tidemq.client.sync import SyncAdmin, SyncProducer
+from tests.procs import Cluster  # noqa: E402 (after the sys.path insert)
+from tidemq import Message  # noqa: E402 (after the sys.path insert)
+from tidemq.client.route import MessageQueue  # noqa: E402 (after the sys.path insert)
+from tidemq.client.sync import SyncAdmin, SyncProducer  # noqa: E402 (after the sys.path insert)
 
 TARGET = 400_000  # rows/s, issue 6
 BATCH = 256  # messages per SEND_BATCH_MESSAGE while loading

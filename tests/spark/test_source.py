@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.spark.support import make_topic, rows, send
-from tidemq.client.route import MessageQueue
 from tidemq.client.sync import SyncProducer
 from tidemq.message import Message
 
