@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -44,6 +43,9 @@ from tests.procs import Cluster  # noqa: E402 (after the sys.path insert)
 from tidemq import Message  # noqa: E402 (after the sys.path insert)
 from tidemq.client.route import MessageQueue  # noqa: E402 (after the sys.path insert)
 from tidemq.client.sync import SyncAdmin, SyncProducer  # noqa: E402 (after the sys.path insert)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import produce_consume  # noqa: E402 (bench/ is not a package: the shared machine() line)
 
 TARGET = 400_000  # rows/s, issue 6
 BATCH = 256  # messages per SEND_BATCH_MESSAGE while loading
@@ -195,17 +197,8 @@ def timed(query) -> float:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import pyspark
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} vCPU ({cpu}), "
-            f"Python {platform.python_version()}, PySpark {pyspark.__version__}")
+    return f"{produce_consume.machine()}, PySpark {pyspark.__version__}"
 
 
 def write_doc(table: str, args: argparse.Namespace) -> None:
