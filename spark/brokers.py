@@ -27,9 +27,10 @@ from tidemq.spark.offsets import (
     QueueKey,
     QueueRange,
     Slice,
+    data_loss,
     data_loss_message,
 )
-from tidemq.spark.options import SourceOptions, SparkOptionError
+from tidemq.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,12 @@ class TopicView:
             consumer.commit(MessageQueue(k.topic, k.broker, k.queue_id), off)
 
 
+def _reader_key(opts: SourceOptions) -> tuple:
+    return ("reader", opts.name_servers, opts.credentials, opts.pull_timeout_ms)
+
+
 def _reader(opts: SourceOptions) -> SyncPullConsumer:
-    key = ("reader", opts.name_servers, opts.credentials, opts.pull_timeout_ms)
+    key = _reader_key(opts)
 
     def make() -> SyncPullConsumer:
         c = SyncPullConsumer(READER_GROUP, config=clients.client_config(
@@ -167,7 +172,7 @@ def read_slice(opts: SourceOptions, part: Slice) -> Iterator[object]:
         try:
             res = consumer.pull_raw(mq, offset, want, opts.tag_expression)
         except TideMQError:
-            clients.drop(("reader", opts.name_servers, opts.credentials, opts.pull_timeout_ms))
+            clients.drop(_reader_key(opts))
             raise
         if res.min_offset > offset:  # retention removed [offset, min_offset)
             lost = {QueueKey(part.topic, part.broker, part.queue_id): res.min_offset}
@@ -184,7 +189,7 @@ def read_slice(opts: SourceOptions, part: Slice) -> Iterator[object]:
             last = collect(res.body, cols, part.end, tags)
             if last < 0:
                 break
-            offset = max(last, res.next_begin_offset if res.next_begin_offset <= part.end else last)
+            offset = max(last, min(res.next_begin_offset, part.end))
         elif res.status is PullStatus.NO_MATCHED_MSG:
             offset = res.next_begin_offset
         else:  # NO_NEW_MSG below the planned end: the messages were there at planning time
@@ -200,7 +205,6 @@ def read_slice(opts: SourceOptions, part: Slice) -> Iterator[object]:
 def check_start(start: Offsets, ranges: dict[QueueKey, QueueRange], fail: bool) -> Offsets:
     """``start`` with data-loss handled on the driver: fail, or move lost queues to their first
     remaining offset."""
-    from tidemq.spark.offsets import data_loss
     lost = data_loss(start, ranges)
     if not lost:
         return start
@@ -211,5 +215,4 @@ def check_start(start: Offsets, ranges: dict[QueueKey, QueueRange], fail: bool) 
     return {**start, **lost}
 
 
-__all__ = ["READER_GROUP", "SourceError", "TopicView", "check_start", "read_slice",
-           "SparkOptionError"]
+__all__ = ["READER_GROUP", "SourceError", "TopicView", "check_start", "read_slice"]
