@@ -6,13 +6,15 @@ a temporary directory, then measures with TideMQ's asyncio client:
 
   1. sync send, one message in flight;
   2. SEND_BATCH_MESSAGE batches of 32, one batch in flight;
-  3. pull throughput (32 messages per pull) over everything sent.
+  3. pipelined sends: 256 coroutines, one send each in flight (256 requests on one connection);
+  4. batches of 64, four batches in flight;
+  5. pull throughput over everything sent, 32 and 256 messages per pull.
 
 The baseline, measured in the same run, is an asyncio echo server in its own process answering
 1 KiB frames one at a time: the round-trip limit of this machine's loopback + event loop. Ratios
 are TideMQ's rate over the baseline's.
 
-    python bench/produce_consume.py [--messages 20000] [--size 1024] [--flush async|sync] [--write]
+    python bench/produce_consume.py [--messages 20000] [--size 1024] [--flush async|sync] [--uvloop] [--write]
 """
 
 from __future__ import annotations
@@ -83,6 +85,26 @@ async def bench(cluster: Cluster, n: int, size: int) -> dict[str, float]:
         for _ in range(batches):
             await p.send_batch([Message(topic, body) for _ in range(32)])
         results["batch send, 32 per batch"] = batches * 32 / (time.perf_counter() - t0)
+
+        async def sender(count: int) -> None:
+            for _ in range(count):
+                await p.send(Message(topic, body))
+
+        # 256 coroutines each with one send in flight: 256 requests pipelined on one connection.
+        per_worker = max(1, n // 256)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(sender(per_worker) for _ in range(256)))
+        results["pipelined send, 256 in flight"] = 256 * per_worker / (time.perf_counter() - t0)
+
+        async def batcher(count: int) -> None:
+            for _ in range(count):
+                await p.send_batch([Message(topic, body) for _ in range(64)])
+
+        # Batches of 64, 4 in flight, so the client encodes while the broker stores.
+        per_batcher = max(1, n // (64 * 4))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(batcher(per_batcher) for _ in range(4)))
+        results["batch send, 64 per batch, 4 in flight"] = 4 * per_batcher * 64 / (time.perf_counter() - t0)
     total = 0
     async with PullConsumer("bench-consumer", name_servers=[cluster.namesrv_addr]) as c:
         queues = await c.fetch_queues(topic)
@@ -96,6 +118,17 @@ async def bench(cluster: Cluster, n: int, size: int) -> dict[str, float]:
                 total += len(r.messages)
                 offset = r.next_begin_offset
         results["pull, 32 per request"] = total / (time.perf_counter() - t0)
+        total = 0
+        t0 = time.perf_counter()
+        for mq in queues:
+            offset = 0
+            while True:  # the broker caps a pull at 256 KiB, about 230 messages of 1 KiB
+                r = await c.pull(mq, offset, 256)
+                if not r.messages:
+                    break
+                total += len(r.messages)
+                offset = r.next_begin_offset
+        results["pull, 256 per request"] = total / (time.perf_counter() - t0)
     return results
 
 
@@ -117,6 +150,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--flush", choices=["async", "sync"], default="async")
     ap.add_argument("--write", action="store_true", help="append the table to docs/benchmarks.md")
+    ap.add_argument("--uvloop", action="store_true", help="run TideMQ's asyncio client on uvloop")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="tidemq-bench-"))
@@ -129,7 +163,12 @@ def main() -> int:
         cluster.start()
         baseline = asyncio.run(echo_baseline(echo_port, args.size, args.messages))
         print(f"baseline: asyncio echo of {args.size}-byte frames, 1 in flight: {baseline:,.0f} round trips/s", file=sys.stderr)
-        results = asyncio.run(bench(cluster, args.messages, args.size))
+        if args.uvloop:
+            import uvloop
+
+            results = uvloop.run(bench(cluster, args.messages, args.size))
+        else:
+            results = asyncio.run(bench(cluster, args.messages, args.size))
     finally:
         cluster.stop()
         echo.terminate()
@@ -137,7 +176,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     lines = [
-        f"| workload ({args.size}-byte bodies, {args.flush} flush) | msg/s | MB/s | ratio to echo baseline |",
+        f"| workload ({args.size}-byte bodies, {args.flush} flush{', client on uvloop' if args.uvloop else ''}) "
+        "| msg/s | MB/s | ratio to echo baseline |",
         "|---|---:|---:|---:|",
         f"| baseline: asyncio echo, 1 in flight | {baseline:,.0f} | {baseline * args.size / 1e6:,.1f} | 1.00 |",
     ]
@@ -149,7 +189,7 @@ def main() -> int:
         doc = ROOT / "docs" / "benchmarks.md"
         stamp = time.strftime("%Y-%m-%d")
         with doc.open("a") as f:
-            f.write(f"\n### {stamp}: `python bench/produce_consume.py --messages {args.messages} --flush {args.flush}`\n\n")
+            f.write(f"\n### {stamp}: `python bench/produce_consume.py --messages {args.messages} --flush {args.flush}{' --uvloop' if args.uvloop else ''}`\n\n")
             f.write(f"Machine: {machine()}.\n\n{table}\n")
     return 0
 

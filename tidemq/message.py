@@ -99,7 +99,8 @@ def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
 
 def encode_properties(props: dict[str, str]) -> str:
     """Java form: pairs joined by \\x02, no trailing separator."""
-    return PROPERTY_SEP.join(f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if k and v != "")
+    # a list, not a generator: join is faster on one (hot path: every send, both ends)
+    return PROPERTY_SEP.join([f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if k and v != ""])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,27 +219,134 @@ class Message:
         return props
 
 
-@dataclass(slots=True)
-class MessageExt:
-    """A stored message as read back from the CommitLog or a pull response."""
+_EXT_FIELDS = (
+    "topic", "body", "queue_id", "queue_offset", "commit_log_offset", "store_size", "flag",
+    "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+    "prepared_transaction_offset", "properties", "body_crc", "offset_msg_id",
+)
 
-    topic: str
-    body: bytes
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    store_size: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    properties: dict[str, str]
-    body_crc: int
-    offset_msg_id: str
+
+class MessageExt:
+    """A stored message as read back from the CommitLog or a pull response.
+
+    Same fields, constructor, equality and repr as the dataclass it replaces. Messages decoded
+    from records (:func:`decode_record`, :func:`decode_records`) are lazy: ``properties`` is
+    parsed, and ``born_host``/``store_host``/``offset_msg_id`` are formatted, on first access
+    (hot path: bench/produce_consume.py pull; most consumers read body and offsets only). The
+    properties text is still checked for UTF-8 while decoding, so bad records fail there.
+    """
+
+    __slots__ = (
+        "topic", "body", "queue_id", "queue_offset", "commit_log_offset", "store_size", "flag",
+        "sys_flag", "born_timestamp", "store_timestamp", "reconsume_times",
+        "prepared_transaction_offset", "body_crc",
+        "_properties", "_props_text", "_born_host", "_store_host", "_offset_msg_id", "_hosts",
+    )
+    __match_args__ = _EXT_FIELDS
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as the dataclass)
+
+    def __init__(
+        self, topic: str, body: bytes, queue_id: int, queue_offset: int, commit_log_offset: int,
+        store_size: int, flag: int, sys_flag: int, born_timestamp: int, born_host: str,
+        store_timestamp: int, store_host: str, reconsume_times: int,
+        prepared_transaction_offset: int, properties: dict[str, str], body_crc: int,
+        offset_msg_id: str,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.store_size = store_size
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self._born_host = born_host
+        self.store_timestamp = store_timestamp
+        self._store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self._properties = properties
+        self._props_text = None
+        self.body_crc = body_crc
+        self._offset_msg_id = offset_msg_id
+        self._hosts = None
+
+    # lazy parts (hot path: bench/produce_consume.py pull) --------------------------------------
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            props = self._properties = decode_properties(self._props_text)
+            self._props_text = None
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+        self._props_text = None
+
+    def set_property_lazily(self, name: str, value: str) -> None:
+        """``properties[name] = value`` without parsing the properties now (hot path)."""
+        if self._properties is None:
+            self._props_text = f"{self._props_text}{PROPERTY_SEP}{name}{NAME_VALUE_SEP}{value}"
+        else:
+            self._properties[name] = value
+
+    @property
+    def born_host(self) -> str:
+        host = self._born_host
+        if host is None:
+            born, port = self._hosts[0], self._hosts[1]  # type: ignore[index]
+            host = self._born_host = format_host(born, port)
+        return host
+
+    @born_host.setter
+    def born_host(self, value: str) -> None:
+        self._born_host = value
+
+    @property
+    def store_host(self) -> str:
+        host = self._store_host
+        if host is None:
+            store, port = self._hosts[2], self._hosts[3]  # type: ignore[index]
+            host = self._store_host = format_host(store, port)
+        return host
+
+    @store_host.setter
+    def store_host(self, value: str) -> None:
+        self._store_host = value
+
+    @property
+    def offset_msg_id(self) -> str:
+        mid = self._offset_msg_id
+        if mid is None:
+            mid = self._offset_msg_id = encode_offset_msg_id(
+                self._hosts[2], self._hosts[3], self.commit_log_offset)  # type: ignore[index]
+        return mid
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, value: str) -> None:
+        self._offset_msg_id = value
+
+    # dataclass-like behaviour -------------------------------------------------------------------
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in _EXT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _EXT_FIELDS)
+        return f"{self.__class__.__qualname__}({inner})"
+
+    def __getstate__(self) -> tuple:
+        return self._values()
+
+    def __setstate__(self, state: tuple) -> None:
+        self.__init__(*state)  # type: ignore[misc]
 
     @property
     def tags(self) -> str | None:
@@ -253,6 +361,34 @@ class MessageExt:
     def msg_id(self) -> str:
         """The client-visible id: UNIQ_KEY when the producer set one, else the offset id."""
         return self.properties.get(Prop.UNIQ_KEY) or self.offset_msg_id
+
+
+def _lazy_ext(topic: str, body: bytes, queue_id: int, queue_offset: int, phys: int, size: int,
+              flag: int, sys_flag: int, born_ts: int, store_ts: int, reconsume: int,
+              prepared: int, props_text: str, crc: int, hosts: tuple) -> MessageExt:
+    """A MessageExt whose properties, hosts and offset id are computed on first access."""
+    m = _new_ext(MessageExt)
+    m.topic = topic
+    m.body = body
+    m.queue_id = queue_id
+    m.queue_offset = queue_offset
+    m.commit_log_offset = phys
+    m.store_size = size
+    m.flag = flag
+    m.sys_flag = sys_flag
+    m.born_timestamp = born_ts
+    m.store_timestamp = store_ts
+    m.reconsume_times = reconsume
+    m.prepared_transaction_offset = prepared
+    m.body_crc = crc
+    m._properties = None
+    m._props_text = props_text
+    m._born_host = m._store_host = m._offset_msg_id = None
+    m._hosts = hosts
+    return m
+
+
+_new_ext = object.__new__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,39 +551,63 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, end: int | None = None)
     store = bytes(mv[p : p + slen])
     (store_port, reconsume, prepared) = struct.unpack_from(">iiq", mv, p + slen)
     body = bytes(mv[pos + h.body_start : pos + h.body_start + h.body_length])
-    return MessageExt(
-        topic=h.topic,
-        body=body,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        commit_log_offset=phys,
-        store_size=h.total_size,
-        flag=flag,
-        sys_flag=sys_flag,
-        born_timestamp=born_ts,
-        born_host=format_host(born, born_port),
-        store_timestamp=store_ts,
-        store_host=format_host(store, store_port),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        properties=decode_properties(h.properties),
-        body_crc=crc,
-        offset_msg_id=encode_offset_msg_id(store, store_port, phys),
-    )
+    return _lazy_ext(h.topic, body, queue_id, queue_offset, phys, h.total_size, flag, sys_flag,
+                     born_ts, store_ts, reconsume, prepared, h.properties, crc,
+                     (born, born_port, store, store_port))
+
+
+_V6_HOSTS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+_COMPRESSED = int(SysFlag.COMPRESSED)
 
 
 def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[MessageExt]:
-    """Decode a pull-response body: records back to back. Compressed bodies are inflated."""
-    mv = memoryview(buf)
+    """Decode a pull-response body: records back to back. Compressed bodies are inflated.
+
+    Hot path (bench/produce_consume.py pull): a well-formed record with IPv4 hosts is decoded
+    with one unpack_from and a few slices into a lazy MessageExt; anything else (IPv6 hosts, or
+    a record that fails a check) goes through :func:`decode_record`, which raises the error.
+    """
+    data = buf if buf.__class__ is bytes else bytes(buf)
+    end = len(data)
     out: list[MessageExt] = []
+    append = out.append
+    unpack = _REC4.unpack_from
+    topics: dict[bytes, str] = {}
     pos = 0
-    while pos < len(mv):
-        msg = decode_record(mv, pos)
+    while pos < end:
+        msg = None
+        if end - pos >= 91:
+            (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born,
+             born_port, store_ts, store, store_port, reconsume, prepared, blen) = unpack(data, pos)
+            rend = pos + total
+            b = pos + 88
+            e = b + blen
+            if (magic == MESSAGE_MAGIC and total >= 91 and rend <= end and not sys_flag & _V6_HOSTS
+                    and blen >= 0 and e + 3 <= rend):
+                tlen = data[e]
+                t1 = e + 1 + tlen
+                if tlen < 128 and t1 + 2 <= rend:
+                    plen = (data[t1] << 8) | data[t1 + 1]
+                    if plen < 0x8000 and t1 + 2 + plen == rend:
+                        traw = data[e + 1 : t1]
+                        topic = topics.get(traw)
+                        try:
+                            if topic is None:
+                                topic = topics[traw] = traw.decode("utf-8")
+                            props = data[t1 + 2 : rend].decode("utf-8")
+                        except UnicodeDecodeError:
+                            props = None  # decode_record below words the error
+                        if props is not None:
+                            msg = _lazy_ext(topic, data[b:e], queue_id, queue_offset, phys, total,
+                                            flag, sys_flag, born_ts, store_ts, reconsume, prepared,
+                                            props, crc, (born, born_port, store, store_port))
+        if msg is None:
+            msg = decode_record(data, pos)
         pos += msg.store_size
-        if decompress and msg.sys_flag & SysFlag.COMPRESSED:
+        if decompress and msg.sys_flag & _COMPRESSED:
             msg.body = inflate(msg.body)
-            msg.sys_flag &= ~SysFlag.COMPRESSED
-        out.append(msg)
+            msg.sys_flag &= ~_COMPRESSED
+        append(msg)
     return out
 
 
@@ -479,39 +639,55 @@ class BatchItem:
 def encode_batch(items: list[tuple[int, bytes, str]]) -> bytes:
     """Encode (flag, body, properties string) elements as a SEND_BATCH_MESSAGE body."""
     parts: list[bytes] = []
-    for flag, body, props in items:
+    append = parts.append
+    head = _BATCH_HEAD.pack
+    i16 = _I16.pack
+    for flag, body, props in items:  # hot path: bench/produce_consume.py batch
         pb = props.encode("utf-8")
         if len(pb) > MAX_PROPERTIES_LENGTH:
             raise CodecError(f"properties are {len(pb)} bytes, at most {MAX_PROPERTIES_LENGTH}")
-        total = 22 + len(body) + len(pb)
-        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
-        parts.append(body)
-        parts.append(struct.pack(">h", len(pb)))
-        parts.append(pb)
+        append(head(22 + len(body) + len(pb), 0, 0, flag, len(body)))
+        append(body)
+        append(i16(len(pb)) + pb)
     return b"".join(parts)
 
 
 def decode_batch(buf: bytes | memoryview, max_items: int = 1 << 16) -> list[BatchItem]:
-    mv = memoryview(buf)
-    end = len(mv)
+    # Hot path (bench/produce_consume.py batch): checks inline, slices of one bytes object.
+    data = buf if buf.__class__ is bytes else bytes(buf)
+    end = len(data)
     pos = 0
     items: list[BatchItem] = []
+    append = items.append
+    head = _BATCH_HEAD.unpack_from
     while pos < end:
         if len(items) >= max_items:
             raise CodecError(f"batch holds more than {max_items} messages")
-        _need(mv, pos, _BATCH_HEAD.size, end)
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+        if pos + 20 > end:
+            raise CodecError(f"record truncated at byte {pos}: need 20 more bytes")
+        total, _magic, _crc, flag, body_len = head(data, pos)
         if total < 22 or pos + total > end:
             raise CodecError(f"batch element at byte {pos} claims {total} bytes")
         rend = pos + total
-        p = pos + _BATCH_HEAD.size
-        _need(mv, p, body_len, rend)
-        body = bytes(mv[p : p + body_len])
+        p = pos + 20
+        if body_len < 0 or p + body_len > rend:
+            raise CodecError(f"record truncated at byte {p}: need {body_len} more bytes")
+        body = data[p : p + body_len]
         p += body_len
-        props, p = _read_text(mv, p, _I16, rend, "properties of batch element at byte {} are not UTF-8", pos)
+        if p + 2 > rend:
+            raise CodecError(f"record truncated at byte {p}: need 2 more bytes")
+        (n,) = _I16.unpack_from(data, p)
+        p += 2
+        if n < 0 or p + n > rend:
+            raise CodecError(f"record truncated at byte {p}: need {n} more bytes")
+        try:
+            props = data[p : p + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise CodecError(f"properties of batch element at byte {pos} are not UTF-8") from None
+        p += n
         if p != rend:
             raise CodecError(f"batch element at byte {pos} has {rend - p} stray bytes")
-        items.append(BatchItem(flag, body, props))
+        append(BatchItem(flag, body, props))
         pos = rend
     if not items:
         raise CodecError("batch is empty")

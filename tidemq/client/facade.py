@@ -25,11 +25,23 @@ _ids = itertools.count(1)
 JOIN_TIMEOUT = 5.0
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed (a dependency on Linux/macOS), else asyncio's.
+
+    The blocking facades spend most of their time in the loop's I/O; uvloop's round trips are
+    about 30 % faster (bench/produce_consume.py)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class LoopThread:
     """An event loop running forever in a daemon thread."""
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.stopped = False
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-{next(_ids)}", daemon=True)

@@ -122,6 +122,7 @@ class FaultStrategy:
         self.clock = clock
         self.latency_max_ms = tuple(latency_max_ms)
         self.not_available_ms = tuple(not_available_ms)
+        self._min_latency_bound = min(self.latency_max_ms, default=float("inf"))
         self.tolerance = LatencyFaultTolerance(clock)
         self.max_topics = max_topics
         self._index: dict[str, int] = {}
@@ -167,7 +168,10 @@ class FaultStrategy:
         if not self.enabled:
             return
         basis = ISOLATION_LATENCY_MS if isolation else latency_ms
-        duration = not_available_ms(basis, self.latency_max_ms, self.not_available_ms)
+        if basis < self._min_latency_bound:  # hot path: a normal, fast send
+            duration = 0
+        else:
+            duration = not_available_ms(basis, self.latency_max_ms, self.not_available_ms)
         self.tolerance.update(broker, latency_ms, duration)
 
     def now(self) -> float:

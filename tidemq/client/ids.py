@@ -35,14 +35,17 @@ class UniqIdGenerator:
         self._clock = clock
         self._counter = 0
         self._month = (0, 0)
+        # The first 10 bytes (ip, pid, start) never change: their hex is computed once (hot path).
+        self._prefix = make_uniq_id(ip, self._pid, self._start, 0, 0)[:20]
 
     def next_id(self) -> str:
         now_ms = int(self._clock() * 1000)
         begin, end = self._month
         if not begin <= now_ms < end:
             self._month = begin, end = month_start_ms(now_ms)
-        self._counter = (self._counter + 1) & 0xFFFF
-        return make_uniq_id(self._ip, self._pid, self._start, now_ms - begin, self._counter)
+        self._counter = counter = (self._counter + 1) & 0xFFFF
+        # == make_uniq_id(ip, pid, start, now_ms - begin, counter), without re-encoding the prefix
+        return f"{self._prefix}{(now_ms - begin) & 0xFFFFFFFF:08X}{counter:04X}"
 
 
 def make_client_id(ip: str, instance_name: str, pid: int | None = None,

@@ -145,7 +145,8 @@ class Producer(ClientBase):
         """Send one message and wait for the broker's answer."""
         inst = self._require()
         check_message(msg, self.config.max_message_size)
-        fixed = await self._fixed_queue(msg, queue, selector, arg)
+        fixed = (await self._fixed_queue(msg, queue, selector, arg)
+                 if queue is not None or selector is not None else None)
         out = self._prepare(inst, msg)
         reply = is_reply(msg)
 
@@ -217,7 +218,9 @@ class Producer(ClientBase):
         if queue is not None and queue.topic != topic:
             raise ClientError(f"queue {queue} does not belong to topic {topic}")
         outs = [prepare_message(m, inst.next_uniq_id(), None) for m in msgs]
-        size = sum(len(topic.encode()) + len(o.body) + len(o.properties.encode()) + BATCH_LOG_OVERHEAD
+        per_message = len(topic.encode()) + BATCH_LOG_OVERHEAD  # hot path: bench/produce_consume.py batch
+        size = sum(per_message + len(o.body)
+                   + (len(o.properties) if o.properties.isascii() else len(o.properties.encode()))
                    for o in outs)
         if size > self.config.max_message_size:
             raise ClientError(
@@ -361,8 +364,13 @@ class Producer(ClientBase):
         loop = asyncio.get_running_loop()
         budget = timeout if timeout is not None else self.config.request_timeout
         deadline = loop.time() + budget
+        queues: list[MessageQueue] | None = None
         if fixed is None:
-            await self._route_queues(inst, topic)
+            # hot path (bench/produce_consume.py): a cached route needs no coroutine
+            if inst.routes.get(topic) is not None:
+                queues = inst.routes.publish_queues(topic)
+            if not queues:
+                queues = await self._route_queues(inst, topic)
         attempts = 1 if fixed is not None else 1 + self.config.retry_times_when_send_failed
         fault = self.fault
         last_broker: str | None = None
@@ -372,13 +380,16 @@ class Producer(ClientBase):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            mq = fixed or fault.select(topic, inst.routes.publish_queues(topic), last_broker)
+            if fixed is None and made:  # a retry: the route may have changed meanwhile
+                queues = inst.routes.publish_queues(topic)
+            mq = fixed or fault.select(topic, queues, last_broker)  # type: ignore[arg-type]
             if mq is None:
                 raise no_route_error(topic)
             made += 1
             started = fault.now()
             try:
-                addr = await inst.master_addr(topic, mq.broker_name)
+                addr = (inst.routes.master_addr(mq.broker_name)
+                        or await inst.master_addr(topic, mq.broker_name))
                 resp = await inst.invoke(addr, build(mq), remaining)
             except (RemotingError, ClientError) as exc:
                 last_exc, last_broker = exc, mq.broker_name
@@ -396,7 +407,7 @@ class Producer(ClientBase):
                 continue
             if fixed is None:
                 fault.report(mq.broker_name, latency_ms)
-            return parse_send_response(resp, topic, mq.broker_name, msg_id, addr)
+            return parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
         raise _final_error(topic, made, budget, last_exc)
 
 

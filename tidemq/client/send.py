@@ -19,8 +19,10 @@ from tidemq.client.validation import AUTO_CREATE_TOPIC, RETRY_GROUP_TOPIC_PREFIX
 from tidemq.errors import BrokerError
 from tidemq.message import Message, Prop, SysFlag, encode_batch, encode_properties
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.codes import FLAG_ONEWAY
 
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 
 
@@ -62,9 +64,13 @@ class SendResult:
     queue_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutgoingMessage:
-    """A message ready for the wire: body possibly compressed, properties encoded."""
+    """A message ready for the wire: body possibly compressed, properties encoded.
+
+    Treat it as immutable (retries resend it unchanged). Not ``frozen``: a frozen dataclass's
+    constructor costs about twice as much, and one is built per message (hot path:
+    bench/produce_consume.py batch)."""
 
     topic: str
     body: bytes
@@ -144,7 +150,10 @@ def build_send_request(
         group, out.topic, queue_id, out.sys_flag, born_timestamp, out.flag, out.properties,
         reconsume_times=out.reconsume_times, max_reconsume_times=out.max_reconsume_times,
     )
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, out.body, oneway=oneway)
+    # == RemotingCommand.request(SEND_MESSAGE_V2, header, body, oneway): every header value is a
+    # str already, so the copy that request() makes to stringify them is skipped (hot path).
+    return RemotingCommand(_SEND_V2, flag=FLAG_ONEWAY if oneway else 0, ext_fields=header,
+                           body=out.body)
 
 
 def build_batch_request(
@@ -161,9 +170,11 @@ def build_batch_request(
 
 
 def parse_send_response(
-    resp: RemotingCommand, topic: str, broker_name: str, msg_id: str, addr: str | None = None
+    resp: RemotingCommand, topic: str, broker_name: str, msg_id: str, addr: str | None = None,
+    sent_to: MessageQueue | None = None,
 ) -> SendResult:
-    """A SendResult for a stored message; BrokerError for every other answer."""
+    """A SendResult for a stored message; BrokerError for every other answer. ``sent_to``: the
+    queue the request named, reused as the result's queue when the broker kept it."""
     status = SEND_STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
     if status is None:
         raise broker_error(resp, f"send to topic {topic}", addr)
@@ -173,5 +184,7 @@ def parse_send_response(
     offset_msg_id = resp.get_str("msgId") or ""
     if not offset_msg_id:
         raise BrokerError(f"{what}: response without msgId", resp.code)
-    return SendResult(status, msg_id, offset_msg_id, MessageQueue(topic, broker_name, queue_id),
-                      queue_offset)
+    if (sent_to is None or sent_to.queue_id != queue_id or sent_to.topic != topic
+            or sent_to.broker_name != broker_name):
+        sent_to = MessageQueue(topic, broker_name, queue_id)
+    return SendResult(status, msg_id, offset_msg_id, sent_to, queue_offset)

@@ -42,7 +42,7 @@ class RemotingCommand:
     def request(
         cls, code: int, fields: dict[str, object] | None = None, body: Body = None, oneway: bool = False
     ) -> "RemotingCommand":
-        ext = {k: _to_str(v) for k, v in (fields or {}).items() if v is not None}
+        ext = _str_fields(fields) if fields else {}
         return cls(code=int(code), flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext, body=body)
 
     def response(
@@ -53,7 +53,7 @@ class RemotingCommand:
         body: Body = None,
     ) -> "RemotingCommand":
         """A response to this request, in its serialize type, with every field as a string."""
-        ext = {k: _to_str(v) for k, v in (fields or {}).items() if v is not None}
+        ext = _str_fields(fields) if fields else {}
         return RemotingCommand(
             code=int(code),
             opaque=self.opaque,
@@ -101,6 +101,11 @@ class RemotingCommand:
         if v is None or v == "":
             return default
         return v.lower() in ("true", "1")
+
+
+def _str_fields(fields: dict[str, object]) -> dict[str, str]:
+    """``fields`` without None values, every value a string (hot path: every request/response)."""
+    return {k: v if v.__class__ is str else _to_str(v) for k, v in fields.items() if v is not None}
 
 
 def _to_str(v: object) -> str:

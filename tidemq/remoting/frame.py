@@ -22,6 +22,10 @@ _INT = struct.Struct(">i")
 _PREFIX = struct.Struct(">iI")
 _BIN_FIXED = struct.Struct(">hBhii")
 _LANG_BY_NAME = {c.name: c for c in LanguageCode}
+# Plain-int / str tables: enum construction per header is measurable on the hot path.
+_LANG_INT_BY_NAME = {c.name: int(c) for c in LanguageCode}
+_LANG_NAME_BY_INT = {int(c): c.name for c in LanguageCode}
+_JSON = SerializeType.JSON
 
 
 def coerce_ext_fields(raw: object) -> dict[str, str]:
@@ -30,6 +34,11 @@ def coerce_ext_fields(raw: object) -> dict[str, str]:
         return {}
     if not isinstance(raw, dict):
         raise FrameError("extFields is not a JSON object")
+    for v in raw.values():  # hot path (bench/produce_consume.py): Java/Python clients send strings
+        if v.__class__ is not str:
+            break
+    else:
+        return raw  # type: ignore[return-value]
     out: dict[str, str] = {}
     for k, v in raw.items():
         if v is None:
@@ -63,6 +72,8 @@ def lenient_int(value: object, default: int, *, bools: bool) -> int:
 
 
 def _as_int(value: object, name: str, default: int = 0) -> int:
+    if value.__class__ is int:  # hot path: the usual case
+        return value  # type: ignore[return-value]
     try:
         return lenient_int(value, default, bools=True)
     except ValueError:
@@ -76,30 +87,33 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
         raise FrameError(f"header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameError("header is not a JSON object")
-    lang = obj.get("language", "JAVA")
+    get = obj.get
+    lang = get("language", "JAVA")
     if isinstance(lang, int):
         language = lang
     else:
-        code = _LANG_BY_NAME.get(str(lang))
-        language = int(code) if code is not None else int(LanguageCode.OTHER)
-    remark = obj.get("remark")
+        language = _LANG_INT_BY_NAME.get(lang) if lang.__class__ is str else None  # type: ignore[assignment]
+        if language is None:
+            code = _LANG_BY_NAME.get(str(lang))
+            language = int(code) if code is not None else int(LanguageCode.OTHER)
+    remark = get("remark")
+    # positional (code, opaque, flag, language, version, remark, ext_fields, body, serialize_type):
+    # hot path, every frame
     return RemotingCommand(
-        code=_as_int(obj.get("code"), "code"),
-        language=language,
-        version=_as_int(obj.get("version"), "version"),
-        opaque=_as_int(obj.get("opaque"), "opaque"),
-        flag=_as_int(obj.get("flag"), "flag"),
-        remark=remark if isinstance(remark, str) else (None if remark is None else str(remark)),
-        ext_fields=coerce_ext_fields(obj.get("extFields")),
-        serialize_type=SerializeType.JSON,
+        _as_int(get("code"), "code"),
+        _as_int(get("opaque"), "opaque"),
+        _as_int(get("flag"), "flag"),
+        language,
+        _as_int(get("version"), "version"),
+        remark if isinstance(remark, str) else (None if remark is None else str(remark)),
+        coerce_ext_fields(get("extFields")),
+        None,
+        _JSON,
     )
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
-    try:
-        lang = LanguageCode(cmd.language).name
-    except ValueError:
-        lang = "OTHER"
+    lang = _LANG_NAME_BY_INT.get(cmd.language, "OTHER")
     obj: dict[str, object] = {
         "code": cmd.code,
         "extFields": cmd.ext_fields,

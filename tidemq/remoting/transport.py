@@ -5,6 +5,10 @@ synchronously, so requests a peer sends in order are processed in order (a onewa
 that precedes an unregister is applied first). A handler may return a response, ``None`` (no
 answer, e.g. oneway) or an awaitable that resolves to one (long polling, SYNC_FLUSH waits); only
 those run as tasks. A broken frame closes that one connection and is logged once.
+
+Requests sent with ``invoke`` time out through one timer per connection, armed for the earliest
+deadline (re-armed when it fires), not a timer per request. A request sent while no other is in
+flight is written at once; others are coalesced into one write per loop iteration.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class RequestHandler(Protocol):
 
 
 _opaque_counter = itertools.count(1)
+_NEVER = float("inf")
 
 
 def next_opaque() -> int:
@@ -55,6 +60,12 @@ class Connection(asyncio.Protocol):
         self._in_read = False
         self._flush_scheduled = False
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # Request timeouts: opaque -> (deadline in loop time, timeout, request code), checked by
+        # one timer per connection set for the earliest deadline, instead of a timer per request
+        # (hot path: bench/produce_consume.py; a timer per request costs a heap push and pop).
+        self._deadlines: dict[int, tuple[float, float, int]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = _NEVER
         self._tasks: set[asyncio.Task] = set()
         self.attrs: dict[str, object] = {}
 
@@ -95,6 +106,10 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(err)
         self._pending.clear()
+        self._deadlines.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for task in list(self._tasks):
             task.cancel()
         if self.handler is not None:
@@ -171,14 +186,49 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         cmd.opaque = next_opaque()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[cmd.opaque] = fut
-        self.send(cmd)
-        handle = loop.call_later(timeout, _expire, fut, cmd, self.peer, timeout)
+        pending = self._pending
+        alone = not pending
+        pending[cmd.opaque] = fut
+        if alone and not self._out and not self._in_read:
+            # Hot path (bench/produce_consume.py, one in flight): nothing to coalesce with, so
+            # write now instead of one loop iteration later. Pipelined requests still coalesce.
+            self.transport.writelines(encode_frame_parts(cmd))  # type: ignore[union-attr]
+        else:
+            self.send(cmd)
+        opaque = cmd.opaque
+        deadline = loop.time() + timeout
+        self._deadlines[opaque] = (deadline, timeout, cmd.code)
+        if deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire_due)
+            self._timer_at = deadline
         try:
             return await fut
         finally:
-            handle.cancel()
-            self._pending.pop(cmd.opaque, None)
+            pending.pop(opaque, None)
+            self._deadlines.pop(opaque, None)
+
+    def _expire_due(self) -> None:
+        """Fail every request past its deadline; re-arm the timer for the earliest one left."""
+        self._timer = None
+        self._timer_at = _NEVER
+        # Timers may fire up to the clock resolution early; 1 ms of slack avoids re-arming for
+        # a deadline that is due now.
+        due = self._loop.time() + 0.001
+        earliest = _NEVER
+        for opaque, (deadline, timeout, code) in list(self._deadlines.items()):
+            if deadline <= due:
+                del self._deadlines[opaque]
+                fut = self._pending.get(opaque)
+                if fut is not None and not fut.done():
+                    fut.set_exception(RemotingTimeoutError(
+                        f"no answer from {self.peer} to request code {code} in {timeout:g} s"))
+            elif deadline < earliest:
+                earliest = deadline
+        if earliest < _NEVER:
+            self._timer = self._loop.call_at(earliest, self._expire_due)
+            self._timer_at = earliest
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         if not self.is_open:
@@ -201,13 +251,6 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
-
-
-def _expire(fut: asyncio.Future, cmd: RemotingCommand, peer: str, timeout: float) -> None:
-    if not fut.done():
-        fut.set_exception(
-            RemotingTimeoutError(f"no answer from {peer} to request code {cmd.code} in {timeout:g} s")
-        )
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -306,7 +349,19 @@ class RemotingClient:
             raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from None
         return conn
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> Awaitable[RemotingCommand]:
+        """Send ``cmd`` to ``addr`` and return an awaitable of the answer.
+
+        A plain function (hot path: bench/produce_consume.py): with the connection open it hands
+        back the connection's own coroutine, one coroutine frame fewer per request."""
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_open:
+            if self.rpc_hook is not None:
+                self.rpc_hook(cmd)
+            return conn.invoke(cmd, timeout)
+        return self._connect_and_invoke(addr, cmd, timeout)
+
+    async def _connect_and_invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         conn = await self.connection(addr)
         if self.rpc_hook is not None:
             self.rpc_hook(cmd)

@@ -64,6 +64,7 @@ _PUT_CODES = {
 
 
 _WRITE = int(Perm.WRITE)
+_VALID_TOPICS_MAX = 10_000
 _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
@@ -93,6 +94,7 @@ class SendProcessor:
         self.messages_in = 0
         self.bytes_in = 0
         self.errors = 0
+        self._valid_topics: set[str] = set()
 
     def handlers(self) -> dict[int, object]:
         return {
@@ -123,9 +125,13 @@ class SendProcessor:
         topic = cmd.get_str("topic") or ""
         if not cfg.broker_permission & _WRITE:
             raise refused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
-        problem = validate_topic_name(topic)
-        if problem:
-            raise refused(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
+        if topic not in self._valid_topics:  # hot path: validate each name once (bounded cache)
+            problem = validate_topic_name(topic)
+            if problem:
+                raise refused(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
+            if len(self._valid_topics) >= _VALID_TOPICS_MAX:
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
         if topic in NOT_ALLOWED_SEND or topic == TIMER_TOPIC:
             raise refused(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
         tc = self._topic_config(cmd, topic)
@@ -190,31 +196,26 @@ class SendProcessor:
         reqs = []
         wait = True
         size = 0
+        # Hot path (bench/produce_consume.py batch): one tight loop, lookups hoisted.
+        max_size = cfg.store.max_message_size
+        header_items = list(header_props.items())
+        store_host = b.store_host
+        append = reqs.append
         for item in items:
-            if len(item.body) > cfg.store.max_message_size:
+            item_body = item.body
+            if len(item_body) > max_size:
                 raise refused(ResponseCode.MESSAGE_ILLEGAL, "a message of the batch exceeds the maximum body size")
             props = decode_properties(item.properties)
             if Prop.DELAY in props or has_timer(props):
                 raise refused(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
-            for k, v in header_props.items():
-                props.setdefault(k, v)
+            for k, v in header_items:
+                if k not in props:
+                    props[k] = v
             if props.pop(Prop.WAIT, "true").lower() == "false":
                 wait = False
-            size += len(item.body)
-            reqs.append(
-                PutRequest(
-                    topic=topic,
-                    queue_id=queue_id,
-                    body=item.body,
-                    properties=props,
-                    flag=item.flag,
-                    sys_flag=sys_flag,
-                    born_timestamp=born_ts,
-                    born_host=host,
-                    store_host=b.store_host,
-                    reconsume_times=reconsume,
-                )
-            )
+            size += len(item_body)
+            append(PutRequest(topic, queue_id, item_body, props, item.flag, sys_flag, born_ts, host,
+                              store_host, reconsume))
         result = b.store.put_batch(reqs)
         return self._respond(cmd, result, queue_id, wait, size)
 

@@ -40,6 +40,7 @@ _H = struct.Struct(">h")
 _BORN_V6 = int(SysFlag.BORNHOST_V6)  # plain ints: IntFlag arithmetic is slow on the hot path
 _STORE_V6 = int(SysFlag.STOREHOST_V6)
 _HOST_V6_FLAGS = _BORN_V6 | _STORE_V6
+_HALF_FLAGS = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBACK))
 # Topic names become directory names: refuse anything that could escape consumequeue/.
 _UNSAFE_TOPIC = re.compile(r"[/\\\x00]|^\.\.?$")
 _CACHE_LIMIT = 4096
@@ -135,7 +136,7 @@ class RecordEncoder:
             if r.topic != first.topic or r.queue_id != first.queue_id:
                 return illegal(PutStatus.MESSAGE_ILLEGAL,
                                "all messages of a batch must go to the same topic and queue")
-            if r.sys_flag & TRANSACTION_MASK in (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK):
+            if r.sys_flag & TRANSACTION_MASK in _HALF_FLAGS:
                 return illegal(PutStatus.MESSAGE_ILLEGAL, "a batch cannot hold transactional half messages")
             p = self.prepare(r)
             if isinstance(p, PutResult):
