@@ -377,6 +377,10 @@ def versions(systems: list[str]) -> str:
     return ", ".join(out)
 
 
+def interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="100,000-message backlog, 2-second phases")
@@ -399,7 +403,11 @@ def main() -> int:
     if unknown or "tidemq" not in systems:
         print(f"compare: --systems must include tidemq and name only {', '.join(PEERS)}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # finally blocks run on SIGTERM too
+    # Ctrl-C and SIGTERM raise KeyboardInterrupt wherever the run is, so the finally blocks end
+    # the servers. (A handler of our own also keeps asyncio.Runner from installing its own, which
+    # only cancels the main task: client code that swallows a cancellation would lose the Ctrl-C.)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
 
     results: dict = {}
     rss: dict = {}

@@ -47,7 +47,7 @@ from tidemq.broker.store.results import (  # re-exported: the store's API types
     PutResult,
     PutStatus,
 )
-from tidemq.broker.store.retention import Retention, usage_ratio
+from tidemq.broker.store.retention import Retention, filesystem_usage, usage_ratio
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.store.writer import Pending, RecordEncoder, illegal
 
@@ -62,7 +62,7 @@ _ROLLBACK = int(SysFlag.TRANSACTION_ROLLBACK)
 
 class MessageStore:
     def __init__(self, config: StoreConfig, clock: Callable[[], float] = time.time,
-                 disk_usage: Callable[[str], object] = shutil.disk_usage,
+                 disk_usage: Callable[[str], object] = filesystem_usage,
                  schedule_tags_code: ScheduleTagsCode = default_schedule_tags_code) -> None:
         self.config = config
         self._clock = clock

@@ -129,3 +129,14 @@ async def test_puts_are_refused_above_the_refuse_ratio(tmp_path):
     await store.shutdown()
     r = store.put(req())
     assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "shut down" in r.remark
+
+
+def test_disk_usage_counts_root_reserved_blocks_as_free_like_rocketmq(tmp_path):
+    import os
+
+    from tidemq.broker.store.retention import filesystem_usage
+    st = os.statvfs(tmp_path)
+    u = filesystem_usage(str(tmp_path))
+    assert u.total == st.f_blocks * st.f_frsize
+    assert u.free == st.f_bfree * st.f_frsize >= st.f_bavail * st.f_frsize
+    assert u.used == u.total - u.free
