@@ -73,6 +73,29 @@ def long_names(fields: dict[str, str]) -> dict[str, str]:
     return {V2_NAMES.get(k, k): v for k, v in fields.items()}
 
 
+# Header names by long name, for SEND_MESSAGE (long) and V2/batch (one letter): the hot path
+# reads the fields it needs under either name instead of renaming the whole header.
+_LONG = {v: v for v in V2_NAMES.values()}
+_SHORT = {v: k for k, v in V2_NAMES.items()}
+_INT32 = 1 << 31
+_INT64 = 1 << 63
+
+
+def _field_int(v: str | None, name: str, default: int, limit: int = _INT32) -> int:
+    """RemotingCommand.get_int for one raw header value (hot path: five per send)."""
+    if not v:
+        return default
+    if len(v) > 24:
+        raise ValueError(f"header field {name!r} is not an integer: {v[:24]!r}...")
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"header field {name!r} is not an integer: {v!r}") from None
+    if not -limit <= n < limit:
+        raise ValueError(f"header field {name!r} is out of range: {n}")
+    return n
+
+
 def send_fields(msg_id: str, queue_id: int, queue_offset: int, region: str) -> dict[str, str]:
     """The header of every answer to a send (and to a reply send)."""
     return {
@@ -118,11 +141,11 @@ class SendProcessor:
             return _error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad message body: {exc}")
 
     def _send(self, conn: Connection, cmd: RemotingCommand):
-        if cmd.code != RequestCode.SEND_MESSAGE:
-            cmd.ext_fields = long_names(cmd.ext_fields)
+        f = cmd.ext_fields
+        names = _LONG if cmd.code == RequestCode.SEND_MESSAGE else _SHORT
         b = self.broker
         cfg = b.config
-        topic = cmd.get_str("topic") or ""
+        topic = f.get(names["topic"]) or ""
         if not cfg.broker_permission & _WRITE:
             raise refused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
         if topic not in self._valid_topics:  # hot path: validate each name once (bounded cache)
@@ -137,7 +160,7 @@ class SendProcessor:
         tc = self._topic_config(cmd, topic)
         if not tc.writable:
             raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue_id = cmd.get_int("queueId", -1, bits=32)
+        queue_id = _field_int(f.get(names["queueId"]), "queueId", -1)
         if queue_id >= tc.queue_nums:
             raise refused(
                 ResponseCode.SYSTEM_ERROR,
@@ -145,18 +168,22 @@ class SendProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
-        sys_flag = cmd.get_int("sysFlag", 0, bits=32)
-        born_ts = cmd.get_int("bornTimestamp", 0)
-        flag = cmd.get_int("flag", 0, bits=32)
-        reconsume = cmd.get_int("reconsumeTimes", 0, bits=32)
-        header_props = decode_properties(cmd.get_str("properties") or "")
+        sys_flag = _field_int(f.get(names["sysFlag"]), "sysFlag", 0)
+        born_ts = _field_int(f.get(names["bornTimestamp"]), "bornTimestamp", 0, _INT64)
+        flag = _field_int(f.get(names["flag"]), "flag", 0)
+        reconsume = _field_int(f.get(names["reconsumeTimes"]), "reconsumeTimes", 0)
+        header_props = decode_properties(f.get(names["properties"]) or "")
         transactional = is_transactional(sys_flag, header_props)  # half message (transaction/)
         header_props[Prop.CLUSTER] = cfg.cluster_name
         host = peer_host(conn)
         body = cmd.body_bytes()
-        is_batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or cmd.get_bool("batch")
+        batch = f.get(names["batch"])
+        is_batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
+            batch is not None and batch.lower() in ("true", "1"))
 
         if topic.startswith(RETRY_PREFIX):
+            if names is _SHORT:
+                cmd.ext_fields = long_names(f)  # the retry rules read the long names
             topic, tc, queue_id = self._maybe_dlq(cmd, topic, tc, queue_id, reconsume, header_props)
 
         if not is_batch:
@@ -182,10 +209,10 @@ class SendProcessor:
                 reconsume_times=reconsume,
             )
             if transactional:
-                return self._respond(cmd, b.transactions.prepare(req), queue_id, wait, len(body))
+                return self._respond(cmd, b.transactions.prepare(req), queue_id, wait, len(body), topic)
             req = b.schedule.prepare_put(req)  # DELAY / delivery time -> schedule or timer topic
             result = b.store.put(req)
-            return self._respond(cmd, result, queue_id, wait, len(body))
+            return self._respond(cmd, result, queue_id, wait, len(body), topic)
 
         if sys_flag & _COMPRESSED:
             body = inflate(body, cfg.store.max_message_size * 4)
@@ -217,13 +244,15 @@ class SendProcessor:
             append(PutRequest(topic, queue_id, item_body, props, item.flag, sys_flag, born_ts, host,
                               store_host, reconsume))
         result = b.store.put_batch(reqs)
-        return self._respond(cmd, result, queue_id, wait, size)
+        return self._respond(cmd, result, queue_id, wait, size, topic)
 
     def _topic_config(self, cmd: RemotingCommand, topic: str) -> TopicConfig:
         b = self.broker
         tc = b.topics.get(topic)
         if tc is not None:
             return tc
+        if cmd.code != RequestCode.SEND_MESSAGE and "defaultTopic" not in cmd.ext_fields:
+            cmd.ext_fields = long_names(cmd.ext_fields)  # rare path: read the long names below
         if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
             tc = b.topics.create_retry_or_dlq(topic)
         elif b.config.auto_create_topic:
@@ -248,14 +277,15 @@ class SendProcessor:
         strip_delay(props)
         return dlq, dtc, 0
 
-    def _respond(self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool, size: int):
+    def _respond(self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool, size: int,
+                 topic: str):
         code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
             self.errors += 1
             return _error(cmd, code, result.remark or f"store refused the message: {result.status.name}")
         self.messages_in += result.count
         self.bytes_in += size
-        self.broker.metrics.on_put(cmd.ext_fields.get("topic", ""), result.count, size)
+        self.broker.metrics.on_put(topic, result.count, size)
         fields = send_fields(",".join(result.msg_ids), queue_id, result.queue_offset, self.broker.config.region)
         if not self.broker.sync_flush:
             return cmd.response(code, None, fields)

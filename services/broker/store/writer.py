@@ -69,6 +69,14 @@ class RecordEncoder:
 
     # Hot path (bench/produce_consume.py)
     def prepare(self, req: PutRequest) -> Pending | PutResult:
+        common = self._common(req)
+        if common.__class__ is PutResult:
+            return common
+        return self._prepare(req, *common)
+
+    def _common(self, req: PutRequest) -> tuple[bytes, bytes, bytes, int, int] | PutResult:
+        """What a request shares with the rest of its batch: (topic tail, born host, store host,
+        sys flag host bits, extra header bytes for IPv6 hosts)."""
         topic_tail = self._topics.get(req.topic)
         if topic_tail is None:
             topic_tail = self._topic_tail(req.topic)
@@ -76,6 +84,21 @@ class RecordEncoder:
                 return illegal(PutStatus.MESSAGE_ILLEGAL,
                                f"topic {req.topic!r} is empty, longer than {MAX_TOPIC_LENGTH} bytes "
                                f"or contains '/', '\\\\' or NUL")
+        bh = req.born_host[0]
+        sh = req.store_host[0]
+        born = self._hosts.get(bh) or self._host(bh)
+        store = self._hosts.get(sh) or self._host(sh)
+        host_flags = extra = 0
+        if len(born) == 16:
+            host_flags |= _BORN_V6
+            extra += 12
+        if len(store) == 16:
+            host_flags |= _STORE_V6
+            extra += 12
+        return topic_tail, born, store, host_flags, extra
+
+    def _prepare(self, req: PutRequest, topic_tail: bytes, born: bytes, store: bytes, host_flags: int,
+                 extra: int) -> Pending | PutResult:
         body = req.body
         if len(body) > self.max_message_size:
             return illegal(PutStatus.MESSAGE_ILLEGAL,
@@ -90,20 +113,11 @@ class RecordEncoder:
         p = Pending(req)
         p.topic_tail = topic_tail
         p.props = props
-        bh, bport = req.born_host
-        sh, sport = req.store_host
-        born = self._hosts.get(bh) or self._host(bh)
-        store = self._hosts.get(sh) or self._host(sh)
-        p.born, p.born_port, p.store, p.store_port = born, bport, store, sport
-        sys_flag = req.sys_flag & ~_HOST_V6_FLAGS
-        extra = 0
-        if len(born) == 16:
-            sys_flag |= _BORN_V6
-            extra += 12
-        if len(store) == 16:
-            sys_flag |= _STORE_V6
-            extra += 12
-        p.sys_flag = sys_flag
+        p.born = born
+        p.born_port = req.born_host[1]
+        p.store = store
+        p.store_port = req.store_host[1]
+        p.sys_flag = (req.sys_flag & ~_HOST_V6_FLAGS) | host_flags
         # 91 fixed bytes = 88 + topic length byte + 2 properties length bytes; topic_tail has the byte.
         p.total = 90 + len(body) + len(topic_tail) + len(props) + extra
         p.crc = zlib.crc32(body) & 0x7FFFFFFF
@@ -130,19 +144,29 @@ class RecordEncoder:
         if not reqs:
             return illegal(PutStatus.MESSAGE_ILLEGAL, "the batch is empty")
         first = reqs[0]
+        common = self._common(first)
+        if common.__class__ is PutResult:
+            return common
+        topic, queue_id, born_host, store_host = first.topic, first.queue_id, first.born_host, first.store_host
+        prepare = self._prepare
         pending: list[Pending] = []
+        append = pending.append
         total = 0
+        # Hot path (bench/produce_consume.py batch): the topic and hosts are looked up once.
         for r in reqs:
-            if r.topic != first.topic or r.queue_id != first.queue_id:
+            if r.topic != topic or r.queue_id != queue_id:
                 return illegal(PutStatus.MESSAGE_ILLEGAL,
                                "all messages of a batch must go to the same topic and queue")
             if r.sys_flag & TRANSACTION_MASK in _HALF_FLAGS:
                 return illegal(PutStatus.MESSAGE_ILLEGAL, "a batch cannot hold transactional half messages")
-            p = self.prepare(r)
-            if isinstance(p, PutResult):
+            if r.born_host is born_host and r.store_host is store_host:
+                p = prepare(r, *common)
+            else:
+                p = self.prepare(r)
+            if p.__class__ is PutResult:
                 p.remark = f"message {len(pending)} of the batch: {p.remark}"
                 return p
-            pending.append(p)
+            append(p)
             total += p.total
         return pending, total
 

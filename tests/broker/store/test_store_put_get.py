@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from tidemq.message import BLANK_MAGIC, SysFlag, decode_offset_msg_id, decode_record, java_hash
+from tidemq.message import BLANK_MAGIC, SysFlag, decode_offset_msg_id, decode_record, java_hash, tags_code
 
 from tidemq.broker.store.store import GetStatus, PutRequest, PutStatus
 
@@ -291,7 +291,10 @@ def test_dispatch_listener_and_given_tags_code(tmp_path):
     sched = req(topic="SCHEDULE_TOPIC_XXXX", queue_id=2, tags_code=1_700_000_010_000, tags="TagA")
     assert store.put(sched).ok
     store.put_batch([req(queue_id=1), req(queue_id=1)])
-    assert heard == [("SCHEDULE_TOPIC_XXXX", 2, 0, 1_700_000_010_000), ("T", 1, 0, 0), ("T", 1, 1, 0)]
+    # A batch is heard once per tags code, with the highest offset stored under it.
+    store.put_batch([req(queue_id=1, tags="TagA"), req(queue_id=1, tags="TagB"), req(queue_id=1, tags="TagA")])
+    a, b = tags_code("TagA"), tags_code("TagB")
+    assert heard == [("SCHEDULE_TOPIC_XXXX", 2, 0, 1_700_000_010_000), ("T", 1, 1, 0), ("T", 1, 4, a), ("T", 1, 3, b)]
     r = store.get_messages("SCHEDULE_TOPIC_XXXX", 2, 0, 1, frozenset({1_700_000_010_000}))
     assert r.status is GetStatus.FOUND
     assert store.queue_ids("T") == [1] and store.queue_ids("none") == []
