@@ -560,8 +560,11 @@ _V6_HOSTS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
 _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
-def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[MessageExt]:
+def decode_records(buf: bytes | memoryview, decompress: bool = True,
+                   extra_properties: dict[str, str] | None = None) -> list[MessageExt]:
     """Decode a pull-response body: records back to back. Compressed bodies are inflated.
+    ``extra_properties`` are added to every message (a pull's MIN_OFFSET/MAX_OFFSET), still
+    without parsing the stored properties.
 
     Hot path (bench/produce_consume.py pull): a well-formed record with IPv4 hosts is decoded
     with one unpack_from and a few slices into a lazy MessageExt; anything else (IPv6 hosts, or
@@ -573,6 +576,8 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[Mes
     append = out.append
     unpack = _REC4.unpack_from
     topics: dict[bytes, str] = {}
+    extra = "".join(f"{PROPERTY_SEP}{k}{NAME_VALUE_SEP}{v}" for k, v in extra_properties.items()) \
+        if extra_properties else ""
     pos = 0
     while pos < end:
         msg = None
@@ -594,7 +599,7 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[Mes
                         try:
                             if topic is None:
                                 topic = topics[traw] = traw.decode("utf-8")
-                            props = data[t1 + 2 : rend].decode("utf-8")
+                            props = data[t1 + 2 : rend].decode("utf-8") + extra
                         except UnicodeDecodeError:
                             props = None  # decode_record below words the error
                         if props is not None:
@@ -603,6 +608,8 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[Mes
                                             props, crc, (born, born_port, store, store_port))
         if msg is None:
             msg = decode_record(data, pos)
+            if extra_properties:
+                msg.properties.update(extra_properties)
         pos += msg.store_size
         if decompress and msg.sys_flag & _COMPRESSED:
             msg.body = inflate(msg.body)
@@ -611,8 +618,12 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True) -> list[Mes
     return out
 
 
-def inflate(data: bytes, limit: int = 64 * DEFAULT_MAX_BODY) -> bytes:
-    """zlib-inflate with a bound on the output size."""
+MAX_INFLATED = 10 * DEFAULT_MAX_BODY  # a compressed body inflating past this is a bomb, refused
+
+
+def inflate(data: bytes, limit: int = MAX_INFLATED) -> bytes:
+    """zlib-inflate with a bound on the output size: CodecError past ``limit`` bytes (never more
+    than ``limit`` bytes of output are made)."""
     d = zlib.decompressobj()
     try:
         out = d.decompress(data, limit)

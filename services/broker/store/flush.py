@@ -14,9 +14,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
-import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +40,15 @@ def _fsync_all(files: list[MappedFile]) -> int:
 
 
 class CommitLogFlusher:
+    """ASYNC: an fdatasync round every ``interval``. SYNC: group commit on a dedicated thread.
+
+    SYNC hot path (bench/compare.py, SYNC rows): a put's waiter is a plain future in a list; the
+    first waiter of an idle flusher hands (target offset, segments) to the flush thread through a
+    SimpleQueue; the thread fdatasyncs and reports back with one ``call_soon_threadsafe``; every
+    waiter at or below the flushed offset is released then, and the waiters that arrived during
+    the round start the next one. Deadlines are checked by one timer, not one per waiter.
+    """
+
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
                  executor: concurrent.futures.Executor) -> None:
         self.commitlog = commitlog
@@ -50,35 +61,54 @@ class CommitLogFlusher:
         self.rounds = 0
         self.seconds = 0.0  # summed wall time of flush rounds' fsyncs (a duration, not a timestamp)
         self.error: OSError | None = None
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._wake = asyncio.Event()
+        # TEST-ONLY hook (tidemq.broker.faults): called on the flushing thread before each round.
+        self.before_round: Callable[[], None] | None = None
+        self._waiters: collections.deque[tuple[int, float, asyncio.Future[bool]]] = collections.deque()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._requests: queue.SimpleQueue[tuple[int, list[MappedFile]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._in_flight = False
+        self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.mode is FlushMode.SYNC:
+            self._thread = threading.Thread(target=self._thread_main, name="tidemq-store-sync-flush",
+                                            daemon=True)
+            self._thread.start()
         self._task = asyncio.create_task(self._run(), name="tidemq-store-commitlog-flush")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        if self._thread is not None:
+            self._requests.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._thread = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self.flush()
 
     async def _run(self) -> None:
+        # ASYNC: the interval flush. SYNC: also covers puts nobody waits for (WAIT=false).
         while True:
-            if self.mode is FlushMode.SYNC:
-                # Woken by waiters; the interval also covers puts nobody waits for (WAIT=false).
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.interval):
-                        await self._wake.wait()
-                self._wake.clear()
-            else:
-                await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.interval)
             try:
                 await self.flush()
             except OSError as exc:
-                if self.error is None:
-                    log.error("flushing the commitlog failed: %s; the store stops accepting messages", exc)
-                self.error = exc
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        if self.error is None:
+            log.error("flushing the commitlog failed: %s; the store stops accepting messages", exc)
+        self.error = exc
+        while self._waiters:  # nothing will flush them: answer now (FLUSH_DISK_TIMEOUT)
+            _, _, fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(False)
 
     async def flush(self) -> None:
         """One flush round of everything written so far (no-op when nothing is pending)."""
@@ -88,39 +118,108 @@ class CommitLogFlusher:
                 segs = self.commitlog.segments_between(self.flushed, target)
                 loop = asyncio.get_running_loop()
                 started = time.perf_counter()
+                if self.before_round is not None:
+                    await loop.run_in_executor(self.executor, self.before_round)
                 n = await loop.run_in_executor(self.executor, _fsync_all, segs)
-                self.seconds += time.perf_counter() - started
-                self.fsyncs += n
-                self.rounds += 1
-                self.flushed = target
-            self._release()
-
-    def _release(self) -> None:
-        keep = []
-        for end, fut in self._waiters:
-            if fut.done():
-                continue
-            if end <= self.flushed:
-                fut.set_result(None)
+                self._flushed_to(target, n, time.perf_counter() - started)
             else:
-                keep.append((end, fut))
-        self._waiters = keep
-        if keep:
-            self._wake.set()
+                self._release()
+
+    # ---------------------------------------------------------------- SYNC group commit
+    def durable(self, end_offset: int) -> asyncio.Future[bool] | None:
+        """None when ``end_offset`` is durable already (or in ASYNC mode), else a future that
+        resolves True once flushed past it, False after ``timeout`` or a failed flush."""
+        if self.mode is FlushMode.ASYNC or end_offset <= self.flushed:
+            return None
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        if self.error is not None or self._thread is None:
+            fut.set_result(False)
+            return fut
+        self._waiters.append((end_offset, loop.time() + self.timeout, fut))
+        if self._timer is None:
+            self._timer = loop.call_at(self._waiters[0][1], self._expire)
+        if not self._in_flight:
+            self._start_round()
+        return fut
 
     async def wait_durable(self, end_offset: int) -> bool:
-        if self.mode is FlushMode.ASYNC or end_offset <= self.flushed:
-            return True
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((end_offset, fut))
-        self._wake.set()
-        try:
-            async with asyncio.timeout(self.timeout):
-                await fut
-        except TimeoutError:
-            log.warning("commitlog not flushed past offset %d within %.1f s", end_offset, self.timeout)
-            return False
-        return True
+        fut = self.durable(end_offset)
+        return True if fut is None else await fut
+
+    def _start_round(self) -> None:
+        target = self.commitlog.write_pos
+        self._in_flight = True
+        self._requests.put((target, self.commitlog.segments_between(self.flushed, target)))
+
+    def _thread_main(self) -> None:
+        loop = self._loop
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            target, segs = item
+            started = time.perf_counter()
+            try:
+                if self.before_round is not None:
+                    self.before_round()
+                n = _fsync_all(segs)
+            except OSError as exc:
+                loop.call_soon_threadsafe(self._round_failed, exc)
+                continue
+            except RuntimeError:  # the loop is closed: shutting down
+                return
+            try:
+                loop.call_soon_threadsafe(self._round_done, target, n, time.perf_counter() - started)
+            except RuntimeError:
+                return
+
+    def _round_done(self, target: int, n: int, seconds: float) -> None:
+        self._in_flight = False
+        self._flushed_to(target, n, seconds)
+        if self._waiters and self.error is None:
+            self._start_round()  # waiters that arrived during the round
+
+    def _round_failed(self, exc: OSError) -> None:
+        self._in_flight = False
+        self._fail(exc)
+
+    def _flushed_to(self, target: int, n: int, seconds: float) -> None:
+        self.seconds += seconds
+        self.fsyncs += n
+        self.rounds += 1
+        if target > self.flushed:
+            self.flushed = target
+        self._release()
+
+    def _release(self) -> None:
+        # Waiters arrive in put order, so their offsets (and deadlines) only grow.
+        flushed = self.flushed
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= flushed:
+            fut = waiters.popleft()[2]
+            if not fut.done():
+                fut.set_result(True)
+
+    def abandon(self) -> None:
+        """Stop the flush thread without flushing (a test's emulated crash)."""
+        if self._thread is not None:
+            self._requests.put(None)
+            self._thread = None
+
+    def _expire(self) -> None:
+        """Answer False to every waiter past its deadline; re-arm for the next one."""
+        self._timer = None
+        loop = self._loop
+        now = loop.time() + 0.001  # timers may fire up to the clock resolution early
+        waiters = self._waiters
+        while waiters and waiters[0][1] <= now:
+            end, _, fut = waiters.popleft()
+            if not fut.done():
+                log.warning("commitlog not flushed past offset %d within %.1f s", end, self.timeout)
+                fut.set_result(False)
+        if waiters:
+            self._timer = loop.call_at(waiters[0][1], self._expire)
 
 
 @dataclass(frozen=True, slots=True)
