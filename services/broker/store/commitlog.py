@@ -60,6 +60,7 @@ class CommitLog:
         self._pending_start = -1
         self.created_segments = 0
         self.sync_creations = 0
+        self.warm = False  # pre-fault segments created off the loop (StoreConfig.warm_segments)
 
     # ------------------------------------------------------------------------------ opening
     def open_segments(self) -> None:
@@ -107,7 +108,7 @@ class CommitLog:
             if self.segments and self.segments[-1].end != start:
                 raise StoreCorruptError(
                     f"commitlog ends at {self.segments[-1].end} but data continues at {start}")
-            self.segments.append(self._create(start))
+            self.segments.append(self._create(start, populate=self.warm))  # at load, before serving
 
     # ------------------------------------------------------------------------------ geometry
     @property
@@ -153,9 +154,10 @@ class CommitLog:
     def fits_one_segment(self, total: int) -> bool:
         return total + FILLER_MIN <= self.segment_size
 
-    def _create(self, start: int) -> MappedFile:
+    def _create(self, start: int, populate: bool = False) -> MappedFile:
         path = self.dir / segment_name(start)
-        mf = MappedFile.create(path, self.segment_size, start, keep_fd=True, preallocate=True)
+        mf = MappedFile.create(path, self.segment_size, start, keep_fd=True, preallocate=True,
+                               populate=populate)
         self.created_segments += 1
         log.info("created commitlog segment %s", path)
         return mf
@@ -178,7 +180,8 @@ class CommitLog:
         if self._pending is not None and self._pending_start == start:
             return
         self._pending_start = start
-        self._pending = self.executor.submit(self._create, start)
+        # Pre-faulted off the loop (populate): the loop's writes into it take no page faults.
+        self._pending = self.executor.submit(self._create, start, self.warm)
 
     def start_preallocation(self, executor: concurrent.futures.Executor) -> None:
         self.executor = executor

@@ -43,6 +43,13 @@ class StoreConfig:
     disk_force_clean_ratio: float = 0.85
     # How often consume queues and the index are flushed and the checkpoint is written.
     logics_flush_interval: float = 1.0
+    # Pre-fault new CommitLog segments in a worker thread (MAP_POPULATE, RocketMQ's
+    # warmMapedFileEnable): the loop's appends take no page faults, at the price of the whole
+    # segment being resident page cache (clean, reclaimable) from its creation on.
+    warm_segments: bool = True
+    # TEST-ONLY (tidemq.broker.store.faults): shadow every fdatasync into this directory so a test
+    # can rewrite the store as a power cut would leave it. None (always, outside tests) = off.
+    power_loss_shadow: pathlib.Path | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.root, pathlib.Path):

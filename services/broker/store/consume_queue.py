@@ -77,6 +77,7 @@ class ConsumeQueue:
             pos = self._first_empty(last, first_used)
             self.max_offset = (last.start + pos) // UNIT_SIZE
             if pos < last.size and last.zero_from(pos):
+                self._dirty.add(last)  # zero_from set last.dirty: put() would not register it
                 log.warning("consume queue %s: cleared stale units after offset %d",
                             self.dir, self.max_offset)
         first = self.files[0]
@@ -193,10 +194,9 @@ class ConsumeQueue:
         f = self._file_for(q) or (self.files[-1] if self.files else None)
         if f is not None:
             pos = max(0, q * UNIT_SIZE - f.start)
-            f.zero_from(pos)
-            if not f.dirty:
-                f.dirty = True
-                self._dirty.add(f)
+            f.zero_from(pos)  # sets f.dirty itself: register the file for the next flush regardless
+            f.dirty = True
+            self._dirty.add(f)
         self.max_offset = q
         self.min_offset = min(self.min_offset, q)
         self._tail = self.files[-1] if self.files else None
@@ -270,6 +270,13 @@ class ConsumeQueue:
         if gone:
             self.min_offset = max(self.min_offset, self.files[0].start // UNIT_SIZE)
         self.min_offset = self.first_offset_at_or_after(phys_min)
+        return gone
+
+    def reset(self) -> list[MappedFile]:
+        """Forget every unit (recovery rebuilds a damaged queue); returns the files to delete."""
+        gone = self.detach_all()
+        self._dirty.difference_update(gone)
+        self.min_offset = self.max_offset = 0
         return gone
 
     def detach_all(self) -> list[MappedFile]:

@@ -13,33 +13,61 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 _ZERO_CHUNK = bytes(1 << 16)
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+# TEST-ONLY fault-injection hooks (tidemq.broker.store.faults, enabled through
+# StoreConfig.power_loss_shadow): told when a file is created and after it was fdatasynced.
+_on_create: Callable[[Path], None] | None = None
+_on_sync: Callable[["MappedFile"], None] | None = None
+
+
+def set_sync_hooks(on_create: Callable[[Path], None] | None,
+                   on_sync: Callable[["MappedFile"], None] | None) -> None:
+    global _on_create, _on_sync
+    _on_create, _on_sync = on_create, on_sync
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only; elsewhere pages fault on first write
 
 
 def create_file(path: Path, size: int, preallocate: bool = False, sync_dir: bool = True) -> None:
     """Create ``path`` with ``size`` zero bytes, atomically (temp name + rename). Blocking.
     ``sync_dir=False`` leaves the directory fsync to the caller (files created on the loop)."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.ftruncate(fd, size)
-        if preallocate and hasattr(os, "posix_fallocate"):
-            # Reserve the blocks so writes through the mapping cannot hit ENOSPC (SIGBUS).
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:
-                log.debug("posix_fallocate of %s failed (%s); keeping a sparse file", tmp, exc)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            if preallocate and hasattr(os, "posix_fallocate"):
+                # Reserve the blocks so writes through the mapping cannot hit ENOSPC (SIGBUS).
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    if exc.errno in _NO_SPACE:  # a sparse file here would SIGBUS on a later write
+                        raise
+                    log.debug("posix_fallocate of %s failed (%s); keeping a sparse file", tmp, exc)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.filename is None:  # name the file in the error the client sees
+            raise OSError(exc.errno, f"{exc.strerror} (creating a {size}-byte store file)", str(path)) from None
+        raise
+    if _on_create is not None:
+        _on_create(path)
     if sync_dir:
         fsync_dir(path.parent)
 
@@ -63,8 +91,13 @@ class MappedFile:
 
     __slots__ = ("path", "size", "start", "mm", "dirty", "_fd", "_lock", "_closed", "__weakref__")
 
-    def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False) -> None:
-        """Map an existing file. With ``keep_fd`` the descriptor stays open for cheap flushes."""
+    def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False,
+                 populate: bool = False) -> None:
+        """Map an existing file. With ``keep_fd`` the descriptor stays open for cheap flushes.
+
+        ``populate`` pre-faults the whole mapping (MAP_POPULATE; the mmap call releases the GIL):
+        for segments created by a worker thread ahead of use, so the loop's first write to each
+        page does not take a page fault (bench: 2.3 -> 0.35 us per 1 KiB record)."""
         self.path = path
         self.size = size
         self.start = start
@@ -76,7 +109,8 @@ class MappedFile:
             actual = os.fstat(fd).st_size
             if actual != size:
                 raise ValueError(f"{path} is {actual} bytes, expected {size}")
-            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
+            self.mm = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
@@ -88,9 +122,9 @@ class MappedFile:
 
     @classmethod
     def create(cls, path: Path, size: int, start: int, keep_fd: bool = False,
-               preallocate: bool = False, sync_dir: bool = True) -> "MappedFile":
+               preallocate: bool = False, sync_dir: bool = True, populate: bool = False) -> "MappedFile":
         create_file(path, size, preallocate, sync_dir)
-        return cls(path, size, start, keep_fd)
+        return cls(path, size, start, keep_fd, populate)
 
     @property
     def end(self) -> int:
@@ -132,15 +166,17 @@ class MappedFile:
             self.dirty = False
             if self._fd is not None:
                 os.fdatasync(self._fd)
-                return
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+            else:
+                try:
+                    fd = os.open(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    return
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            if _on_sync is not None:
+                _on_sync(self)
 
     def close(self) -> None:
         """Unmap and close. Blocking: worker thread, after the file was detached on the loop."""

@@ -17,6 +17,12 @@ valid record nor a correct filler:
   tail, with a warning that counts what was discarded.
 
 Never does recovery leave a record in place that failed validation, so nothing corrupt is served.
+
+Consume queues are checked against the walked records (QueueCheck): a record the checkpoint says
+was dispatched must have its exact unit, and no record may land outside a loaded queue's range.
+A queue that fails (a zeroed or damaged file) is emptied and rebuilt from the whole CommitLog,
+with a warning, so it never serves holes or hands out queue offsets consumers already committed.
+An index file the checkpoint names but that is gone makes the whole index rebuild.
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidemq.errors import CodecError, StoreCorruptError
-from tidemq.message import BLANK_MAGIC, MESSAGE_MAGIC, RecordHeader, decode_record_header
+from tidemq.message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    TRANSACTION_MASK,
+    RecordHeader,
+    SysFlag,
+    decode_record_header,
+)
 
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.commitlog import BLANK, FILLER_MIN, CommitLog
@@ -244,6 +257,13 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     rebuild_queues = queues.load_all(has_data=bool(commitlog.segments))
     rebuild_index = index.load(crash or ckpt is None, ckpt.index_file if ckpt else -1,
                                ckpt.index_count if ckpt else 0)
+    if (not rebuild_index and ckpt is not None and ckpt.index_file >= 0 and ckpt.index_count > 1
+            and not any(f.start == ckpt.index_file for f in index.files)):
+        log.warning("index file %s named by the checkpoint is missing; rebuilding the index from the "
+                    "commitlog", index.dir / f"{ckpt.index_file:020d}")
+        destroy_all([f.mf for f in index.files])
+        index.files.clear()
+        rebuild_index = True
     cq_from = ckpt.logics_offset if ckpt and not rebuild_queues and ckpt.logics_offset >= 0 else cl_min
     idx_from = ckpt.index_offset if ckpt and not rebuild_index and ckpt.index_offset >= 0 else cl_min
     cq_from, idx_from = max(cq_from, cl_min), max(idx_from, cl_min)
@@ -254,15 +274,83 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
         walk_from = cl_min
     deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}) or {}).items()}
     replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code, cfg.root, deleted)
+    check = QueueCheck(queues, cq_from, deleted)
     seen = [0, 0]
 
     def on_record(phys: int, h: RecordHeader) -> None:
         seen[0] += 1
         seen[1] = h.store_timestamp
-        replayer(phys, h)
+        if not check.damaged_by(phys, h):
+            replayer(phys, h)
 
     end = scan_commitlog(commitlog, walk_from, durable, cfg.check_crc_on_recover, crash, on_record)
     end = max(end, cl_min)
+    if check.damaged:
+        _rebuild_queues(cfg, commitlog, queues, index, check, schedule_tags_code, deleted)
     commitlog.ensure_active(end)
     destroy_all(replayer.dropped_files + queues.truncate_past(end) + queues.detach_below(cl_min))
     return Recovered(end, durable, walk_from, seen[0], replayer.units_written, replayer.indexed, seen[1])
+
+
+class QueueCheck:
+    """Finds consume queues that lost units the checkpoint vouched for (a zeroed or damaged file).
+
+    A record below ``cq_from`` (dispatched and flushed before the checkpoint) must have its exact
+    unit in its queue; a record at or past it must not land beyond the end of a queue that existed
+    at load (that would leave a hole, or re-use queue offsets consumers already committed).
+    Queues created during the walk (no files at load) are being rebuilt and are not checked."""
+
+    def __init__(self, queues: QueueTable, cq_from: int, deleted: dict[str, int]) -> None:
+        self.queues = queues
+        self.cq_from = cq_from
+        self.deleted = deleted
+        self.loaded = {(cq.topic, cq.queue_id) for cq in queues if cq.files}
+        self.damaged: dict[tuple[str, int], str] = {}
+
+    def damaged_by(self, phys: int, h: RecordHeader) -> bool:
+        key = (h.topic, h.queue_id)
+        if key in self.damaged:
+            return True
+        if key not in self.loaded or phys < self.deleted.get(h.topic, -1) or h.queue_offset < 0:
+            return False
+        tx = h.sys_flag & TRANSACTION_MASK
+        if tx == SysFlag.TRANSACTION_PREPARED or tx == SysFlag.TRANSACTION_ROLLBACK:
+            return False
+        cq = self.queues.get(*key)
+        q = h.queue_offset
+        if phys < self.cq_from:
+            unit = cq.unit(q) if cq is not None else None
+            if unit is not None and unit[0] == phys and unit[1] == h.total_size:
+                return False
+            why = (f"queue offset {q} of the record at commitlog offset {phys} is "
+                   + ("missing" if unit is None or unit[1] == 0 else f"a pointer to {unit[0]}"))
+        elif cq is None or cq.min_offset <= q <= cq.max_offset:
+            return False
+        else:
+            why = (f"the record at commitlog offset {phys} has queue offset {q} but the queue holds "
+                   f"offsets {cq.min_offset}..{cq.max_offset}")
+        self.damaged[key] = why
+        log.warning("consume queue %s/%d is damaged (%s); it will be rebuilt from the commitlog", *key, why)
+        return True
+
+
+def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, index: IndexService,
+                    check: QueueCheck, schedule_tags_code: ScheduleTagsCode,
+                    deleted: dict[str, int]) -> None:
+    """Empty the damaged queues and re-dispatch their records from the start of the CommitLog
+    (validating every record on the way)."""
+    for topic, qid in check.damaged:
+        destroy_all(queues.get(topic, qid).reset())  # before the rebuild re-creates the same names
+    rebuild = Replayer(queues.get_or_create, index, commitlog.min_offset, 1 << 62, schedule_tags_code,
+                       cfg.root, deleted)
+    wanted = set(check.damaged)
+
+    def on_record(phys: int, h: RecordHeader) -> None:
+        if (h.topic, h.queue_id) in wanted:
+            rebuild(phys, h)
+
+    scan_commitlog(commitlog, commitlog.min_offset, -1, cfg.check_crc_on_recover, False, on_record)
+    for topic, qid in wanted:
+        cq = queues.get(topic, qid)
+        log.warning("consume queue %s/%d rebuilt from the commitlog: offsets %d..%d",
+                    topic, qid, cq.min_offset, cq.max_offset)

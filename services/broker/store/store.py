@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tidemq.message import TRANSACTION_MASK, SysFlag, encode_offset_msg_id
 
-from tidemq.broker.store import reader
+from tidemq.broker.store import faults, reader
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.consume_queue import ConsumeQueue
@@ -71,6 +71,7 @@ class MessageStore:
         self._flush_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-flush")
         self._io_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-io")
         self._commitlog = CommitLog(config.commitlog_dir, config.commitlog_segment_size)
+        self._commitlog.warm = config.warm_segments
         self._dirty: set[MappedFile] = set()
         self._new_dirs: set[Path] = set()
         self._index = IndexService(config.index_dir, config.index_hash_slots, config.index_max_entries,
@@ -99,6 +100,8 @@ class MessageStore:
         """Open the files and recover (blocking; raises StoreCorruptError)."""
         cfg = self.config
         cfg.root.mkdir(parents=True, exist_ok=True)
+        if cfg.power_loss_shadow is not None:  # TEST-ONLY fault injection (faults.py)
+            faults.install(cfg.root, cfg.power_loss_shadow)
         crash = cfg.abort_path.exists()
         cfg.abort_path.touch()
         fsync_dir(cfg.root)
@@ -174,6 +177,7 @@ class MessageStore:
         for task in (self._cleanup_task, self._flusher._task, self._logics._task):
             if task is not None:
                 task.cancel()
+        self._flusher.abandon()
         self._flush_exec.shutdown(wait=True, cancel_futures=True)
         self._io_exec.shutdown(wait=True, cancel_futures=True)
         self._commitlog.close()
@@ -267,28 +271,35 @@ class MessageStore:
         cl.commit(total)
         self._last_store_ts = now
         index_add = self._index.add
-        listeners = self._listeners
         msg_ids = []
+        id_prefix, id_store, id_port = None, b"", 0
+        wake: dict[int, int] = {}  # tags code -> highest queue offset stored with it
         phys, q = base, first_q
         for p in pending:
             size = p.total
             if cq is not None:
                 cq.put(q, phys, size, p.tags_code)
+                wake[p.tags_code] = q
+                q += 1
             if tx != _ROLLBACK:
                 try:
                     index_add(topic, p.keys, p.uniq, phys, now)
                 except OSError as exc:  # the message is stored and queued; only key lookup misses it
                     self._stats["index_errors"] += 1
                     log.error("indexing the message at commitlog offset %d failed: %s", phys, exc)
-            msg_ids.append(encode_offset_msg_id(p.store, p.store_port, phys))
-            if cq is not None:
-                for cb in listeners:
-                    try:
-                        cb(topic, queue_id, q, p.tags_code)
-                    except Exception:
-                        log.exception("dispatch listener %r failed", cb)
-                q += 1
+            if p.store is not id_store or p.store_port != id_port:
+                id_store, id_port = p.store, p.store_port
+                id_prefix = encode_offset_msg_id(id_store, id_port, 0)[:-16]
+            msg_ids.append(f"{id_prefix}{phys:016X}")
             phys += size
+        # Listeners (long-poll wake-ups, timers) hear once per batch and tags code, with the
+        # highest offset: "something at or past offset N with this tag" is all they act on.
+        for code, last in wake.items():
+            for cb in self._listeners:
+                try:
+                    cb(topic, queue_id, last, code)
+                except Exception:
+                    log.exception("dispatch listener %r failed", cb)
         stats = self._stats
         stats["messages_put"] += len(pending)
         stats["bytes_put"] += total
@@ -303,6 +314,11 @@ class MessageStore:
         """SYNC: True once the CommitLog is flushed past ``end_offset`` (group commit), False after
         ``sync_flush_timeout``. ASYNC: True at once."""
         return await self._flusher.wait_durable(end_offset)
+
+    def durable(self, end_offset: int) -> "asyncio.Future[bool] | None":
+        """``wait_durable`` without a coroutine (hot path: SYNC_FLUSH sends): None when durable
+        already (or ASYNC), else a future resolving True (flushed) or False (timeout, failure)."""
+        return self._flusher.durable(end_offset)
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
         self._listeners.append(cb)
