@@ -59,6 +59,18 @@ class Running:
         self.cluster.stop()
 
 
+async def wait_for_cluster(admin: Admin, cluster: str, timeout: float = 30.0) -> None:
+    """The broker answers /readyz before its first registration reaches the name server."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = await admin.cluster_info()
+        if info.cluster_addr_table.get(cluster):
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"cluster {cluster} did not register with the name server in {timeout:g} s")
+        await asyncio.sleep(0.1)
+
+
 class TideMQClient(Client):
     name = "tidemq"
 
@@ -66,6 +78,7 @@ class TideMQClient(Client):
         ns = self.spec["namesrv"]
         if topics:
             async with Admin(ns) as admin:
+                await wait_for_cluster(admin, "DefaultCluster")
                 for t in topics:
                     await admin.create_topic(t, QUEUES, QUEUES, cluster="DefaultCluster")
                 for t in topics:

@@ -35,6 +35,11 @@ def test_unsigned_request_does_not_verify():
     assert not verify(RemotingCommand.request(RequestCode.HEART_BEAT), "sk")
 
 
+def test_a_non_ascii_signature_is_refused_not_an_error():
+    cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "T", "Signature": "\u00e9\u2603"}, b"x")
+    assert verify(cmd, "secret") is False
+
+
 def test_client_with_keys_signs_every_request():
     seen: list[RemotingCommand] = []
 

@@ -9,7 +9,7 @@ from typing import TypeVar
 import click
 import orjson
 
-from tidemq.cli.common import run_async, user_errors
+from tidemq.cli.common import client_config, run_async, user_errors
 from tidemq.client import Admin
 
 T = TypeVar("T")
@@ -24,7 +24,7 @@ def _with_admin(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
     addrs = [a for a in namesrv.replace(",", ";").split(";") if a.strip()]
 
     async def main() -> T:
-        async with Admin(name_servers=addrs) as admin:
+        async with Admin(name_servers=addrs, config=client_config()) as admin:
             return await fn(admin)
 
     return run_async(main)

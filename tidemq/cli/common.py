@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from tidemq.errors import TideMQError
+
+if TYPE_CHECKING:
+    from tidemq.client.config import ClientConfig
 
 T = TypeVar("T")
 
@@ -70,3 +74,15 @@ def user_errors(fn: Callable[..., T]) -> Callable[..., T]:
             raise click.ClickException(f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".rstrip(": ")) from None
 
     return wrapper
+
+
+def client_config() -> "ClientConfig":
+    """The client settings of `tidemq admin|send|consume`: ACL credentials from
+    $TIDEMQ_ACCESS_KEY / $TIDEMQ_SECRET_KEY (environment only, so secrets stay out of
+    shell history and `ps`); requests are signed when both are set."""
+    from tidemq.client.config import ClientConfig  # noqa: PLC0415 (CLI start-up stays lazy)
+
+    access, secret = os.environ.get("TIDEMQ_ACCESS_KEY"), os.environ.get("TIDEMQ_SECRET_KEY")
+    if bool(access) != bool(secret):
+        raise click.UsageError("set both TIDEMQ_ACCESS_KEY and TIDEMQ_SECRET_KEY (ACL), or neither")
+    return ClientConfig(access_key=access or None, secret_key=secret or None)

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from tidemq.cli.common import run_async, user_errors
+from tidemq.cli.common import client_config, run_async, user_errors
 from tidemq.client import Producer, PullConsumer
 from tidemq.message import Message
 
@@ -33,7 +33,7 @@ def send_cmd(namesrv, topic, body, tags, keys, count, group) -> None:
         raise click.UsageError("the message body is empty: pass -b BODY or pipe data on stdin")
 
     async def main() -> None:
-        async with Producer(group, name_servers=_addrs(namesrv)) as producer:
+        async with Producer(group, name_servers=_addrs(namesrv), config=client_config()) as producer:
             with click.progressbar(length=count, label="sending", file=sys.stderr) if count > 1 else _null() as bar:
                 for i in range(count):
                     r = await producer.send(Message(topic, data, tags=tags, keys=keys))
@@ -73,7 +73,7 @@ def consume_cmd(namesrv, topic, group, expression, count, from_beginning, wait, 
 
     async def main() -> int:
         seen = 0
-        async with PullConsumer(group, name_servers=_addrs(namesrv)) as consumer:
+        async with PullConsumer(group, name_servers=_addrs(namesrv), config=client_config()) as consumer:
             queues = await consumer.fetch_queues(topic)
             offsets = {}
             for mq in queues:

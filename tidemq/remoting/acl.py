@@ -44,4 +44,6 @@ def verify(cmd: RemotingCommand, secret_key: str) -> bool:
     given = cmd.ext_fields.get(SIGNATURE)
     if given is None:
         return False
-    return hmac.compare_digest(given, signature(cmd.ext_fields, cmd.body_bytes(), secret_key))
+    expected = signature(cmd.ext_fields, cmd.body_bytes(), secret_key)
+    # bytes, not str: compare_digest refuses non-ASCII str (a hostile Signature would raise)
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("ascii"))

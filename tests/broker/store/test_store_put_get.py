@@ -338,17 +338,20 @@ def test_ipv6_store_host_is_encoded_with_its_flag(tmp_path, host):
     store.close_abruptly()
 
 
+@pytest.mark.parametrize("warm", [False, True])
 @async_test
-async def test_next_segment_is_created_off_the_loop(tmp_path):
+async def test_next_segment_is_created_off_the_loop(tmp_path, warm):
     import asyncio
 
-    store = open_store(config(tmp_path))
+    store = open_store(config(tmp_path, warm_segments=warm))  # warm: pre-faulted (MAP_POPULATE)
     await store.start()
     for i in range(80):
-        assert store.put(req(body=b"s" * 3000)).ok
+        assert store.put(req(body=bytes([i]) * 3000)).ok
         await asyncio.sleep(0.002)  # producers leave the worker time to pre-create
     st = store.stats()
     assert st["segments"] >= 4 and st["segments_created_on_loop"] == 0
+    got = [m.body for m in read_queue(store, "T", 0)]
+    assert got == [bytes([i]) * 3000 for i in range(80)]
     await store.shutdown()
 
 

@@ -1,0 +1,165 @@
+"""The broker's send hot path in one process, without sockets: CPU per message, and its profile.
+
+A real Broker (store in a temporary directory, ASYNC_FLUSH, 256 MiB segments) gets encoded
+SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frames straight into a remoting Connection whose transport
+only counts writes, so the figure is the broker's own Python work per message: frame and header
+decoding, the send processor, the store append (CommitLog, consume queue, index), the response
+encoding, and metrics. Socket syscalls, event-loop wake-ups and the client are not in it (compare
+with bench/compare.py's "broker CPU s per M msgs", which has all of them).
+
+    .venv/bin/python bench/hot_path.py [--messages 20000] [--size 1024] [--profile 25]
+
+Workloads: ``single`` (one frame per data_received: a request at a time), ``pipelined`` (64
+frames per data_received, as 256 in flight arrive), ``batch`` (SEND_BATCH_MESSAGE of 64).
+``--profile N`` reruns each under cProfile and prints the N functions with the most own time
+(cProfile slows Python code about 3x; read its figures as shares, not as microseconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.procs import free_port  # noqa: E402
+from tidemq.broker.broker import Broker  # noqa: E402
+from tidemq.broker.config import BrokerConfig  # noqa: E402
+from tidemq.broker.store.config import StoreConfig  # noqa: E402
+from tidemq.message import encode_batch, encode_properties  # noqa: E402
+from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode  # noqa: E402
+from tidemq.remoting.frame import encode_frame  # noqa: E402
+from tidemq.remoting.transport import Connection  # noqa: E402
+
+TOPIC = "HotPath"
+
+
+class CountingTransport:
+    """Stands in for the socket: counts the writes a connection makes."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def writelines(self, parts) -> None:
+        self.writes += 1
+
+    def write(self, data) -> None:
+        self.writes += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default=None):
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+
+def header(props: dict[str, str], batch: bool = False) -> dict[str, str]:
+    """A SEND_MESSAGE_V2 header as TideMQ's and RocketMQ's clients send it (one-letter names)."""
+    return {"a": "hot-path", "b": TOPIC, "c": "TBW102", "d": "4", "e": "1", "f": "0",
+            "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(props), "j": "0",
+            "m": "true" if batch else "false"}
+
+
+def frames(workload: str, n: int, body: bytes) -> list[bytes]:
+    if workload == "batch":
+        out = []
+        for i in range(n // 64):
+            items = [(0, body, encode_properties({"UNIQ_KEY": f"7F000001{i:012X}{j:012X}", "TAGS": "TagA"}))
+                     for j in range(64)]
+            cmd = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header({"WAIT": "true"}, True),
+                                          encode_batch(items))
+            cmd.opaque = i + 1
+            out.append(encode_frame(cmd))
+        return out
+    singles = []
+    for i in range(n):
+        props = {"UNIQ_KEY": f"7F000001{i:024X}", "WAIT": "true", "TAGS": "TagA"}
+        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header(props), body)
+        cmd.opaque = i + 1
+        singles.append(encode_frame(cmd))
+    if workload == "pipelined":
+        return [b"".join(singles[i:i + 64]) for i in range(0, n, 64)]
+    return singles
+
+
+async def run(args: argparse.Namespace) -> int:
+    body = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        cfg = BrokerConfig(store=StoreConfig(root=Path(tmp) / "store", commitlog_segment_size=256 << 20),
+                           listen_host="127.0.0.1", listen_port=port, advertise_host="127.0.0.1",
+                           advertise_port=port)
+        broker = Broker(cfg)
+        await broker.start()
+        client = RemotingClient()
+        try:
+            resp = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {"topic": TOPIC, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+                 "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}), 5)
+            if resp.code != 0:
+                print(f"creating the topic failed: {resp.code} {resp.remark}", file=sys.stderr)
+                return 1
+            await asyncio.sleep(1.0)  # the next CommitLog segment is pre-faulted by now
+            print(f"{'workload':<12} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12} {'writes':>7}")
+            for workload in ("single", "pipelined", "batch"):
+                for profile in (False, True) if args.profile else (False,):
+                    chunks = frames(workload, args.messages, body)
+                    before = broker.store.stats()["messages_put"]
+                    conn = Connection(broker)
+                    conn.connection_made(CountingTransport())  # type: ignore[arg-type]
+                    prof = cProfile.Profile() if profile else None
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    if prof:
+                        prof.enable()
+                    for chunk in chunks:
+                        conn.data_received(chunk)
+                    if prof:
+                        prof.disable()
+                    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                    stored = broker.store.stats()["messages_put"] - before
+                    if stored != args.messages:
+                        print(f"{workload}: stored {stored} of {args.messages} messages", file=sys.stderr)
+                        return 1
+                    if prof is None:
+                        print(f"{workload:<12} {stored:>9,} {cpu / stored * 1e6:>11.1f} {wall / stored * 1e6:>12.1f} "
+                              f"{conn.transport.writes:>7}")
+                    else:
+                        out = io.StringIO()
+                        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.profile)
+                        print(f"\n--- {workload}: cProfile, top {args.profile} by own time ---")
+                        print("\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip()))
+        finally:
+            await client.close()
+            await broker.stop()
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also profile each workload and print the N functions with most own time")
+    args = ap.parse_args()
+    if args.messages < 64:
+        ap.error("--messages must be at least 64")
+    args.messages -= args.messages % 64
+    try:
+        import uvloop
+        return uvloop.run(run(args))
+    except ImportError:
+        return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
