@@ -39,6 +39,7 @@ from typing import Any
 import kopf
 
 from tidemq.client.admin import Admin
+from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
 from tidemq.operator import brokers, rollout, workloads
 from tidemq.operator.groups import group_spec
@@ -59,6 +60,7 @@ class OperatorConfig:
     retry_delay: float = 10.0      # TemporaryError delay when the cluster is not ready
     delete_retries: int = 5        # Topic deletion retries while the cluster is gone
     apply_workloads: bool = True   # Cluster: create/patch StatefulSets, Services ...
+    client_config: ClientConfig = ClientConfig()  # ACL credentials (an admin account) for brokers
 
 
 # conditions ------------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
             return _not_ready(kind, patch, status, config, metrics, "ClusterNotReady",
                               f"Cluster {tspec.cluster!r} has no name-server address yet")
         try:
-            async with _lock(meta.uid or meta.name or ""), Admin(servers) as admin:
+            async with _lock(meta.uid or meta.name or ""), Admin(servers, config.client_config) as admin:
                 report = await asyncio.wait_for(brokers.reconcile_topic(admin, tspec),
                                                 config.admin_timeout)
         except (TideMQError, TimeoutError) as exc:
@@ -199,7 +201,7 @@ async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: k
             problem = str(exc)
     if servers:
         try:
-            async with Admin(servers) as admin:
+            async with Admin(servers, config.client_config) as admin:
                 done = await asyncio.wait_for(brokers.delete_topic(admin, topic),
                                               config.admin_timeout)
             log.info("deleted topic %s from %s and the name servers", topic, done)
@@ -233,7 +235,7 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
                               f"Cluster {gspec.cluster!r} not found in namespace {meta.namespace}")
         servers = brokers.name_servers_of(cluster)
         try:
-            async with Admin(servers) as admin:
+            async with Admin(servers, config.client_config) as admin:
                 async def both() -> tuple[list[str], tuple[dict[str, int], list[str]]]:
                     done = await brokers.update_group(admin, gspec)
                     return done, await brokers.group_lag(admin, gspec.group_name)
@@ -301,7 +303,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             patch.status["nameServerAddress"] = ";".join(servers)
             patch.status["observedGeneration"] = meta.get("generation")
             try:
-                async with Admin(servers) as admin:
+                async with Admin(servers, config.client_config) as admin:
                     info = await asyncio.wait_for(admin.cluster_info(), config.admin_timeout)
                 patch.status["brokers"] = [
                     {"name": n, "brokerId": bid, "address": addr}

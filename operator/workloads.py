@@ -28,6 +28,9 @@ Invariants:
 - Some StatefulSet fields cannot be patched (selector, serviceName, podManagementPolicy, volume
   claim templates): :func:`immutable_changes` names them so the operator can report instead of
   retrying a patch the API server refuses.
+- Pods run least-privileged: no service-account token (neither server talks to the Kubernetes
+  API), non-root (the image's uid/gid 10001), RuntimeDefault seccomp, a read-only root filesystem
+  (writable: the store volume and an emptyDir on /tmp), no privilege escalation, no capabilities.
 - Defaults come from the CRD schema (crds/tidemq.io_clusters.yaml), applied here too so objects
   that skipped API-server defaulting (emulators) give the same result.
 """
@@ -54,9 +57,14 @@ CONFIG_FILE = "broker.conf"
 CONFIG_DIR = "/etc/tidemq"
 DATA_DIR = "/var/lib/tidemq"
 STORE_DIR = f"{DATA_DIR}/store"
+ACL_DIR = "/etc/tidemq-acl"  # spec.brokers.acl: the Secret, mounted whole so updates reach the file
+ACL_KEY = "plain_acl.yml"
+TLS_DIR = "/etc/tidemq-tls"  # spec.tls: the Secret (tls.crt, tls.key, ca.crt), mounted whole so renewals reach the files
 BROKER_GRACE_SECONDS = 60
 NAMESRV_GRACE_SECONDS = 30
 PRESTOP_SLEEP_SECONDS = 10
+RUN_AS_ID = 10001  # the image's tidemq user and group (Dockerfile)
+TMP_DIR = "/tmp"
 # The CRD checks the reserved config keys and the name's length with cheap CEL rules; the formats
 # (regular expressions over unbounded strings would exceed the API server's CEL cost budget) here.
 CLUSTER_NAME_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?")
@@ -214,9 +222,66 @@ def _downward_env() -> list[dict[str, Any]]:
     ]
 
 
-def _probes(port_name: str) -> dict[str, Any]:
+def _pod_security() -> dict[str, Any]:
+    """Pod-level fields shared by name-server and broker pods (see the module invariants)."""
+    return {
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_ID,
+            "runAsGroup": RUN_AS_ID,
+            "fsGroup": RUN_AS_ID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+TMP_VOLUME = {"name": "tmp", "emptyDir": {}}
+TMP_MOUNT = {"name": "tmp", "mountPath": TMP_DIR}
+
+
+def _tls(spec: dict[str, Any]) -> tuple[str, bool]:
+    """(remoting TLS mode, metrics over HTTPS) of spec.tls."""
+    tls = spec.get("tls") or {}
+    return tls.get("mode") or "disabled", bool(tls.get("metrics"))
+
+
+def _tls_args(spec: dict[str, Any]) -> list[str]:
+    mode, metrics = _tls(spec)
+    if mode == "disabled" and not metrics:
+        return []
+    args = ["--tls-mode", mode, "--tls-cert-file", f"{TLS_DIR}/tls.crt",
+            "--tls-key-file", f"{TLS_DIR}/tls.key", "--tls-ca-file", f"{TLS_DIR}/ca.crt"]
+    return args + (["--metrics-tls"] if metrics else [])
+
+
+def _add_tls(spec: dict[str, Any], container: dict[str, Any], template: dict[str, Any]) -> None:
+    """Mount spec.tls's Secret and pass the TLS flags (nothing when TLS is off)."""
+    args = _tls_args(spec)
+    if not args:
+        return
+    container["args"] += args
+    container.setdefault("volumeMounts", []).append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    # owner and fsGroup may read the key, nobody else (the pod runs as RUN_AS_ID)
+    template["spec"].setdefault("volumes", []).append(
+        {"name": "tls", "secret": {"secretName": spec["tls"]["secretName"], "defaultMode": 0o440}})
+    annotations = template["metadata"].get("annotations")
+    if _tls(spec)[1] and annotations and "prometheus.io/scrape" in annotations:
+        annotations["prometheus.io/scheme"] = "https"
+
+
+def _probes(port_name: str, https: bool = False) -> dict[str, Any]:
     def get(path: str) -> dict[str, Any]:
-        return {"path": path, "port": port_name, "scheme": "HTTP"}
+        return {"path": path, "port": port_name, "scheme": "HTTPS" if https else "HTTP"}
 
     return {
         # the HTTP endpoint starts after the store recovered: give recovery up to 10 minutes
@@ -314,8 +379,10 @@ def _namesrv_objects(c: dict[str, Any]) -> list[dict[str, Any]]:
         "args": ["--listen", f"0.0.0.0:{port}", "--metrics-listen", f"0.0.0.0:{mport}"],
         "env": _downward_env(),
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
-        **_probes("metrics"),
+        **_probes("metrics", https=_tls(spec)[1]),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+        "securityContext": _container_security(),
+        "volumeMounts": [dict(TMP_MOUNT)],
     }
     if _resources(n):
         container["resources"] = _resources(n)
@@ -336,11 +403,14 @@ def _namesrv_objects(c: dict[str, Any]) -> list[dict[str, Any]]:
                     "terminationGracePeriodSeconds": NAMESRV_GRACE_SECONDS,
                     "enableServiceLinks": False,
                     "affinity": _anti_affinity(name, "namesrv"),
+                    **_pod_security(),
                     "containers": [container],
+                    "volumes": [dict(TMP_VOLUME)],
                 },
             },
         },
     }
+    _add_tls(spec, container, sts["spec"]["template"])
     return [
         _service(c, namesrv_headless_name(name), labels, selector, ports, headless=True),
         _service(c, namesrv_name(name), labels, selector, [("remoting", port)], headless=False),
@@ -380,17 +450,23 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[di
         ],
         "env": _downward_env(),
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
-        **_probes("metrics"),
+        **_probes("metrics", https=_tls(spec)[1]),
         # The broker unregisters from the name servers and flushes on SIGTERM; the sleep first lets
         # endpoint removal propagate, the grace period bounds the flush.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}},
+        "securityContext": _container_security(),
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            dict(TMP_MOUNT),
         ],
     }
     if _resources(b):
         container["resources"] = _resources(b)
+    acl = b.get("acl")
+    if acl:
+        container["args"] += ["--acl-file", f"{ACL_DIR}/{acl.get('key') or ACL_KEY}"]
+        container["volumeMounts"].append({"name": "acl", "mountPath": ACL_DIR, "readOnly": True})
     pod_annotations = {
         **_scrape_annotations(spec["metrics"]["enabled"], mport),
         CONFIG_HASH_ANNOTATION: _hash(cm["data"]),
@@ -419,8 +495,10 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[di
                     "terminationGracePeriodSeconds": BROKER_GRACE_SECONDS,
                     "enableServiceLinks": False,
                     "affinity": _anti_affinity(name, "broker"),
+                    **_pod_security(),
                     "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": cm["metadata"]["name"]}}],
+                    "volumes": [{"name": "config", "configMap": {"name": cm["metadata"]["name"]}},
+                                dict(TMP_VOLUME)],
                 },
             },
             "volumeClaimTemplates": [{
@@ -431,6 +509,12 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[di
             }],
         },
     }
+    _add_tls(spec, container, sts["spec"]["template"])
+    if _tls(spec)[0] != "disabled":
+        container["args"].append("--namesrv-tls")
+    if acl:  # owner and fsGroup may read it, nobody else (the pod runs as RUN_AS_ID)
+        sts["spec"]["template"]["spec"]["volumes"].append(
+            {"name": "acl", "secret": {"secretName": acl["secretName"], "defaultMode": 0o440}})
     return [
         cm,
         _service(c, headless, labels, selector, ports, headless=True),

@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from tidemq.broker.acl import AclService
 from tidemq.broker.clients import ClientRegistry
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.delay import parse_delay_levels
@@ -21,6 +23,7 @@ from tidemq.broker.longpoll import PullHoldService
 from tidemq.broker.metrics import TIMED_REQUESTS, BrokerMetrics
 from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.processors.admin import AdminProcessor
+from tidemq.broker.processors.brokerconfig import BrokerConfigProcessor
 from tidemq.broker.processors.consumer import ConsumerManageProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
@@ -38,9 +41,12 @@ from tidemq.broker.transaction.processor import EndTransactionProcessor
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
 from tidemq.message import pack_host
-from tidemq.remoting import Connection, RemotingCommand, RemotingServer, ResponseCode
+from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
+from tidemq.remoting.limits import ServerLimits
 
 log = logging.getLogger(__name__)
+
+_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 
 
 class Broker:
@@ -83,9 +89,11 @@ class Broker:
             EndTransactionProcessor(self),
             RetryProcessor(self),
             ReplyProcessor(self),
+            BrokerConfigProcessor(self),
         ):
             self.handlers.update(proc.handlers())
-        self.server = RemotingServer(self, config.max_frame)
+        self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
+            config.idle_timeout, config.max_connections, config.max_buffered_bytes))
         self.address: tuple[str, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self._register_soon: asyncio.Task | None = None
@@ -95,6 +103,16 @@ class Broker:
         self._ready = False
         self.requests_total = 0
         self.unknown_codes = 0
+        # RocketMQ plain ACL (None = off); a bad file raises ConfigError here, at start.
+        self.acl = AclService(config.acl_file, config.acl_reload_interval) if config.acl_file else None
+        # Sends waiting for SYNC_FLUSH: token -> perf_counter at arrival, oldest first (flow control).
+        self._send_waits: dict[int, float] = {}
+        self._send_seq = 0
+        self.busy_rejections = 0
+        if config.fault_flush_stall_file:
+            from tidemq.broker.faults import install_flush_stall
+
+            install_flush_stall(self.store, Path(config.fault_flush_stall_file))
 
     @property
     def sync_flush(self) -> bool:
@@ -136,6 +154,8 @@ class Broker:
             asyncio.create_task(self._every(10.0, self._scan_clients), name="clients"),
             asyncio.create_task(self.tx_checker.run(), name="transaction-check"),
         ]
+        if self.acl is not None:
+            self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
         self._ready = True
         return self.address
 
@@ -226,6 +246,11 @@ class Broker:
     # remoting handler -------------------------------------------------------------------------
     def handle(self, conn: Connection, cmd: RemotingCommand):
         self.requests_total += 1
+        if self.acl is not None:  # ACL off: this check is all a request pays
+            refused = self.acl.check(conn, cmd)
+            if refused is not None:
+                self.metrics.on_response(refused.code)
+                return refused
         handler = self.handlers.get(cmd.code)
         if handler is None:
             self.unknown_codes += 1
@@ -235,6 +260,10 @@ class Broker:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         request = TIMED_REQUESTS.get(cmd.code)
         started = time.perf_counter()
+        if self._send_waits and cmd.code in _SEND_CODES:
+            busy = self._flow_control(cmd, started)
+            if busy is not None:
+                return busy
         try:
             result = handler(conn, cmd)
         except (ValueError, TypeError) as exc:
@@ -249,9 +278,53 @@ class Broker:
             return result
         if result is None:
             return None
-        return self._measured(result, request, started)
+        token = 0
+        if cmd.code in _SEND_CODES:
+            self._send_seq = token = self._send_seq + 1
+            self._send_waits[token] = started
+            if isinstance(result, asyncio.Future):
+                cmd.body = None  # already stored: a send waiting for its flush must not pin its body
+        if isinstance(result, asyncio.Future):  # hot path (SYNC_FLUSH sends): no task per request
+            result.add_done_callback(lambda f: self._measure_done(f, request, started, token))
+            return result
+        return self._measured(result, request, started, token)
 
-    async def _measured(self, pending, request: str | None, started: float):
+    def _measure_done(self, fut: asyncio.Future, request: str | None, started: float, token: int) -> None:
+        """``_measured`` for a handler that answered with a future."""
+        if token:
+            self._send_waits.pop(token, None)
+        if fut.cancelled():
+            return
+        if fut.exception() is not None:
+            self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
+            return
+        result = fut.result()
+        if result is not None:
+            self.metrics.on_response(result.code)
+        if request is not None:
+            self.metrics.on_latency(request, time.perf_counter() - started)
+
+    def _flow_control(self, cmd: RemotingCommand, now: float) -> RemotingCommand | None:
+        """SYSTEM_BUSY for a new send while sends pile up behind SYNC_FLUSH (RocketMQ's fast
+        failure: its send queue is our set of sends waiting for the flush). The refused send is
+        not stored, so the client's retry cannot duplicate it."""
+        waits = self._send_waits
+        cfg = self.config
+        if len(waits) >= cfg.max_pending_sends:
+            remark = "[OVERLOAD]system busy, start flow control for a while"
+        else:
+            behind_ms = int((now - next(iter(waits.values()))) * 1000)
+            if behind_ms < cfg.busy_wait_ms:
+                return None
+            remark = (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
+                      f"period in queue: {behind_ms}ms, size of queue: {len(waits)}")
+        self.busy_rejections += 1
+        if self.busy_rejections % 1000 == 1:
+            log.warning("flow control: %s (%d sends refused so far)", remark, self.busy_rejections)
+        self.metrics.on_response(ResponseCode.SYSTEM_BUSY)
+        return cmd.response(ResponseCode.SYSTEM_BUSY, remark)
+
+    async def _measured(self, pending, request: str | None, started: float, token: int = 0):
         """Await a handler's deferred response (long poll, SYNC_FLUSH wait) and measure it then."""
         try:
             result = await pending
@@ -260,6 +333,9 @@ class Broker:
         except Exception:
             self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
             raise
+        finally:
+            if token:
+                self._send_waits.pop(token, None)
         if result is not None:
             self.metrics.on_response(result.code)
         if request is not None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS
 from tidemq.broker.store.config import FlushMode, StoreConfig
+from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,21 @@ class BrokerConfig:
     store_reply_message: bool = True  # also store replies in <cluster>_REPLY_TOPIC (storeReplyMessageEnable)
     reply_push_timeout: float = 3.0  # s to wait for a requester to take a pushed reply
     metrics_queue_lag: bool = False  # also export consumer lag per queue (cardinality: groups x queues)
+    # Hostile input and overload (tidemq.remoting.limits, Broker.handle): all-idle connections are
+    # closed after idle_timeout s (RocketMQ serverChannelMaxIdleTimeSeconds, 0 = never); at most
+    # max_connections (more are closed at once, 0 = no cap); incomplete frames share max_buffered_bytes.
+    idle_timeout: float = 120.0
+    max_connections: int = 16_384
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    # A send is answered SYSTEM_BUSY ("[TIMEOUT_CLEAN_QUEUE]...") while the oldest send waiting for
+    # its SYNC_FLUSH has waited busy_wait_ms, or ("[OVERLOAD]...") max_pending_sends are waiting.
+    busy_wait_ms: int = 1000
+    max_pending_sends: int = 10_000
+    fault_flush_stall_file: str = ""  # test-only (tidemq.broker.faults): flushes wait while this file exists
+    acl_file: Path | None = None  # RocketMQ plain_acl.yml: ACL on when set (tidemq.broker.acl)
+    acl_reload_interval: float = 2.0  # s between checks of the ACL file for changes
+    tls: ServerTlsConfig = ServerTlsConfig()  # the remoting port (tidemq.remoting.tls)
+    namesrv_tls: ClientTlsConfig = ClientTlsConfig()  # connections to the name servers
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -12,6 +12,7 @@ import orjson
 
 from tidemq.errors import TideMQError
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.tls import client_context
 
 if TYPE_CHECKING:
     from tidemq.broker.broker import Broker
@@ -22,7 +23,8 @@ log = logging.getLogger(__name__)
 class NamesrvRegistrar:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
-        self.client = RemotingClient(connect_timeout=3.0)
+        tls = broker.config.namesrv_tls
+        self.client = RemotingClient(connect_timeout=3.0, ssl_context=client_context(tls), server_name=tls.server_name)
         self._lock = asyncio.Lock()
         self.registered: set[str] = set()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidemq.errors import ConfigError
+from tidemq.remoting.tls import ServerTlsConfig
 
 DEFAULT_PORT = 9876
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
@@ -28,6 +29,7 @@ class NamesrvConfig:
     broker_expiry: float = 120.0
     scan_interval: float = 10.0
     max_frame: int = DEFAULT_MAX_FRAME
+    tls: ServerTlsConfig = ServerTlsConfig()  # the remoting port (tidemq.remoting.tls)
 
     def __post_init__(self) -> None:
         if not isinstance(self.listen_port, int) or not 0 <= self.listen_port <= 65535:

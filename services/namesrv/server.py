@@ -69,7 +69,7 @@ class NamesrvServer:
         self.config = config
         self.routes = RouteInfoManager(clock, config.broker_expiry)
         self.kv = KvConfigStore()
-        self._remoting = RemotingServer(self, config.max_frame)
+        self._remoting = RemotingServer(self, config.max_frame, tls=config.tls)
         self._scan_task: asyncio.Task | None = None
         self.address: tuple[str, int] | None = None
         self.registrations = 0

@@ -259,6 +259,8 @@ def test_default_cluster_is_reliable_and_admitted() -> None:
         c["image"] = c["image"] or f"{vals['image']['repository']}:{vals['image']['tag'] or '0.1.0'}"
         if not c["brokers"]["storage"]["storageClassName"]:
             del c["brokers"]["storage"]["storageClassName"]  # the template leaves it out when empty
+        if c["tls"]["mode"] == "disabled" and not c["tls"]["metrics"]:
+            del c["tls"]  # the template leaves it out when TLS is off
         obj = {"apiVersion": crds.API_VERSION, "kind": "Cluster", "metadata": {"name": name, "namespace": "default"},
                "spec": c}
         _obj, problems = crds.admit(obj)
@@ -607,3 +609,18 @@ def test_render_everything_on(rendered) -> None:
     assert sm["metadata"]["labels"]["release"] == "prometheus"
     pm = next(o for o in objs if o["kind"] == "PodMonitor")
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics" and pm["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_acl_comes_from_an_existing_secret(rendered) -> None:
+    """acl.enabled puts the Secret's name (never a key) into the Cluster; off by default."""
+    default = next(o for o in rendered["default"] if o["kind"] == "Cluster")
+    assert "acl" not in default["spec"]["brokers"]
+    cluster = next(o for o in rendered["all"] if o["kind"] == "Cluster")
+    assert cluster["spec"]["brokers"]["acl"] == {"secretName": "tidemq-acl", "key": "plain_acl.yml"}
+    assert not any(o["kind"] == "Secret" for o in rendered["all"])  # the chart never holds the keys
+    op = next(o for o in rendered["all"] if o["kind"] == "Deployment")
+    env = {e["name"]: e for e in op["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TIDEMQ_OPERATOR_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "tidemq-operator-acl", "key": "secretKey"}
+    assert "value" not in env["TIDEMQ_OPERATOR_SECRET_KEY"]
+    default_op = next(o for o in rendered["default"] if o["kind"] == "Deployment")
+    assert "TIDEMQ_OPERATOR_ACCESS_KEY" not in repr(default_op)

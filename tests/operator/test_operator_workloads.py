@@ -136,12 +136,14 @@ def test_broker_statefulset(objs):
     assert _arg(c, "--advertise") == "$(POD_NAME).demo-broker-1-headless.$(POD_NAMESPACE).svc:10911"
     assert _arg(c, "--namesrv") == w.name_server_address(_cluster())
     assert _arg(c, "--listen") == "0.0.0.0:10911"
-    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]} == {"data": "/var/lib/tidemq", "config": "/etc/tidemq"}
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]} == {"data": "/var/lib/tidemq", "config": "/etc/tidemq",
+                                                                  "tmp": "/tmp"}
     assert _arg(c, "--store").startswith("/var/lib/tidemq/")
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
     pod = spec["template"]["spec"]
-    assert pod["volumes"] == [{"name": "config", "configMap": {"name": "demo-broker-1-config"}}]
+    assert pod["volumes"] == [{"name": "config", "configMap": {"name": "demo-broker-1-config"}},
+                              {"name": "tmp", "emptyDir": {}}]
 
 
 def test_probes_use_the_health_endpoints(objs):

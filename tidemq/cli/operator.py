@@ -43,10 +43,18 @@ log = logging.getLogger("tidemq.cli")
 @click.option("--priority", type=int, default=0, envvar="TIDEMQ_OPERATOR_PRIORITY",
               help="Peering priority of this replica.")
 @click.option("--log-level", default="info", show_default=True, envvar="TIDEMQ_LOG_LEVEL")
+@click.option("--access-key", default=None, envvar="TIDEMQ_OPERATOR_ACCESS_KEY",
+              help="ACL access key of an admin account, for brokers started with --acl-file.")
+@click.option("--secret-key", default=None, envvar="TIDEMQ_OPERATOR_SECRET_KEY", show_envvar=True,
+              help="Its secret key (prefer the environment variable to the flag).")
+@click.option("--tls-ca-file", default=None, type=click.Path(dir_okay=False),
+              help="Connect to every cluster's name servers and brokers over TLS, verifying them with this CA bundle (ca.crt).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str,
                  metrics_listen: str, timer_interval: float, retry_delay: float,
                  delete_retries: int, admin_timeout: float, standalone: bool,
-                 peering: str | None, priority: int, log_level: str) -> None:
+                 peering: str | None, priority: int, log_level: str,
+                 access_key: str | None = None, secret_key: str | None = None,
+                 tls_ca_file: str | None = None) -> None:
     """Run the operator (kopf) until SIGINT/SIGTERM."""
     import kopf  # noqa: PLC0415 (optional dependency: pip install 'tidemq[operator]')
 
@@ -56,8 +64,17 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: st
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("give --namespace (one or more) or --all-namespaces")
     setup_logging(log_level)
+    from tidemq.client.config import ClientConfig  # noqa: PLC0415
+    from tidemq.errors import ConfigError  # noqa: PLC0415
+
+    try:
+        client_config = ClientConfig(access_key=access_key or None, secret_key=secret_key or None,
+                                     tls=bool(tls_ca_file), tls_ca_file=tls_ca_file or None)
+    except ConfigError as exc:
+        raise click.UsageError(f"--access-key/--secret-key: {exc}") from None
     config = OperatorConfig(timer_interval=timer_interval, admin_timeout=admin_timeout,
-                            retry_delay=retry_delay, delete_retries=delete_retries)
+                            retry_delay=retry_delay, delete_retries=delete_retries,
+                            client_config=client_config)
     metrics = OperatorMetrics()
     if metrics_listen:
         host, port = parse_listen(metrics_listen, "--metrics-listen")

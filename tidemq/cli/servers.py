@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
 import logging
 import os
 import socket
@@ -20,6 +22,7 @@ from tidemq.errors import ConfigError
 from tidemq.monitoring import MetricsServer
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
 from tidemq.namesrv.metrics import namesrv_registry
+from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig
 
 log = logging.getLogger("tidemq.cli")
 
@@ -95,29 +98,71 @@ def build_broker_config(
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TlsFlags:
+    """The --tls-* flags of a server command, turned into configs."""
+
+    server: ServerTlsConfig
+    metrics: ServerTlsConfig | None
+    ca_file: str | None
+    server_name: str | None
+
+
+def tls_options(fn):
+    """Add the TLS flags; the command receives them as one ``tls: TlsFlags`` argument."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, tls_mode, tls_cert_file, tls_key_file, tls_ca_file, tls_server_name,
+                tls_reload_interval, metrics_tls, **kwargs):
+        try:
+            server = ServerTlsConfig(tls_mode, tls_cert_file, tls_key_file, tls_reload_interval)
+            metrics = None
+            if metrics_tls:
+                metrics = ServerTlsConfig("enforcing", tls_cert_file, tls_key_file, tls_reload_interval)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        return fn(*args, tls=TlsFlags(server, metrics, tls_ca_file, tls_server_name), **kwargs)
+
+    opts = [
+        click.option("--tls-mode", type=click.Choice(["disabled", "permissive", "enforcing"]), default="disabled", show_default=True, help="TLS on the remoting port: plaintext only, both (sniffed per connection), or TLS only."),
+        click.option("--tls-cert-file", default=None, type=click.Path(dir_okay=False), help="PEM certificate chain (e.g. a mounted Secret's tls.crt); reloaded when it changes."),
+        click.option("--tls-key-file", default=None, type=click.Path(dir_okay=False), help="PEM private key (tls.key)."),
+        click.option("--tls-ca-file", default=None, type=click.Path(dir_okay=False), help="PEM CA bundle (ca.crt) that outgoing TLS connections verify peers with (default: the system trust store)."),
+        click.option("--tls-server-name", default=None, help="Name the peers' certificates must carry when they are dialled by IP (default: the dialled host)."),
+        click.option("--tls-reload-interval", default=10.0, show_default=True, type=click.FloatRange(min=0), help="Seconds between checks for changed certificate files (0: never reload)."),
+        click.option("--metrics-tls/--no-metrics-tls", default=False, show_default=True, help="Serve /metrics, /healthz and /readyz over HTTPS only, with the --tls-cert-file certificate."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
 @click.command("namesrv")
 @config_option
 @click.option("--listen", default="0.0.0.0:9876", show_default=True, help="HOST:PORT to serve remoting on.")
 @click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz.")
 @click.option("--broker-expiry", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds of silence before a broker leaves the routes.")
 @click.option("--log-level", default="INFO", show_default=True)
+@tls_options
 @user_errors
-def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, log_level: str) -> None:
+def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, log_level: str,
+                tls: TlsFlags) -> None:
     """Run a name server."""
     setup_logging(log_level)
     host, port = parse_listen(listen, "--listen")
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
     cfg = NamesrvConfig(
         listen_host=host, listen_port=port, broker_expiry=broker_expiry,
-        scan_interval=min(10.0, max(0.1, broker_expiry / 4)),
+        scan_interval=min(10.0, max(0.1, broker_expiry / 4)), tls=tls.server,
     )
 
     async def main() -> None:
         server = NamesrvServer(cfg)
         await server.start()
+        freeze_startup_objects()
         metrics = None
         if mhost_port:
-            metrics = MetricsServer([namesrv_registry(server)])
+            metrics = MetricsServer([namesrv_registry(server)], tls=tls.metrics)
             await metrics.start(*mhost_port)
         try:
             await wait_for_signal()
@@ -151,6 +196,14 @@ def _check_delete_when(_ctx, param, value: str) -> tuple[int, ...]:
     return hours
 
 
+def freeze_startup_objects() -> None:
+    """Move everything allocated while starting (modules, config, CLI) out of the cyclic GC's
+    reach: a full collection then only walks objects made while serving, so its pauses (which
+    land in request latency) stay short."""
+    gc.collect()
+    gc.freeze()
+
+
 def broker_options(fn):
     opts = [
         click.option("--namesrv", "-n", envvar="NAMESRV_ADDR", default="127.0.0.1:9876", show_default=True, help="Name servers, ADDR[;ADDR...] (also $NAMESRV_ADDR)."),
@@ -173,7 +226,11 @@ def broker_options(fn):
         click.option("--transaction-check-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between transaction check rounds."),
         click.option("--transaction-check-max", default=15, show_default=True, type=click.IntRange(min=0), help="Checks before an unresolved half message is discarded."),
         click.option("--max-pull-bytes", default=256 * 1024, show_default=True, type=click.IntRange(min=4096), help="Most bytes of messages one pull returns (RocketMQ maxTransferBytesOnMessageInMemory; at least one message is always returned)."),
+        click.option("--warm-segments/--no-warm-segments", default=False, show_default=True, help="Pre-fault each new CommitLog segment in a worker thread (RocketMQ warmMapedFileEnable): appends take no page faults, but the segment is resident page cache from creation and populating it can stall the broker's allocations on a busy machine."),
         click.option("--register-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between registrations with the name servers."),
+        click.option("--acl-file", default=None, type=click.Path(dir_okay=False), help="RocketMQ plain_acl.yml: turns ACL on (every request signed; reloaded on change)."),
+        click.option("--acl-reload-interval", default=2.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between checks of the ACL file for changes."),
+        click.option("--namesrv-tls/--no-namesrv-tls", default=False, show_default=True, help="Connect to the name servers over TLS (verified with --tls-ca-file and --tls-server-name)."),
         click.option("--log-level", default="INFO", show_default=True),
     ]
     for opt in reversed(opts):
@@ -181,36 +238,78 @@ def broker_options(fn):
     return fn
 
 
+def limit_options(fn):
+    """Connection limits and flow control (BrokerConfig); the command receives ``limits``, a dict
+    of BrokerConfig field replacements."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, idle_timeout, max_connections, max_buffered_bytes, busy_wait_ms, max_pending_sends,
+                test_flush_stall_file, **kwargs):
+        limits = dict(idle_timeout=idle_timeout, max_connections=max_connections,
+                      max_buffered_bytes=max_buffered_bytes, busy_wait_ms=busy_wait_ms,
+                      max_pending_sends=max_pending_sends, fault_flush_stall_file=test_flush_stall_file or "")
+        return fn(*args, limits=limits, **kwargs)
+
+    opts = [
+        click.option("--idle-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0), help="Close connections with no traffic for this many seconds (RocketMQ serverChannelMaxIdleTimeSeconds; 0: never)."),
+        click.option("--max-connections", default=16_384, show_default=True, type=click.IntRange(min=0), help="Most open client connections; more are closed at once (0: no limit)."),
+        click.option("--max-buffered-bytes", default=256 * 1024 * 1024, show_default=True, type=click.IntRange(min=0), help="Bytes of incomplete requests buffered across all connections before reading pauses (0: no limit)."),
+        click.option("--busy-wait-ms", default=1000, show_default=True, type=click.IntRange(min=1), help="Answer sends SYSTEM_BUSY while the oldest send waiting for SYNC_FLUSH has waited this long."),
+        click.option("--max-pending-sends", default=10_000, show_default=True, type=click.IntRange(min=1), help="Answer sends SYSTEM_BUSY while this many wait for SYNC_FLUSH."),
+        click.option("--test-flush-stall-file", default=None, hidden=True, allow_from_autoenv=False, help="TEST ONLY: CommitLog flushes wait while this file exists."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
 @click.command("broker", context_settings={"auto_envvar_prefix": "TIDEMQ_BROKER"})
 @config_option
 @broker_options
+@tls_options
+@limit_options
+@click.option("--test-power-loss-shadow", default=None, hidden=True, allow_from_autoenv=False,
+              type=click.Path(file_okay=False),
+              help="TEST ONLY: copy every fdatasync into DIR so a test can emulate a power cut.")
 @user_errors
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
                metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delete_when,
                cleanup_interval, delay_levels, transaction_timeout, transaction_check_interval,
-               transaction_check_max, max_pull_bytes, register_interval, log_level) -> None:
+               transaction_check_max, max_pull_bytes, warm_segments, register_interval, log_level,
+               tls: TlsFlags,
+               namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
+               limits: dict | None = None,
+               acl_file: str | None = None, acl_reload_interval: float = 2.0) -> None:
     """Run a broker."""
     setup_logging(log_level)
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
                               auto_create_topic, segment_size, retention_hours, broker_id)
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
-        cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval))
+        cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval,
+        warm_segments=warm_segments,
+        power_loss_shadow=Path(test_power_loss_shadow) if test_power_loss_shadow else None))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
                               max_pull_bytes=max_pull_bytes,
                               metrics_queue_lag=metrics_queue_lag)
     cfg = dataclasses.replace(cfg, transaction_timeout=transaction_timeout,
                               transaction_check_interval=transaction_check_interval,
                               transaction_check_max=transaction_check_max)
+    cfg = dataclasses.replace(cfg, tls=tls.server, namesrv_tls=ClientTlsConfig(
+        namesrv_tls, tls.ca_file, tls.server_name))
+    cfg = dataclasses.replace(cfg, **(limits or {}))
+    cfg = dataclasses.replace(cfg, acl_file=Path(acl_file).expanduser().resolve() if acl_file else None,
+                              acl_reload_interval=acl_reload_interval)
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
 
     async def main() -> None:
         broker = Broker(cfg)
         await broker.start()
+        freeze_startup_objects()
         metrics = None
         try:
             if mhost_port:
                 broker.metrics.attach(broker)
-                metrics = MetricsServer([broker.metrics.registry], ready=lambda: broker.ready)
+                metrics = MetricsServer([broker.metrics.registry], ready=lambda: broker.ready, tls=tls.metrics)
                 await metrics.start(*mhost_port)
             await wait_for_signal()
         finally:

@@ -61,6 +61,13 @@ class ClientConfig:
     connect_timeout: float = 3.0
     access_key: str | None = None  # RocketMQ ACL: requests are signed when both keys are set
     secret_key: str | None = None
+    # TLS to name servers and brokers: the server's chain is always verified (``tls_ca_file``, or
+    # the system trust store when None) and so is its name (the dialled host, or
+    # ``tls_server_name`` for peers reached by IP); there is no trust-all switch.
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_server_name: str | None = None
+    tls_verify_hostname: bool = True
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -84,6 +91,8 @@ class ClientConfig:
             raise ConfigError("max_message_size must be positive")
         if (self.access_key is None) != (self.secret_key is None):
             raise ConfigError("access_key and secret_key must be given together (RocketMQ ACL)")
+        if not self.tls and (self.tls_ca_file or self.tls_server_name):
+            raise ConfigError("tls_ca_file / tls_server_name are set but tls is off: pass tls=True")
 
     def with_name_servers(self, name_servers: str | Iterable[str] | None) -> "ClientConfig":
         if name_servers is None:

@@ -13,6 +13,9 @@ the *best* broker of the fault table (available first, then lowest latency, then
 recovery; one of the better half, in turn) is used. When disabled: plain round-robin that only
 avoids the broker that failed last. Pure state with an injected clock; no I/O.
 
+A send answered SYSTEM_BUSY (broker flow control) is retried after :func:`busy_backoff`, until the
+send's deadline, without counting against the retry budget.
+
 Invariants: the fault table holds at most ``max_brokers`` entries (the oldest recovery is evicted
 first); per-topic counters at most ``max_topics``.
 """
@@ -40,6 +43,19 @@ def not_available_ms(latency_ms: float, latency_max: Sequence[int] = LATENCY_MAX
         if latency_ms >= bound:
             return duration
     return 0
+
+
+BUSY_BACKOFF_FIRST = 0.05  # s before the first retry of a send answered SYSTEM_BUSY
+BUSY_BACKOFF_MAX = 1.0
+
+
+def busy_backoff(busy_answers: int, rand: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before retrying a send refused with SYSTEM_BUSY for the ``busy_answers``-th
+    time in a row: exponential from 50 ms, capped at 1 s, with full jitter in its upper half so
+    clients refused together do not come back together. (A SYSTEM_BUSY send was not stored, so
+    retrying it cannot duplicate it.)"""
+    base = min(BUSY_BACKOFF_MAX, BUSY_BACKOFF_FIRST * (2 ** max(0, busy_answers - 1)))
+    return base * (0.5 + 0.5 * rand())
 
 
 @dataclass(slots=True)

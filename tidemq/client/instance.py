@@ -37,6 +37,7 @@ from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
 from tidemq.message import local_ip_bytes
 from tidemq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.tls import ClientTlsConfig, client_context
 from tidemq.remoting.acl import AclSigner
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,10 @@ class ClientInstance:
         self.clock = clock
         signer = (AclSigner(config.access_key, config.secret_key)
                   if config.access_key is not None and config.secret_key is not None else None)
+        tls = ClientTlsConfig(config.tls, config.tls_ca_file, config.tls_server_name, config.tls_verify_hostname)
         self.remoting = RemotingClient(handler=self, connect_timeout=config.connect_timeout,
-                                       rpc_hook=signer)
+                                       rpc_hook=signer, ssl_context=client_context(tls),
+                                       server_name=config.tls_server_name)
         self.routes = RouteCache()
         self.client_id = ""
         self._uniq: UniqIdGenerator | None = None

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from tidemq.client.base import ClientBase
 from tidemq.client.batching import BATCH_LOG_OVERHEAD, split_batches
 from tidemq.client.config import ClientConfig, make_config
-from tidemq.client.fault import FaultStrategy
+from tidemq.client.fault import FaultStrategy, busy_backoff
 from tidemq.client.instance import ClientInstance
 from tidemq.client.request_reply import (
     is_reply,
@@ -55,7 +55,7 @@ from tidemq.client.tasks import finish_or_cancel, keep
 from tidemq.client.validation import check_batch, check_group, check_message
 from tidemq.errors import BrokerError, ClientError, RemotingError, RemotingTimeoutError, TideMQError
 from tidemq.message import Message, MessageExt
-from tidemq.remoting import RemotingCommand, RequestCode
+from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -375,8 +375,8 @@ class Producer(ClientBase):
         fault = self.fault
         last_broker: str | None = None
         last_exc: TideMQError | None = None
-        made = 0
-        for _ in range(attempts):
+        made = busy = 0
+        while made - busy < attempts:  # SYSTEM_BUSY answers do not use up the retry budget
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -398,6 +398,11 @@ class Producer(ClientBase):
                 log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, exc)
                 continue
             latency_ms = (fault.now() - started) * 1000
+            if resp.code == ResponseCode.SYSTEM_BUSY:  # flow control: not stored, back off and retry
+                busy += 1
+                last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
+                await asyncio.sleep(min(busy_backoff(busy), max(0.0, deadline - loop.time())))
+                continue
             if resp.code in RETRYABLE_SEND_CODES:
                 last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
                 if fixed is None:

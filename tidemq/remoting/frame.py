@@ -75,9 +75,12 @@ def _as_int(value: object, name: str, default: int = 0) -> int:
     if value.__class__ is int:  # hot path: the usual case
         return value  # type: ignore[return-value]
     try:
-        return lenient_int(value, default, bools=True)
+        n = lenient_int(value, default, bools=True)
     except ValueError:
         raise FrameError(f"header field {name!r} is not an integer") from None
+    if not -0x80000000 <= n <= 0x7FFFFFFF:  # a decimal string can hold any size (found by fuzzing)
+        raise FrameError(f"header field {name!r} is outside Java's int range")
+    return n
 
 
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:

@@ -9,6 +9,11 @@ those run as tasks. A broken frame closes that one connection and is logged once
 Requests sent with ``invoke`` time out through one timer per connection, armed for the earliest
 deadline (re-armed when it fires), not a timer per request. A request sent while no other is in
 flight is written at once; others are coalesced into one write per loop iteration.
+
+A server enforces :class:`tidemq.remoting.limits.ServerLimits`: all-idle connections are aborted
+after ``idle_timeout``, connections past ``max_connections`` are closed at once, bytes of
+incomplete frames share one budget (a connection over it stops being read), and a request with too
+many extFields is answered SYSTEM_ERROR without reaching the handler.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -23,8 +29,11 @@ from tidemq.errors import ConnectError, FrameError, RemotingError, RemotingTimeo
 from tidemq.remoting.codes import ResponseCode
 from tidemq.remoting.command import RemotingCommand
 from tidemq.remoting.frame import DEFAULT_MAX_FRAME, encode_frame_parts, iter_frames
+from tidemq.remoting.limits import BufferBudget, RateLimitedLog, ServerLimits
+from tidemq.remoting.tls import ServerTls, ServerTlsConfig, SniffingServer, TlsMode, register_after_handshake
 
 log = logging.getLogger(__name__)
+_bad_peer_log = RateLimitedLog(log)  # frame errors, refusals: hostile peers must not flood the log
 
 HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 
@@ -46,9 +55,18 @@ def next_opaque() -> int:
 class Connection(asyncio.Protocol):
     """One remoting connection. Serves requests (via ``handler``) and matches responses by opaque."""
 
-    def __init__(self, handler: RequestHandler | None, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, handler: RequestHandler | None, max_frame: int = DEFAULT_MAX_FRAME,
+                 budget: BufferBudget | None = None, max_ext_fields: int = 0) -> None:
         self.handler = handler
         self.max_frame = max_frame
+        # Server side (tidemq.remoting.limits): bytes of an incomplete frame beyond a free allowance
+        # are charged to the server's budget; a connection over it stops being read for a while.
+        self._budget = budget
+        self._charged = 0
+        self._paused_by_budget = False
+        self._paused_by_peer = False
+        self.max_ext_fields = max_ext_fields
+        self.activity = 0  # bumped by every read and write; the idle sweep compares snapshots
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
         self._loop = asyncio.get_running_loop()
@@ -77,6 +95,7 @@ class Connection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
 
     def data_received(self, data: bytes) -> None:
+        self.activity += 1
         self._in_read = True
         try:
             self._read(data)
@@ -96,11 +115,29 @@ class Connection(asyncio.Protocol):
                 else:
                     self._dispatch(cmd)
         except FrameError as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
+            _bad_peer_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, exc)
             self._buf = bytearray()
             self.close()
+        budget = self._budget
+        if budget is not None and (self._charged or len(self._buf) > budget.free):
+            self._charged, pause = budget.charge(self, self._charged, len(self._buf))
+            if pause and not self._paused_by_budget and self.transport is not None:
+                self._paused_by_budget = True
+                if not self._paused_by_peer:
+                    self.transport.pause_reading()
+
+    def _budget_resume(self) -> None:
+        """The server's buffer budget has room again (called by BufferBudget)."""
+        if self._paused_by_budget:
+            self._paused_by_budget = False
+            t = self.transport
+            if not self._paused_by_peer and t is not None and not t.is_closing():
+                t.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._budget is not None:
+            charged, self._charged = self._charged, 0
+            self._budget.release(self, charged)
         err = ConnectError(f"connection to {self.peer} closed")
         for fut in self._pending.values():
             if not fut.done():
@@ -123,6 +160,14 @@ class Connection(asyncio.Protocol):
     # serving --------------------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
         if self.handler is None:
+            return
+        if self.max_ext_fields and len(cmd.ext_fields) > self.max_ext_fields:
+            _bad_peer_log.log(logging.WARNING, "request code %s from %s has %d extFields (at most %d)",
+                              cmd.code, self.peer, len(cmd.ext_fields), self.max_ext_fields)
+            if not cmd.is_oneway:
+                self.send(cmd.response(ResponseCode.SYSTEM_ERROR,
+                                       f"request header has {len(cmd.ext_fields)} extFields, "
+                                       f"more than the {self.max_ext_fields} allowed"))
             return
         try:
             result = self.handler.handle(self, cmd)
@@ -176,6 +221,7 @@ class Connection(asyncio.Protocol):
         if not out:
             return
         self._out = []
+        self.activity += 1
         t = self.transport
         if t is not None and not t.is_closing():
             t.writelines(out)
@@ -245,11 +291,13 @@ class Connection(asyncio.Protocol):
 
     # Backpressure: a peer that does not read its responses stops being read from.
     def pause_writing(self) -> None:
-        if self.transport is not None:
+        self._paused_by_peer = True
+        if self.transport is not None and not self._paused_by_budget:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        self._paused_by_peer = False
+        if self.transport is not None and not self.transport.is_closing() and not self._paused_by_budget:
             self.transport.resume_reading()
 
 
@@ -261,39 +309,103 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 
 class RemotingServer:
-    """Accepts connections and serves them with one handler."""
+    """Accepts connections and serves them with one handler (TLS per ``tls``: see tidemq.remoting.tls)."""
 
-    def __init__(self, handler: RequestHandler, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self, handler: RequestHandler, max_frame: int = DEFAULT_MAX_FRAME, tls: ServerTlsConfig | None = None,
+        limits: ServerLimits | None = None,
+    ) -> None:
         self.handler = handler
         self.max_frame = max_frame
-        self._server: asyncio.base_events.Server | None = None
+        self.limits = limits if limits is not None else ServerLimits()
+        self.budget = (BufferBudget(self.limits.max_buffered_bytes, self.limits.free_buffer_bytes)
+                       if self.limits.max_buffered_bytes else None)
+        self.refused = 0  # connections closed at once because max_connections were open
+        self.idle_closed = 0
+        self._sweeper: asyncio.Task | None = None
+        self.tls: ServerTls | None = ServerTls(tls) if tls is not None and tls.enabled else None
+        self._server: asyncio.base_events.Server | SniffingServer | None = None
         self.connections: set[Connection] = set()
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
 
-        def factory() -> Connection:
-            conn = Connection(self.handler, self.max_frame)
+        def factory() -> asyncio.Protocol:
+            cap = self.limits.max_connections
+            if cap and len(self.connections) >= cap:
+                self.refused += 1
+                return _Refused(cap)
+            conn = Connection(self.handler, self.max_frame, self.budget, self.limits.max_ext_fields)
             self.connections.add(conn)
             conn.closed.add_done_callback(lambda _f: self.connections.discard(conn))
             return conn
 
         try:
-            self._server = await loop.create_server(factory, host, port, reuse_address=True)
+            if self.tls is None:
+                self._server = await loop.create_server(factory, host, port, reuse_address=True)
+            elif self.tls.mode is TlsMode.ENFORCING:
+                self._server = await loop.create_server(
+                    register_after_handshake(factory, self.connections), host, port, reuse_address=True,
+                    ssl=self.tls.context, ssl_handshake_timeout=self.tls.config.handshake_timeout)
+            else:
+                self._server = SniffingServer(register_after_handshake(factory, self.connections), self.tls)
+                await self._server.start(host, port)
         except OSError as exc:
             raise ConnectError(
                 f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick a free port"
             ) from None
+        if self.tls is not None:
+            self.tls.start_watching()
+        if self.limits.idle_timeout:
+            self._sweeper = loop.create_task(self._close_idle(self.limits.idle_timeout), name="remoting-idle")
         sock = self._server.sockets[0].getsockname()
         return sock[0], sock[1]
 
+    async def _close_idle(self, timeout: float) -> None:
+        """Every timeout/4 s: abort connections with no read or write for ``timeout`` s and no request
+        being answered (RocketMQ closes all-idle channels after serverChannelMaxIdleTimeSeconds)."""
+        loop = asyncio.get_running_loop()
+        seen: dict[Connection, tuple[int, float]] = {}
+        while True:
+            await asyncio.sleep(max(0.05, timeout / 4))
+            now = loop.time()
+            current: dict[Connection, tuple[int, float]] = {}
+            for conn in self.connections:
+                last = seen.get(conn)
+                if last is None or last[0] != conn.activity or conn._tasks:
+                    current[conn] = (conn.activity, now)
+                elif now - last[1] >= timeout and conn.transport is not None:
+                    self.idle_closed += 1
+                    log.debug("closing connection from %s: idle for %.1f s", conn.peer, now - last[1])
+                    conn.transport.abort()
+                else:
+                    current[conn] = last
+            seen = current
+
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self.tls is not None:
+            await self.tls.stop()
         if self._server is not None:
             self._server.close()
             for conn in list(self.connections):
                 conn.close()
             await self._server.wait_closed()
             self._server = None
+
+
+class _Refused(asyncio.Protocol):
+    """A connection beyond the server's max_connections: closed as soon as it is accepted."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        _bad_peer_log.log(logging.WARNING, "refusing connection from %s: %d connections are open (the maximum)",
+                          transport.get_extra_info("peername"), self.cap)
+        transport.abort()
 
 
 class RemotingClient:
@@ -305,8 +417,14 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         max_frame: int = DEFAULT_MAX_FRAME,
         rpc_hook: Callable[[RemotingCommand], None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        server_name: str | None = None,
     ) -> None:
         self.handler = handler
+        # TLS (tidemq.remoting.tls.client_context): the certificate must name ``server_name``, or
+        # the dialled host when None.
+        self.ssl_context = ssl_context
+        self.server_name = server_name
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
         self.rpc_hook = rpc_hook  # runs on every request before it is sent (e.g. ACL signing)
@@ -342,9 +460,14 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         try:
             _t, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self.handler, self.max_frame), host, port),
+                loop.create_connection(
+                    lambda: Connection(self.handler, self.max_frame), host, port, ssl=self.ssl_context,
+                    server_hostname=(self.server_name or host) if self.ssl_context is not None else None,
+                ),
                 self.connect_timeout,
             )
+        except ssl.SSLCertVerificationError as exc:
+            raise ConnectError(f"TLS certificate of {addr} not accepted: {exc.verify_message or exc}") from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from None
         return conn

@@ -73,14 +73,18 @@ app.kubernetes.io/component: operator
      - Events: kopf posts handler progress and the operator's warnings;
      - kopf.dev peerings when peering is on. */}}
 {{- define "tidemq.operatorRules" -}}
+# Exactly what the operator uses (tests/operator/test_operator_integration.py records its API
+# requests and compares): kopf lists/watches the custom resources and patches them and their status.
 - apiGroups: ["tidemq.io"]
   resources: ["clusters", "topics", "consumergroups"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["tidemq.io"]
   resources: ["clusters/status", "topics/status", "consumergroups/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
+# Owned workloads carry blockOwnerDeletion: the API server then requires update on the owner's
+# finalizers subresource (admission plugin OwnerReferencesPermissionEnforcement).
 - apiGroups: ["tidemq.io"]
-  resources: ["clusters/finalizers", "topics/finalizers", "consumergroups/finalizers"]
+  resources: ["clusters/finalizers"]
   verbs: ["update"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]

@@ -11,6 +11,7 @@ Hot path (guarded by bench/produce_consume.py): no JSON, one properties parse pe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -291,14 +292,25 @@ class SendProcessor:
             return cmd.response(code, None, fields)
         if not wait:
             return cmd.response(code, None, fields)
-        return self._await_durable(cmd, result.end_offset, fields)
+        durable = self.broker.store.durable(result.end_offset)
+        if durable is None:
+            return cmd.response(code, None, fields)
+        # A future, not a coroutine (no task per send): answered when the group commit covers it.
+        answer: asyncio.Future[RemotingCommand] = durable.get_loop().create_future()
+        durable.add_done_callback(lambda f: _answer_durable(answer, f, cmd, result.end_offset, fields))
+        return answer
 
-    async def _await_durable(self, cmd: RemotingCommand, end_offset: int, fields: dict) -> RemotingCommand:
-        ok = await self.broker.store.wait_durable(end_offset)
-        if ok:
-            return cmd.response(ResponseCode.SUCCESS, None, fields)
-        log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
-        return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored", fields)
+
+def _answer_durable(answer: asyncio.Future, durable: asyncio.Future, cmd: RemotingCommand, end_offset: int,
+                    fields: dict) -> None:
+    if answer.done():  # the connection went away (its pending answers are cancelled)
+        return
+    if not durable.cancelled() and durable.result():
+        answer.set_result(cmd.response(ResponseCode.SUCCESS, None, fields))
+        return
+    log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
+    answer.set_result(cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT,
+                                   "flush to disk timed out; the message is stored", fields))
 
 
 def peer_host(conn: Connection) -> tuple[str, int]:
