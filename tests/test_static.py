@@ -739,7 +739,7 @@ def test_e2e_collects_every_module():
 
 
 def test_e2e_tests_are_all_marked_e2e():
-    """The default run (addopts `-m 'not e2e'`) deselects every test in e2e/."""
+    """The default run (addopts `-m 'not e2e and not slow'`) deselects every test in e2e/."""
     proc = _collect("e2e")
     leaked = [i for i in _collected(proc) if i.startswith("e2e/")]
     assert not leaked, f"tests in e2e/ without the e2e marker (they would run without a cluster): {leaked}"
