@@ -624,3 +624,33 @@ def test_acl_comes_from_an_existing_secret(rendered) -> None:
     assert "value" not in env["TIDEMQ_OPERATOR_SECRET_KEY"]
     default_op = next(o for o in rendered["default"] if o["kind"] == "Deployment")
     assert "TIDEMQ_OPERATOR_ACCESS_KEY" not in repr(default_op)
+
+
+def test_cluster_pods_get_network_policies_for_exactly_their_ports(rendered) -> None:
+    """Every name-server and broker pod the operator makes from the chart's Cluster is selected by
+    one of the chart's NetworkPolicies, which opens exactly that pod's container ports."""
+    from tidemq.operator.workloads import desired_objects
+
+    objs = rendered["all"]
+    values = load_values(VALUES_ALL)
+    cluster = next(o for o in objs if o["kind"] == "Cluster")
+    cluster = {**cluster, "metadata": {**cluster["metadata"], "uid": "0000-test"}}
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    sets = [o for o in desired_objects(cluster) if o["kind"] == "StatefulSet"]
+    assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in sets} == {"namesrv", "broker"}
+    for sts in sets:
+        template = sts["spec"]["template"]
+        labels = template["metadata"]["labels"]
+        chosen = [p for p in policies
+                  if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+        assert len(chosen) == 1, (sts["metadata"]["name"], [p["metadata"]["name"] for p in chosen])
+        spec = chosen[0]["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        opened = {port["port"] for rule in spec["ingress"] for port in rule["ports"]}
+        container_ports = {p["containerPort"] for c in template["spec"]["containers"] for p in c["ports"]}
+        assert opened == container_ports
+        remoting, metrics = spec["ingress"]
+        assert remoting["from"] == values["networkPolicy"]["clientsFrom"]
+        assert metrics["from"] == values["networkPolicy"]["metricsFrom"]
+    default = [o for o in rendered["default"] if o["kind"] == "NetworkPolicy"]
+    assert default == []  # off unless networkPolicy.enabled

@@ -157,7 +157,10 @@ def test_chart_rendered_by_helm_hardens_the_operator_and_wires_tls(request):
 
     helm = request.getfixturevalue("helm_python")
     kube = request.getfixturevalue("kubeconfig")
-    objs = {o["kind"]: o for o in test_chart.render(helm, kube, "sec", test_chart.load_values(test_chart.VALUES_ALL))}
+    rendered = test_chart.render(helm, kube, "sec", test_chart.load_values(test_chart.VALUES_ALL))
+    objs = {o["kind"]: o for o in rendered}
+    operator_policy = [o for o in rendered if o["kind"] == "NetworkPolicy"
+                       and o["metadata"]["name"] == objs["Deployment"]["metadata"]["name"]]
     pod = objs["Deployment"]["spec"]["template"]["spec"]
     check_pod("operator Deployment", pod, needs_api=True)
     container = pod["containers"][0]
@@ -176,7 +179,8 @@ def test_chart_rendered_by_helm_hardens_the_operator_and_wires_tls(request):
     assert "insecureSkipVerify" not in endpoint["tlsConfig"]
     # the operator's NetworkPolicy: its pod only, ingress to the metrics and health ports only
     values = test_chart.load_values(test_chart.VALUES_ALL)
-    policy = objs["NetworkPolicy"]["spec"]
+    assert len(operator_policy) == 1  # the Cluster's pods have their own (tests/charts/test_chart.py)
+    policy = operator_policy[0]["spec"]
     assert policy["podSelector"]["matchLabels"] == objs["Deployment"]["spec"]["selector"]["matchLabels"]
     assert policy["policyTypes"] == ["Ingress"]
     ports = sorted(p["port"] for rule in policy["ingress"] for p in rule["ports"])
