@@ -38,13 +38,9 @@ BUDGET = 32 * 1024 * 1024
 TOPIC = "HostileT"
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    raise_fd_limit(8192)
-    c = Cluster(tmp_path_factory.mktemp("hostile"), extra_broker_args=[
-        "--idle-timeout", str(IDLE), "--max-connections", str(MAX_CONNECTIONS),
-        "--max-buffered-bytes", str(BUDGET), "--auto-create-topic",
-    ])
+def running_cluster(tmp_path_factory, name: str, *broker_args: str):
+    """A name server and a broker started with ``broker_args`` (a generator for module fixtures)."""
+    c = Cluster(tmp_path_factory.mktemp(name), extra_broker_args=list(broker_args))
     try:
         c.start()
     except Exception:
@@ -52,6 +48,13 @@ def hostile(tmp_path_factory):
         raise
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    raise_fd_limit(8192)
+    yield from running_cluster(tmp_path_factory, "hostile", "--idle-timeout", str(IDLE), "--max-connections",
+                               str(MAX_CONNECTIONS), "--max-buffered-bytes", str(BUDGET), "--auto-create-topic")
 
 
 def _host_port(c: Cluster) -> tuple[str, int]:
@@ -201,16 +204,8 @@ def test_absurd_pull_batch_sizes_are_clamped(hostile):
 def flood(tmp_path_factory):
     """A broker for the full H4 (a) run: room for 10,000 idle connections and then some."""
     raise_fd_limit(12_000)
-    c = Cluster(tmp_path_factory.mktemp("flood"), extra_broker_args=[
-        "--idle-timeout", str(IDLE), "--max-connections", "10500", "--auto-create-topic",
-    ])
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    yield from running_cluster(tmp_path_factory, "flood", "--idle-timeout", str(IDLE), "--max-connections",
+                               "10500", "--auto-create-topic")
 
 
 @pytest.mark.parametrize("broker_fixture, idle", [
@@ -261,15 +256,7 @@ def test_idle_and_half_frame_connections_are_closed_and_good_client_stays_fast(r
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory):
     """A broker with a 300-connection cap and a long idle timeout (no idle closes during the test)."""
-    c = Cluster(tmp_path_factory.mktemp("capped"), extra_broker_args=[
-        "--idle-timeout", "60", "--max-connections", "300"])
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    yield from running_cluster(tmp_path_factory, "capped", "--idle-timeout", "60", "--max-connections", "300")
 
 
 def test_connections_past_the_maximum_are_refused_at_once(capped):

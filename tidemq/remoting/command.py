@@ -80,27 +80,31 @@ class RemotingCommand:
 
     def get_int(self, name: str, default: int | None = None, bits: int = 64) -> int:
         """An integer header field within Java's int (bits=32) or long (64) range."""
-        v = self.ext_fields.get(name)
-        if v is None or v == "":
-            if default is None:
-                raise ValueError(f"missing header field {name!r}")
-            return default
-        if len(v) > 24:
-            raise ValueError(f"header field {name!r} is not an integer: {v[:24]!r}...")
-        try:
-            n = int(v)
-        except ValueError:
-            raise ValueError(f"header field {name!r} is not an integer: {v!r}") from None
-        limit = 1 << (bits - 1)
-        if not -limit <= n < limit:
-            raise ValueError(f"header field {name!r} is out of range: {n}")
-        return n
+        return field_int(self.ext_fields.get(name), name, default, 1 << (bits - 1))
 
     def get_bool(self, name: str, default: bool = False) -> bool:
         v = self.ext_fields.get(name)
         if v is None or v == "":
             return default
         return v.lower() in ("true", "1")
+
+
+def field_int(v: str | None, name: str, default: int | None = None, limit: int = 1 << 63) -> int:
+    """One raw header value as an integer in [-limit, limit): ``default`` when absent or empty
+    (ValueError if there is none), ValueError naming the field when it is not such an integer."""
+    if not v:
+        if default is None:
+            raise ValueError(f"missing header field {name!r}")
+        return default
+    if len(v) > 24:
+        raise ValueError(f"header field {name!r} is not an integer: {v[:24]!r}...")
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"header field {name!r} is not an integer: {v!r}") from None
+    if not -limit <= n < limit:
+        raise ValueError(f"header field {name!r} is out of range: {n}")
+    return n
 
 
 def _str_fields(fields: dict[str, object]) -> dict[str, str]:

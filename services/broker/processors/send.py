@@ -32,6 +32,7 @@ from tidemq.broker.topics import (
 from tidemq.errors import BrokerError, CodecError
 from tidemq.message import Prop, SysFlag, decode_batch, decode_properties, inflate
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.command import field_int
 
 if TYPE_CHECKING:
     from tidemq.broker.broker import Broker
@@ -80,21 +81,6 @@ _LONG = {v: v for v in V2_NAMES.values()}
 _SHORT = {v: k for k, v in V2_NAMES.items()}
 _INT32 = 1 << 31
 _INT64 = 1 << 63
-
-
-def _field_int(v: str | None, name: str, default: int, limit: int = _INT32) -> int:
-    """RemotingCommand.get_int for one raw header value (hot path: five per send)."""
-    if not v:
-        return default
-    if len(v) > 24:
-        raise ValueError(f"header field {name!r} is not an integer: {v[:24]!r}...")
-    try:
-        n = int(v)
-    except ValueError:
-        raise ValueError(f"header field {name!r} is not an integer: {v!r}") from None
-    if not -limit <= n < limit:
-        raise ValueError(f"header field {name!r} is out of range: {n}")
-    return n
 
 
 def send_fields(msg_id: str, queue_id: int, queue_offset: int, region: str) -> dict[str, str]:
@@ -161,7 +147,7 @@ class SendProcessor:
         tc = self._topic_config(cmd, topic)
         if not tc.writable:
             raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue_id = _field_int(f.get(names["queueId"]), "queueId", -1)
+        queue_id = field_int(f.get(names["queueId"]), "queueId", -1, _INT32)
         if queue_id >= tc.queue_nums:
             raise refused(
                 ResponseCode.SYSTEM_ERROR,
@@ -169,10 +155,10 @@ class SendProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
-        sys_flag = _field_int(f.get(names["sysFlag"]), "sysFlag", 0)
-        born_ts = _field_int(f.get(names["bornTimestamp"]), "bornTimestamp", 0, _INT64)
-        flag = _field_int(f.get(names["flag"]), "flag", 0)
-        reconsume = _field_int(f.get(names["reconsumeTimes"]), "reconsumeTimes", 0)
+        sys_flag = field_int(f.get(names["sysFlag"]), "sysFlag", 0, _INT32)
+        born_ts = field_int(f.get(names["bornTimestamp"]), "bornTimestamp", 0, _INT64)
+        flag = field_int(f.get(names["flag"]), "flag", 0, _INT32)
+        reconsume = field_int(f.get(names["reconsumeTimes"]), "reconsumeTimes", 0, _INT32)
         header_props = decode_properties(f.get(names["properties"]) or "")
         transactional = is_transactional(sys_flag, header_props)  # half message (transaction/)
         header_props[Prop.CLUSTER] = cfg.cluster_name
