@@ -273,7 +273,8 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     else:
         walk_from = cl_min
     deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}) or {}).items()}
-    replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code, cfg.root, deleted)
+    replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code, cfg.root, deleted,
+                        claim_at=_claim_reader(commitlog))
     check = QueueCheck(queues, cq_from, deleted)
     seen = [0, 0]
 
@@ -290,6 +291,25 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     commitlog.ensure_active(end)
     destroy_all(replayer.dropped_files + queues.truncate_past(end) + queues.detach_below(cl_min))
     return Recovered(end, durable, walk_from, seen[0], replayer.units_written, replayer.indexed, seen[1])
+
+
+def _claim_reader(commitlog: CommitLog) -> Callable[[int], tuple[str, int, int] | None]:
+    """(topic, queue id, queue offset) of the record whose header is at ``phys`` and names ``phys``
+    as its own offset, or None (zeros, garbage, a record elsewhere)."""
+    def claim_at(phys: int) -> tuple[str, int, int] | None:
+        seg = commitlog.segment_for(phys)
+        if seg is None:
+            return None
+        try:
+            with memoryview(seg.mm) as mv:  # released at once: the mapping may be closed later
+                h = decode_record_header(mv, phys - seg.start, seg.size)
+        except (CodecError, ValueError, struct.error):
+            return None
+        if h.magic != MESSAGE_MAGIC or h.physical_offset != phys:
+            return None
+        return h.topic, h.queue_id, h.queue_offset
+
+    return claim_at
 
 
 class QueueCheck:

@@ -45,8 +45,11 @@ def default_schedule_tags_code(queue_id: int, store_timestamp: int, properties: 
 class Replayer:
     def __init__(self, queue_for: Callable[[str, int], ConsumeQueue], index: IndexService,
                  cq_from: int, index_from: int, schedule_tags_code: ScheduleTagsCode,
-                 store_root: object = "the store", deleted: dict[str, int] | None = None) -> None:
+                 store_root: object = "the store", deleted: dict[str, int] | None = None,
+                 claim_at: Callable[[int], tuple[str, int, int] | None] | None = None) -> None:
         self.queue_for = queue_for
+        # (topic, queue id, queue offset) of the valid record at a commitlog offset, or None.
+        self.claim_at = claim_at
         self.store_root = store_root
         self.deleted = deleted or {}  # topic -> commitlog offset of its deletion
         self.index = index
@@ -90,8 +93,20 @@ class Replayer:
                 return
             if q < cq.min_offset:
                 return  # before the queue's known start: nothing to repair
-            # Both were written from the same put: one of them is damaged, and the record's
-            # header (not covered by the body CRC) is the likelier one. Never guess.
+            if (self.claim_at is not None and u is not None
+                    and self.claim_at(u[0]) != (h.topic, h.queue_id, q)):
+                # The unit points at no record claiming this queue offset: it is a unit the
+                # checkpoint never vouched for (this walk is past cq_from), left by a put that a
+                # crash or power cut lost, whose queue offset a later put reused. The CommitLog
+                # is the truth: point the unit at the record that carries the offset.
+                log.warning("consume queue %s/%d: unit %d pointed to commitlog offset %d, which holds no "
+                            "record with that queue offset; re-pointed to the record at %d",
+                            h.topic, h.queue_id, q, u[0], phys)
+                cq.put(q, phys, h.total_size, code)
+                self.units_replaced += 1
+                return
+            # Two valid records claim this queue offset (or one of them is damaged, and the
+            # record's header, not covered by the body CRC, is the likelier one). Never guess.
             raise StoreCorruptError(
                 f"commitlog record at offset {phys} says it is {h.topic}/{h.queue_id} queue offset {q}, "
                 f"but that consume queue unit points elsewhere: the commitlog or consume queue under "

@@ -395,3 +395,23 @@ async def test_a_record_whose_header_disagrees_with_its_consume_queue_refuses_th
     (tmp_path / "checkpoint").unlink()
     with pytest.raises(StoreCorruptError, match="damaged"):
         open_store(config(tmp_path))
+
+
+@async_test
+async def test_a_stale_unit_past_the_checkpoint_is_re_pointed_at_the_record_that_carries_it(tmp_path):
+    """After a power cut a consume-queue unit may point at a put that was lost, whose queue offset
+    a later put re-used: the CommitLog is the truth (a unit nothing claims is re-pointed)."""
+    store = open_store(config(tmp_path))
+    await store.start()
+    offsets = [store.put(req(topic="T", body=b"x%d" % i)).physical_offset for i in range(6)]
+    end = store.commitlog_max_offset
+    await store.shutdown()
+    cq_file = tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}"
+    data = bytearray(cq_file.read_bytes())
+    data[3 * 20 : 3 * 20 + 8] = (end + 4096).to_bytes(8, "big")  # unit 3 -> where no record is
+    cq_file.write_bytes(bytes(data))
+    (tmp_path / "checkpoint").unlink()  # nothing vouched for: the walk re-checks every unit
+    again = open_store(config(tmp_path))
+    assert [m.body for m in read_queue(again, "T", 0)] == [b"x%d" % i for i in range(6)]
+    assert [m.commit_log_offset for m in read_queue(again, "T", 0)] == offsets
+    again.close_abruptly()
