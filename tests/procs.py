@@ -63,7 +63,11 @@ class ServerProcess:
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         if self.ready_url:
-            wait_ready(self.ready_url, proc=self.proc)
+            try:
+                wait_ready(self.ready_url, proc=self.proc)
+            except (RuntimeError, TimeoutError) as exc:  # say why: the last lines the process wrote
+                tail = "\n".join(self.log().splitlines()[-15:])
+                raise RuntimeError(f"{exc}\n--- last lines of {self.log_path} ---\n{tail}") from None
         return self
 
     def stop(self, timeout: float = 15.0) -> int | None:

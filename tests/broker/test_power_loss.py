@@ -103,7 +103,8 @@ def test_power_loss_async_flush_loses_only_the_last_interval(cluster_factory, tm
 @pytest.mark.slow
 @pytest.mark.parametrize("flush", ["sync", "async"])
 def test_power_loss_20_cycles(cluster_factory, tmp_path, flush):
-    _power_loss_cycles(cluster_factory, tmp_path, flush, cycles=20, seed=13)
+    seed = int(os.environ.get("TIDEMQ_POWER_LOSS_SEED", "13"))  # to replay another schedule
+    _power_loss_cycles(cluster_factory, tmp_path, flush, cycles=20, seed=seed)
 
 
 def test_shadow_holds_only_what_was_synced(tmp_path):

@@ -289,14 +289,41 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     if check.damaged:
         _rebuild_queues(cfg, commitlog, queues, index, check, schedule_tags_code, deleted)
     commitlog.ensure_active(end)
-    destroy_all(replayer.dropped_files + queues.truncate_past(end) + queues.detach_below(cl_min))
+    gone = replayer.dropped_files + queues.truncate_past(end)
+    gone += _drop_unclaimed_tails(queues, replayer.claim_at, cl_min)
+    destroy_all(gone + queues.detach_below(cl_min))
     return Recovered(end, durable, walk_from, seen[0], replayer.units_written, replayer.indexed, seen[1])
 
 
-def _claim_reader(commitlog: CommitLog) -> Callable[[int], tuple[str, int, int] | None]:
-    """(topic, queue id, queue offset) of the record whose header is at ``phys`` and names ``phys``
-    as its own offset, or None (zeros, garbage, a record elsewhere)."""
-    def claim_at(phys: int) -> tuple[str, int, int] | None:
+def _drop_unclaimed_tails(queues: QueueTable, claim_at: Callable[[int], tuple[str, int, int, int] | None],
+                          cl_min: int) -> list[MappedFile]:
+    """Drop units at the end of each queue that point at no record claiming them.
+
+    After a power cut the last units of a queue may be torn (a 20-byte unit straddles a page
+    boundary and only one page reached the disk) or point at puts that were lost; the walk
+    rewrote every unit whose record survived, so from the tail back, a unit whose record (with
+    that topic, queue id, queue offset and size) is not there is dropped -- never served."""
+    gone: list[MappedFile] = []
+    for cq in queues:
+        q = cq.max_offset
+        while q > cq.min_offset:
+            u = cq.unit(q - 1)
+            if u is not None and u[1] > 0 and u[0] < cl_min:
+                break  # its record was deleted by retention: nothing to check it against
+            if u is not None and u[1] > 0 and claim_at(u[0]) == (cq.topic, cq.queue_id, q - 1, u[1]):
+                break
+            q -= 1
+        if q < cq.max_offset:
+            log.warning("consume queue %s/%d: dropping offsets %d..%d at its end that point at no record "
+                        "claiming them (torn or lost in a crash)", cq.topic, cq.queue_id, q, cq.max_offset - 1)
+            gone += cq.truncate_to(q)
+    return gone
+
+
+def _claim_reader(commitlog: CommitLog) -> Callable[[int], tuple[str, int, int, int] | None]:
+    """(topic, queue id, queue offset, size) of the record whose header is at ``phys`` and names
+    ``phys`` as its own offset, or None (zeros, garbage, a record elsewhere)."""
+    def claim_at(phys: int) -> tuple[str, int, int, int] | None:
         seg = commitlog.segment_for(phys)
         if seg is None:
             return None
@@ -307,7 +334,7 @@ def _claim_reader(commitlog: CommitLog) -> Callable[[int], tuple[str, int, int] 
             return None
         if h.magic != MESSAGE_MAGIC or h.physical_offset != phys:
             return None
-        return h.topic, h.queue_id, h.queue_offset
+        return h.topic, h.queue_id, h.queue_offset, h.total_size
 
     return claim_at
 

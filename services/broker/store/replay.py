@@ -46,9 +46,9 @@ class Replayer:
     def __init__(self, queue_for: Callable[[str, int], ConsumeQueue], index: IndexService,
                  cq_from: int, index_from: int, schedule_tags_code: ScheduleTagsCode,
                  store_root: object = "the store", deleted: dict[str, int] | None = None,
-                 claim_at: Callable[[int], tuple[str, int, int] | None] | None = None) -> None:
+                 claim_at: Callable[[int], tuple[str, int, int, int] | None] | None = None) -> None:
         self.queue_for = queue_for
-        # (topic, queue id, queue offset) of the valid record at a commitlog offset, or None.
+        # (topic, queue id, queue offset, size) of the valid record at a commitlog offset, or None.
         self.claim_at = claim_at
         self.store_root = store_root
         self.deleted = deleted or {}  # topic -> commitlog offset of its deletion
@@ -89,12 +89,22 @@ class Replayer:
             code = tags_code(props.get(Prop.TAGS))
         if q < cq.max_offset:
             u = cq.unit(q)
-            if u is not None and u[0] == phys and u[1] == h.total_size:
+            if (u is not None and u[0] == phys and u[1] == h.total_size
+                    and (u[2] == code or h.topic == SCHEDULE_TOPIC)):  # its code: delay levels may change
                 return
             if q < cq.min_offset:
                 return  # before the queue's known start: nothing to repair
-            if (self.claim_at is not None and u is not None
-                    and self.claim_at(u[0]) != (h.topic, h.queue_id, q)):
+            if u is not None and (u[0] == phys or u[1] <= 0):
+                # A torn unit: it straddles a page boundary (20-byte units, 4 KiB pages) and only
+                # one of its pages reached the disk, or it was never completed. The record is
+                # here and claims the offset: write the unit whole.
+                log.warning("consume queue %s/%d: unit %d was torn %s; rewritten from the record at %d",
+                            h.topic, h.queue_id, q, u, phys)
+                cq.put(q, phys, h.total_size, code)
+                self.units_replaced += 1
+                return
+            claim = self.claim_at(u[0]) if self.claim_at is not None and u is not None else ()
+            if claim is None or (claim and claim[:3] != (h.topic, h.queue_id, q)):
                 # The unit points at no record claiming this queue offset: it is a unit the
                 # checkpoint never vouched for (this walk is past cq_from), left by a put that a
                 # crash or power cut lost, whose queue offset a later put reused. The CommitLog

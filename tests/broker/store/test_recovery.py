@@ -415,3 +415,48 @@ async def test_a_stale_unit_past_the_checkpoint_is_re_pointed_at_the_record_that
     assert [m.body for m in read_queue(again, "T", 0)] == [b"x%d" % i for i in range(6)]
     assert [m.commit_log_offset for m in read_queue(again, "T", 0)] == offsets
     again.close_abruptly()
+
+
+def _tear_units(root: Path, topic: str, units: dict[int, bytes]) -> None:
+    cq_file = root / "consumequeue" / topic / "0" / f"{0:020d}"
+    data = bytearray(cq_file.read_bytes())
+    for q, raw in units.items():
+        data[q * 20 : q * 20 + len(raw)] = raw
+    cq_file.write_bytes(bytes(data))
+    (root / "checkpoint").unlink()  # nothing vouched for: the walk re-checks every unit
+
+
+@async_test
+async def test_a_torn_unit_whose_record_survived_is_rewritten(tmp_path):
+    """A 20-byte unit straddles a 4 KiB page boundary; after a power cut only the page holding
+    its commitlog offset may be on disk (size and tags code zero): the record completes it."""
+    store = open_store(config(tmp_path))
+    await store.start()
+    offsets = [store.put(req(topic="T", body=b"x%d" % i, tags="TagA")).physical_offset for i in range(6)]
+    await store.shutdown()
+    _tear_units(tmp_path, "T", {4: offsets[4].to_bytes(8, "big") + bytes(12),  # size + tags lost
+                                5: offsets[5].to_bytes(8, "big") + (200).to_bytes(4, "big") + bytes(8)})
+    again = open_store(config(tmp_path))
+    msgs = read_queue(again, "T", 0)
+    assert [m.body for m in msgs] == [b"x%d" % i for i in range(6)]
+    assert [m.commit_log_offset for m in msgs] == offsets
+    assert again._queues.get("T", 0).unit(5)[2] == again._queues.get("T", 0).unit(0)[2] != 0  # tags code back
+    again.close_abruptly()
+
+
+@async_test
+async def test_torn_units_at_the_end_whose_records_were_lost_are_dropped_not_served(tmp_path):
+    """Units past the last surviving record that are torn point at a wrong record (here the one at
+    offset 0) or nowhere: they are dropped, so the queue ends at the last record that claims its unit."""
+    store = open_store(config(tmp_path))
+    await store.start()
+    offsets = [store.put(req(topic="T", body=b"x%d" % i)).physical_offset for i in range(6)]
+    size0 = len(store.read_record(offsets[0]))
+    await store.shutdown()
+    _tear_units(tmp_path, "T", {6: bytes(8) + size0.to_bytes(4, "big") + bytes(8),  # offset lost: points at 0
+                                7: (offsets[5] + 4096).to_bytes(8, "big") + bytes(12)})  # size lost
+    again = open_store(config(tmp_path))
+    assert again.max_offset("T", 0) == 6
+    assert [m.body for m in read_queue(again, "T", 0)] == [b"x%d" % i for i in range(6)]
+    assert again.put(req(topic="T", body=b"next")).queue_offset == 6
+    again.close_abruptly()
