@@ -11,10 +11,11 @@ valid record nor a correct filler:
   (zero the rest, delete later segments) and log it -- unless the position lies below the
   ``durable`` mark (data fdatasynced before the checkpoint was written): then acknowledged data is
   damaged and recovery refuses (StoreCorruptError) rather than drop it silently;
-- a valid record follows: corruption in the middle, refuse -- except past the durable mark when the
-  damaged stretch contains a page of zeros, the signature of pages the kernel had not yet written
-  back when the machine died (no fsync covered them). Those unflushed bytes are cut like a torn
-  tail, with a warning that counts what was discarded.
+- a valid record follows: corruption in the middle, refuse -- except past the durable mark when a
+  page in the damaged stretch ends in zeros (a page of zeros, or >= 32 zero bytes up to a page
+  boundary), the signature of pages the kernel had not yet written back when the machine died,
+  or wrote back while a record was half written (no fsync covered them). Those unflushed bytes
+  are cut like a torn tail, with a warning that counts what was discarded.
 
 Never does recovery leave a record in place that failed validation, so nothing corrupt is served.
 
@@ -102,17 +103,24 @@ def _find_valid_after(segs: list[MappedFile], i: int, rel: int, check_crc: bool)
     return None
 
 
-def _zero_page_between(seg: MappedFile, rel: int, limit: int) -> bool:
-    """Whether [rel, limit) of ``seg`` shows a page the kernel never wrote back (all zeros)."""
+_TORN_ZEROS = 32  # a page written back mid-write ends in at least this many zeros (headers hold < 16)
+_TORN_ZERO_BYTES = bytes(_TORN_ZEROS)
+
+
+def _unwritten_between(seg: MappedFile, rel: int, limit: int) -> bool:
+    """Whether [rel, limit) of ``seg`` shows a page the kernel never wrote back, or wrote back in
+    the middle of a record's write: a page of ``seg`` (4 KiB, written back whole or not at all)
+    whose part inside the stretch ends in a run of zeros (>= 32 bytes, or the whole part when
+    it is shorter). A single writer appends into zeroed space, so a page captured mid-write holds
+    zeros from the write head to its end, while a bit flip or garbage leaves no such run."""
     first_end = min(limit, (rel // PAGE + 1) * PAGE)
     if first_end - rel >= FILLER_MIN and seg.mm[rel:first_end] == bytes(first_end - rel):
         return True
-    zero_page = bytes(PAGE)
-    a = -(-rel // PAGE) * PAGE
-    while a + PAGE <= limit:
-        if seg.mm[a : a + PAGE] == zero_page:
+    b = (rel // PAGE + 1) * PAGE
+    while b <= limit:
+        if b - _TORN_ZEROS >= rel and seg.mm[b - _TORN_ZEROS : b] == _TORN_ZERO_BYTES:
             return True
-        a += PAGE
+        b += PAGE
     return False
 
 
@@ -176,7 +184,7 @@ def scan_commitlog(
             )
         _cut(commitlog, i, rel, f"{where}: {reason}" if not at_end else "")
         return pos
-    if pos >= durable and _zero_page_between(seg, rel, min(nxt, seg.end) - seg.start):
+    if pos >= durable and _unwritten_between(seg, rel, min(nxt, seg.end) - seg.start):
         log.warning(
             "%s: %s; data up to offset %d was never flushed and pages of it are missing, so "
             "everything from here on (including valid-looking records from offset %d) is discarded",

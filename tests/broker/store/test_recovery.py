@@ -157,6 +157,30 @@ def test_unflushed_pages_lost_in_a_power_failure_are_cut(tmp_path):
     again.close_abruptly()
 
 
+@pytest.mark.parametrize("at_page_end", [True, False])
+def test_a_page_written_back_in_the_middle_of_a_record_is_cut_but_a_zeroed_stretch_elsewhere_refuses(
+        tmp_path, at_page_end):
+    """A page the kernel wrote back while a record was half written ends in zeros (everything past
+    the write head was still zero) while later pages hold whole records: unflushed, so cut like a
+    torn tail. The same zeros not reaching a page boundary look like damage: refuse."""
+    cfg = config(tmp_path)
+    store = open_store(cfg)  # load writes a checkpoint: durable up to offset 0
+    bodies = _fill(store, 15)
+    store.close_abruptly()
+    page_end = 4 * 4096
+    _patch(tmp_path, page_end - 100 if at_page_end else page_end - 300, bytes(100))
+
+    if not at_page_end:
+        with pytest.raises(StoreCorruptError, match="refuses to start"):
+            open_store(cfg)
+        return
+    again = open_store(cfg)
+    kept = _bodies(again)
+    assert 0 < len(kept) < len(bodies) and kept == bodies[: len(kept)]
+    assert again.commitlog_max_offset <= page_end - 100
+    again.close_abruptly()
+
+
 def test_consume_queue_units_past_the_commitlog_end_are_dropped(tmp_path):
     cfg = config(tmp_path)
     store = open_store(cfg)
