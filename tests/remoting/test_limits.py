@@ -204,3 +204,31 @@ def test_decompression_bomb_is_refused_by_the_spark_source():
     cols = arrow.Columns()
     with pytest.raises(CodecError, match="inflates beyond"):
         arrow.collect(_compressed_record(b"\0" * (MAX_INFLATED + 1)), cols, 1, None)
+
+
+_CAP_PROBE = """
+import resource, sys
+from tidemq.remoting.limits import connection_cap
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+cap, said = connection_cap(int(sys.argv[3]))
+print(cap, resource.getrlimit(resource.RLIMIT_NOFILE)[0], said, sep="|")
+"""
+
+
+@pytest.mark.parametrize(("soft", "hard", "requested", "cap", "soft_after", "said"), [
+    (1024, 4096, 16_384, 4096 - 512, 4096, "does not fit the open-file limit 4096"),  # soft raised, cap fitted
+    (1024, 4096, 300, 300, 4096, "connection cap 300 (open-file limit 4096)"),
+    (1024, 1024, 0, 512, 1024, "no connection cap does not fit"),  # 0: the fd limit still bounds it
+    (500, 500, 100, 64, 500, "capped at 64"),  # never below 64
+])
+def test_connection_cap_fits_under_the_open_file_limit(soft, hard, requested, cap, soft_after, said):
+    """With more connections than descriptors, accept() fails with EMFILE and the store cannot open
+    its next segment: the cap is fitted under the (raised) open-file limit, and says how to lift it."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _CAP_PROBE, str(soft), str(hard), str(requested)],
+                         capture_output=True, text=True, check=True).stdout.strip().split("|")
+    assert (int(out[0]), int(out[1])) == (cap, soft_after)
+    assert said in out[2]
+    if cap != requested:
+        assert "ulimit -n" in out[2]

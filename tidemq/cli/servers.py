@@ -252,7 +252,7 @@ def limit_options(fn):
 
     opts = [
         click.option("--idle-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0), help="Close connections with no traffic for this many seconds (RocketMQ serverChannelMaxIdleTimeSeconds; 0: never)."),
-        click.option("--max-connections", default=16_384, show_default=True, type=click.IntRange(min=0), help="Most open client connections; more are closed at once (0: no limit)."),
+        click.option("--max-connections", default=16_384, show_default=True, type=click.IntRange(min=0), help="Most open client connections; more are closed at once. Fitted under the open-file limit (raised to its hard limit at start, 512 kept for store files); 0: only that limit."),
         click.option("--max-buffered-bytes", default=256 * 1024 * 1024, show_default=True, type=click.IntRange(min=0), help="Bytes of incomplete requests buffered across all connections before reading pauses (0: no limit)."),
         click.option("--busy-wait-ms", default=1000, show_default=True, type=click.IntRange(min=1), help="Answer sends SYSTEM_BUSY while the oldest send waiting for SYNC_FLUSH has waited this long."),
         click.option("--max-pending-sends", default=10_000, show_default=True, type=click.IntRange(min=1), help="Answer sends SYSTEM_BUSY while this many wait for SYNC_FLUSH."),

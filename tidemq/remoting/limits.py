@@ -57,6 +57,39 @@ class ServerLimits:
             raise ConfigError(f"max_ext_fields must be >= 1, got {self.max_ext_fields}")
 
 
+FD_RESERVE = 512  # descriptors kept for store files, the metrics server and outgoing connections
+
+
+def connection_cap(requested: int, reserve: int = FD_RESERVE) -> tuple[int, str]:
+    """The connection cap that fits the process's open-file limit, and a line saying so.
+
+    Raises the soft RLIMIT_NOFILE to the hard limit first (as nginx and the Go runtime do), then
+    keeps ``reserve`` descriptors for everything but client connections: with more connections
+    than the limit allows, accept() fails with EMFILE and the store could not open a new segment.
+    ``requested`` 0 means "no cap of our own": the open-file limit still bounds it."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return requested, f"connection cap {requested or 'none'}"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass  # e.g. above fs.nr_open: keep the soft limit we have
+    if soft == resource.RLIM_INFINITY:
+        return requested, f"connection cap {requested or 'none'} (no open-file limit)"
+    room = max(64, soft - reserve)
+    if requested and requested <= room:
+        return requested, f"connection cap {requested} (open-file limit {soft})"
+    asked = f"--max-connections {requested}" if requested else "no connection cap"
+    return room, (f"{asked} does not fit the open-file limit {soft} ({reserve} kept for store files); "
+                  f"capped at {room} connections. Raise the limit (ulimit -n, LimitNOFILE, the "
+                  "container runtime's nofile) to allow more")
+
+
 class _Pausable(Protocol):
     def _budget_resume(self) -> None: ...
 

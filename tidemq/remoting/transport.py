@@ -29,7 +29,7 @@ from tidemq.errors import ConnectError, FrameError, RemotingError, RemotingTimeo
 from tidemq.remoting.codes import ResponseCode
 from tidemq.remoting.command import RemotingCommand
 from tidemq.remoting.frame import DEFAULT_MAX_FRAME, encode_frame_parts, iter_frames
-from tidemq.remoting.limits import BufferBudget, RateLimitedLog, ServerLimits
+from tidemq.remoting.limits import BufferBudget, RateLimitedLog, ServerLimits, connection_cap
 from tidemq.remoting.tls import ServerTls, ServerTlsConfig, SniffingServer, TlsMode, register_after_handshake
 
 log = logging.getLogger(__name__)
@@ -320,6 +320,7 @@ class RemotingServer:
         self.limits = limits if limits is not None else ServerLimits()
         self.budget = (BufferBudget(self.limits.max_buffered_bytes, self.limits.free_buffer_bytes)
                        if self.limits.max_buffered_bytes else None)
+        self.max_connections = self.limits.max_connections  # fitted to the open-file limit at start
         self.refused = 0  # connections closed at once because max_connections were open
         self.idle_closed = 0
         self._sweeper: asyncio.Task | None = None
@@ -329,9 +330,11 @@ class RemotingServer:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
+        cap, said = connection_cap(self.limits.max_connections)
+        self.max_connections = cap
+        (log.warning if cap != self.limits.max_connections else log.info)("%s:%d: %s", host, port, said)
 
         def factory() -> asyncio.Protocol:
-            cap = self.limits.max_connections
             if cap and len(self.connections) >= cap:
                 self.refused += 1
                 return _Refused(cap)
