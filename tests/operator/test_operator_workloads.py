@@ -194,6 +194,22 @@ def test_broker_config_file_is_read_by_the_cli(objs, tmp_path):
     assert cfg["delay_levels"].startswith("1s 5s")  # extra settings pass through (messageDelayLevel)
 
 
+def test_connection_limits_in_spec_brokers_config_reach_the_broker(tmp_path):
+    """RocketMQ's keys and our option names both work in spec.brokers.config (the chart's
+    cluster.brokers.config): the broker command the operator renders reads them from broker.conf."""
+    from tidemq.cli.servers import broker_cmd
+
+    c = _cluster()
+    c["spec"]["brokers"]["config"] = {"serverChannelMaxIdleTimeSeconds": "60", "waitTimeMillsInSendQueue": "200",
+                                      "max-connections": "2048", "max-buffered-bytes": "67108864"}
+    conf = tmp_path / "broker.conf"
+    conf.write_text(w.broker_config_text(c, 0))
+    ctx = broker_cmd.make_context("broker", ["--config", str(conf)])
+    p = ctx.params
+    assert (p["idle_timeout"], p["busy_wait_ms"], p["max_connections"], p["max_buffered_bytes"]) == (
+        60.0, 200, 2048, 64 << 20)
+
+
 def test_broker_command_line_is_accepted_by_the_cli(objs, tmp_path):
     from tidemq.cli.servers import broker_cmd
 

@@ -3,7 +3,8 @@
 A file is either TOML (``*.toml``) or RocketMQ's ``broker.conf`` properties form (``key=value``).
 Keys may be our option names (``broker-name``, ``flush``) or RocketMQ's (``brokerName``,
 ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``storePathRootDir``, ``flushDiskType``,
-``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``messageDelayLevel``, ``brokerIP1``). Precedence: command-line
+``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``messageDelayLevel``, ``brokerIP1``,
+``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``). Precedence: command-line
 flags, then TIDEMQ_* environment variables, then the file, then defaults.
 """
 
@@ -27,6 +28,8 @@ ROCKETMQ_KEYS = {
     "transactionTimeOut": "transaction_timeout",
     "transactionCheckInterval": "transaction_check_interval",
     "transactionCheckMax": "transaction_check_max",
+    "serverChannelMaxIdleTimeSeconds": "idle_timeout",
+    "waitTimeMillsInSendQueue": "busy_wait_ms",
 }
 # RocketMQ gives these in milliseconds; our options take seconds.
 MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval"}
