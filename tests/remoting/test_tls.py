@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from tests.cli.clirun import tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_port
 from tidemq.client.config import ClientConfig
 from tidemq.client.instance import ClientInstance
@@ -397,6 +398,17 @@ def test_real_processes_enforcing_namesrv_and_broker(pki, tmp_path):
         with SyncPullConsumer("tls_cg", ns_addr, cfg) as consumer:
             got = consumer.pull(MessageQueue(topic, "broker-a", 0), 0)
             assert [m.body for m in got.messages] == [b"over tls"]
+        # the CLI: TLS from the environment, refused without it
+        tls_env = {"TIDEMQ_TLS": "1", "TIDEMQ_TLS_CA_FILE": pki["ca_file"]}
+        sent = tidemq("send", "-n", ns_addr, "-t", topic, "-b", "cli over tls", env=tls_env, timeout=60)
+        assert sent.rc == 0, sent.err
+        got = tidemq("consume", "-n", ns_addr, "-t", topic, "-g", "tls_cli_cg", "--from-beginning", "-c", "2",
+                     env=tls_env, timeout=60)
+        assert got.rc == 0 and "over tls" in got.out and "cli over tls" in got.out, got.err
+        plain = tidemq("admin", "clusterList", "-n", ns_addr, env={"TIDEMQ_TLS": None}, timeout=60)
+        assert plain.rc != 0 and "Traceback" not in plain.err
+        bad = tidemq("admin", "clusterList", "-n", ns_addr, env={"TIDEMQ_TLS_CA_FILE": pki["ca_file"]})
+        assert bad.rc == 2 and "TIDEMQ_TLS=1" in bad.err
         # a plaintext client gets nothing from either port
         with SyncAdmin(ns_addr, ClientConfig(request_timeout=1.0, connect_timeout=1.0)) as plain:
             with pytest.raises(TideMQError):  # connection closed (or, on a loaded machine, a timeout)

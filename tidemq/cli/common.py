@@ -79,10 +79,24 @@ def user_errors(fn: Callable[..., T]) -> Callable[..., T]:
 def client_config() -> "ClientConfig":
     """The client settings of `tidemq admin|send|consume`: ACL credentials from
     $TIDEMQ_ACCESS_KEY / $TIDEMQ_SECRET_KEY (environment only, so secrets stay out of
-    shell history and `ps`); requests are signed when both are set."""
+    shell history and `ps`); requests are signed when both are set. TLS to name servers and
+    brokers with $TIDEMQ_TLS=1 (RocketMQ's tls.enable), verified against $TIDEMQ_TLS_CA_FILE (else
+    the system's CAs), $TIDEMQ_TLS_SERVER_NAME naming the certificate when servers are reached by IP."""
     from tidemq.client.config import ClientConfig  # noqa: PLC0415 (CLI start-up stays lazy)
+    from tidemq.errors import ConfigError  # noqa: PLC0415
 
     access, secret = os.environ.get("TIDEMQ_ACCESS_KEY"), os.environ.get("TIDEMQ_SECRET_KEY")
     if bool(access) != bool(secret):
         raise click.UsageError("set both TIDEMQ_ACCESS_KEY and TIDEMQ_SECRET_KEY (ACL), or neither")
-    return ClientConfig(access_key=access or None, secret_key=secret or None)
+    tls = os.environ.get("TIDEMQ_TLS", "").strip().lower()
+    if tls not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise click.UsageError(f"TIDEMQ_TLS={tls!r}: use 1 (TLS on) or 0")
+    ca_file = os.environ.get("TIDEMQ_TLS_CA_FILE") or None
+    if ca_file and not os.path.isfile(ca_file):
+        raise click.UsageError(f"TIDEMQ_TLS_CA_FILE={ca_file}: no such file")
+    try:
+        return ClientConfig(access_key=access or None, secret_key=secret or None,
+                            tls=tls in ("1", "true", "yes"), tls_ca_file=ca_file,
+                            tls_server_name=os.environ.get("TIDEMQ_TLS_SERVER_NAME") or None)
+    except ConfigError as exc:
+        raise click.UsageError(f"{exc} (set TIDEMQ_TLS=1)") from None
