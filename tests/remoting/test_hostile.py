@@ -13,6 +13,7 @@ import asyncio
 import re
 import struct
 import time
+import urllib.request
 
 import pytest
 
@@ -83,6 +84,15 @@ async def _send_latencies(producer: Producer, n: int, pause: float = 0.005) -> l
     return out
 
 
+def _commitlog_end(c: Cluster) -> int:
+    """The broker's CommitLog end offset, from its /metrics (H3: hostile input appends 0 bytes)."""
+    with urllib.request.urlopen(c.metrics_url(), timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("tidemq_broker_commitlog_max_offset_bytes"):
+                return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError("no tidemq_broker_commitlog_max_offset_bytes in /metrics")
+
+
 # Frame-level damage: the connection is closed (RocketMQ's NettyDecoder closes the channel).
 FRAME_CASES = {
     "length above 16 MiB": struct.pack(">i", 16 * 1024 * 1024 + 1) + b"\0" * 64,
@@ -121,8 +131,10 @@ def test_frame_level_damage_closes_that_connection_within_a_second(hostile, name
         writer.close()
         return elapsed
 
+    end = _commitlog_end(hostile)
     elapsed = asyncio.run(main())
     assert elapsed < 1.0
+    assert _commitlog_end(hostile) == end, "a damaged frame appended bytes to the CommitLog"
 
 
 def _header_cases():
@@ -169,7 +181,9 @@ def test_header_level_damage_gets_rocketmq_code_and_connection_stays(hostile, na
             assert second is not None and second.opaque == 12 and second.code == ResponseCode.SUCCESS
         writer.close()
 
+    end = _commitlog_end(hostile)
     asyncio.run(main())
+    assert _commitlog_end(hostile) == end, "a damaged request appended bytes to the CommitLog"
 
 
 def test_absurd_pull_batch_sizes_are_clamped(hostile):
