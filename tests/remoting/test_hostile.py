@@ -86,7 +86,7 @@ async def _send_latencies(producer: Producer, n: int, pause: float = 0.005) -> l
 
 def _commitlog_end(c: Cluster) -> int:
     """The broker's CommitLog end offset, from its /metrics (H3: hostile input appends 0 bytes)."""
-    with urllib.request.urlopen(c.metrics_url(), timeout=5) as r:
+    with urllib.request.urlopen(c.metrics_url, timeout=5) as r:
         for line in r.read().decode().splitlines():
             if line.startswith("tidemq_broker_commitlog_max_offset_bytes"):
                 return int(float(line.rsplit(" ", 1)[1]))
