@@ -68,6 +68,10 @@ class ClientConfig:
     tls_ca_file: str | None = None
     tls_server_name: str | None = None
     tls_verify_hostname: bool = True
+    # Producer.send() calls of one topic made in the same event-loop iteration (many sends in
+    # flight) go out as SEND_BATCH_MESSAGEs, as Kafka's producer batches; each caller still gets
+    # its own SendResult. A lone send goes out alone; see Producer.send for what is never merged.
+    coalesce_sends: bool = True
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -33,6 +33,7 @@ from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.fault import FaultStrategy, busy_backoff
 from tidemq.client.instance import ClientInstance
 from tidemq.client.request_reply import (
+    REPLY_MESSAGE_FLAG,
     is_reply,
     new_correlation_id,
     reply_router,
@@ -52,9 +53,9 @@ from tidemq.client.send import (
     prepare_message,
 )
 from tidemq.client.tasks import finish_or_cancel, keep
-from tidemq.client.validation import check_batch, check_group, check_message
+from tidemq.client.validation import RETRY_GROUP_TOPIC_PREFIX, check_batch, check_group, check_message
 from tidemq.errors import BrokerError, ClientError, RemotingError, RemotingTimeoutError, TideMQError
-from tidemq.message import Message, MessageExt
+from tidemq.message import Message, MessageExt, Prop
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,20 @@ ExceptionCallback = Callable[[BaseException], "Awaitable[object] | object"]
 
 DEFAULT_REQUEST_TIMEOUT = 3.0
 MAX_PREPARED_TOPICS = 10_000
+
+
+MAX_MERGED = 1024  # sends merged into one SEND_BATCH_MESSAGE at most (and max_message_size bytes)
+_Pending = tuple[OutgoingMessage, "asyncio.Future[SendResult | None]", "float | None"]
+
+
+def _mergeable(out: OutgoingMessage, props: dict[str, str]) -> bool:
+    """Whether a send may join a SEND_BATCH_MESSAGE: a batch element has no sysFlag (so no
+    compressed body or transaction flag), and brokers refuse delay levels and retry topics in
+    batches; replies and WAIT=false keep their own request header."""
+    return (not out.sys_flag and props.get(Prop.DELAY, "0") in ("", "0") and Prop.TRAN_MSG not in props
+            and Prop.CORRELATION_ID not in props  # request-reply keeps its own path
+            and props.get(Prop.WAIT, "true") != "false" and props.get(Prop.MSG_TYPE) != REPLY_MESSAGE_FLAG
+            and not out.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
 
 
 def no_route_error(topic: str) -> ClientError:
@@ -99,6 +114,7 @@ class Producer(ClientBase):
         self._tasks: set[asyncio.Task] = set()
         self._requests: set[str] = set()
         self._request_topics: set[str] = set()
+        self._pending: dict[str, list[_Pending]] = {}  # topic -> sends to merge this loop iteration
         self._closing = False
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -142,12 +158,22 @@ class Producer(ClientBase):
         arg: Any = None,
         timeout: float | None = None,
     ) -> SendResult:
-        """Send one message and wait for the broker's answer."""
+        """Send one message and wait for the broker's answer.
+
+        Sends of one topic made in the same loop iteration (many in flight) are merged into
+        SEND_BATCH_MESSAGEs (``ClientConfig.coalesce_sends``, on by default): each caller gets its
+        own SendResult, the merged messages land on one queue with consecutive offsets, and a
+        failure fails each of them. Never merged: a lone send, a send with a queue or selector,
+        compressed bodies, delay levels, transactional, reply and retry-topic messages, WAIT=false."""
         inst = self._require()
-        check_message(msg, self.config.max_message_size)
+        props = check_message(msg, self.config.max_message_size)
         fixed = (await self._fixed_queue(msg, queue, selector, arg)
                  if queue is not None or selector is not None else None)
         out = self._prepare(inst, msg)
+        if fixed is None and self.config.coalesce_sends and _mergeable(out, props):
+            merged = await self._coalesce(inst, out, timeout)
+            if merged is not None:
+                return merged
         reply = is_reply(msg)
 
         def build(mq: MessageQueue) -> RemotingCommand:
@@ -313,6 +339,61 @@ class Producer(ClientBase):
         if len(self._request_topics) >= MAX_PREPARED_TOPICS:
             self._request_topics.clear()
         self._request_topics.add(topic)
+
+    # coalescing concurrent sends ---------------------------------------------------------------
+    def _coalesce(self, inst: ClientInstance, out: OutgoingMessage,
+                  timeout: float | None) -> "asyncio.Future[SendResult | None]":
+        """Queue ``out`` for this loop iteration's merge; the future yields its SendResult, or None
+        when it was alone (the caller sends it as usual)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[SendResult | None] = loop.create_future()
+        pending = self._pending.get(out.topic)
+        if pending is None:
+            self._pending[out.topic] = pending = []
+            loop.call_soon(self._flush_merged, inst, out.topic)
+        pending.append((out, fut, timeout))
+        return fut
+
+    def _flush_merged(self, inst: ClientInstance, topic: str) -> None:
+        entries = [e for e in self._pending.pop(topic, ()) if not e[1].done()]  # cancelled callers drop out
+        if len(entries) == 1:
+            entries[0][1].set_result(None)
+        elif entries:
+            keep(self._tasks, self._send_merged(inst, topic, entries))
+
+    async def _send_merged(self, inst: ClientInstance, topic: str, entries: list[_Pending]) -> None:
+        per_message = len(topic.encode()) + BATCH_LOG_OVERHEAD
+        parts: list[list[_Pending]] = []
+        size = self.config.max_message_size
+        for e in entries:
+            n = per_message + len(e[0].body) + len(e[0].properties.encode())
+            if size + n > self.config.max_message_size or len(parts[-1]) >= MAX_MERGED:
+                parts.append([])
+                size = 0
+            parts[-1].append(e)
+            size += n
+        await asyncio.gather(*(self._send_part(inst, topic, part) for part in parts))
+
+    async def _send_part(self, inst: ClientInstance, topic: str, part: list[_Pending]) -> None:
+        outs = [e[0] for e in part]
+        timeouts = [e[2] for e in part if e[2] is not None]
+
+        def build(mq: MessageQueue) -> RemotingCommand:
+            return build_batch_request(self.group, topic, outs, mq.queue_id, inst.now_ms())
+
+        try:
+            res = await self._send(inst, topic, build, "", None, min(timeouts) if timeouts else None)
+        except Exception as exc:  # every merged send fails with it
+            for _out, fut, _t in part:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        ids = res.offset_msg_id.split(",")
+        if len(ids) != len(outs):
+            ids = [res.offset_msg_id] * len(outs)
+        for i, (o, fut, _t) in enumerate(part):
+            if not fut.done():
+                fut.set_result(SendResult(res.status, o.uniq_key, ids[i], res.message_queue, res.queue_offset + i))
 
     # internals ---------------------------------------------------------------------------------
     def _spawn(self, coro: Awaitable[T], on_success: SuccessCallback | None,

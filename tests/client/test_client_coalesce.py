@@ -1,0 +1,120 @@
+"""Producer.send() coalescing against a real broker: concurrent sends of one topic go out as
+SEND_BATCH_MESSAGEs, every caller gets its own SendResult, and what must not be merged is not."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
+from tidemq.client.send import SendStatus
+from tidemq.errors import ClientError
+from tidemq.message import Message
+
+
+def _config(cluster, **kw) -> ClientConfig:
+    return ClientConfig(name_servers=cluster.namesrv_addr, **{"request_timeout": 5.0, **kw})
+
+
+def _topic(cluster) -> str:
+    topic = "Coalesce_" + uuid.uuid4().hex[:8]
+    cluster.create_topic(topic, queues=4)
+    return topic
+
+
+async def _read_all(cluster, topic: str) -> dict[tuple[int, int], object]:
+    """(queue id, queue offset) -> stored message, over the topic's 4 queues."""
+    out = {}
+    async with PullConsumer("coalesce-reader", config=_config(cluster)) as consumer:
+        for q in range(4):
+            offset = 0
+            while True:
+                got = await consumer.pull(MessageQueue(topic, cluster.broker_name, q), offset, 256)
+                if not got.messages:
+                    break
+                for m in got.messages:
+                    out[(q, m.queue_offset)] = m
+                offset = got.next_begin_offset
+    return out
+
+
+def test_concurrent_sends_are_merged_and_each_caller_gets_its_own_result(cluster):
+    topic = _topic(cluster)
+
+    async def main():
+        async with Producer("coalesce-pg", config=_config(cluster)) as p:
+            await p.send(Message(topic, b"warm-up"))  # route known: the next sends start together
+            msgs = [Message(topic, b"m%03d" % i, tags="T%d" % (i % 3), keys=f"k{i}") for i in range(300)]
+            results = await asyncio.gather(*(p.send(m) for m in msgs))
+        return msgs, results, await _read_all(cluster, topic)
+
+    msgs, results, stored = asyncio.run(main())
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert len({r.msg_id for r in results}) == 300 and len({r.offset_msg_id for r in results}) == 300
+    assert len({r.message_queue for r in results}) == 1, "300 sends in one loop iteration: one batch, one queue"
+    first = results[0].queue_offset
+    assert [r.queue_offset for r in results] == list(range(first, first + 300))
+    q = results[0].message_queue.queue_id
+    for m, r in zip(msgs, results):  # each result names where its own message is
+        got = stored[(q, r.queue_offset)]
+        assert got.body == m.body and got.tags == m.tags and got.keys == [m.keys]
+        assert got.msg_id == r.msg_id and got.offset_msg_id == r.offset_msg_id
+    assert len(stored) == 301
+
+
+def test_without_coalescing_concurrent_sends_go_one_by_one(cluster):
+    topic = _topic(cluster)
+
+    async def main():
+        async with Producer("coalesce-off-pg", config=_config(cluster, coalesce_sends=False)) as p:
+            await p.send(Message(topic, b"warm-up"))
+            return await asyncio.gather(*(p.send(Message(topic, b"x%d" % i)) for i in range(40)))
+
+    results = asyncio.run(main())
+    assert len({r.message_queue for r in results}) == 4  # round-robin, one request each
+
+
+def test_what_may_not_be_batched_is_sent_alone_next_to_merged_sends(cluster):
+    topic = _topic(cluster)
+
+    async def main():
+        async with Producer("coalesce-mixed-pg", config=_config(cluster)) as p:
+            await p.send(Message(topic, b"warm-up"))
+            delayed = Message(topic, b"delayed", properties={"DELAY": "1"})
+            big = Message(topic, b"z" * 10_000)  # above compress_threshold: compressed, sent alone
+            plain = [Message(topic, b"p%d" % i) for i in range(10)]
+            return await asyncio.gather(p.send(delayed), p.send(big), *(p.send(m) for m in plain))
+
+    delayed, big, *plain = asyncio.run(main())
+    assert len({r.message_queue for r in plain}) == 1  # merged
+    assert delayed.message_queue.topic == big.message_queue.topic == plain[0].message_queue.topic
+    stored = asyncio.run(_read_all(cluster, topic))
+    assert stored[(big.message_queue.queue_id, big.queue_offset)].body == b"z" * 10_000
+    # the delayed message waits in SCHEDULE_TOPIC_XXXX, not in the topic's queue yet
+    assert (delayed.message_queue.queue_id, delayed.queue_offset) not in stored or \
+        stored[(delayed.message_queue.queue_id, delayed.queue_offset)].body != b"delayed"
+
+
+def test_a_failed_merged_send_fails_every_caller_and_a_cancelled_one_drops_out(cluster):
+    async def main():
+        async with Producer("coalesce-fail-pg", config=_config(cluster, request_timeout=2.0)) as p:
+            missing = "NoSuchTopic_" + uuid.uuid4().hex[:6]
+            outcomes = await asyncio.gather(*(p.send(Message(missing, b"x")) for _ in range(5)),
+                                            return_exceptions=True)
+            topic = _topic(cluster)
+            await p.send(Message(topic, b"warm-up"))
+            sends = [asyncio.ensure_future(p.send(Message(topic, b"c%d" % i))) for i in range(5)]
+            await asyncio.sleep(0)  # every send has queued itself; cancel one before the merge
+            sends[2].cancel()
+            done = await asyncio.gather(*sends, return_exceptions=True)
+            return outcomes, topic, done
+
+    outcomes, topic, done = asyncio.run(main())
+    assert all(isinstance(o, ClientError) and "no route" in str(o) for o in outcomes)
+    assert isinstance(done[2], asyncio.CancelledError)
+    ok = [d for i, d in enumerate(done) if i != 2]
+    assert all(r.status is SendStatus.SEND_OK for r in ok) and len({r.message_queue for r in ok}) == 1
+    bodies = sorted(m.body for m in asyncio.run(_read_all(cluster, topic)).values())
+    assert bodies == [b"c0", b"c1", b"c3", b"c4", b"warm-up"]
