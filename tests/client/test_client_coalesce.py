@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
+from tidemq.client.producer import MAX_MERGED
 from tidemq.client.send import SendStatus
 from tidemq.errors import ClientError
 from tidemq.message import Message
@@ -53,12 +54,12 @@ def test_concurrent_sends_are_merged_and_each_caller_gets_its_own_result(cluster
     msgs, results, stored = asyncio.run(main())
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert len({r.msg_id for r in results}) == 300 and len({r.offset_msg_id for r in results}) == 300
-    assert len({r.message_queue for r in results}) == 1, "300 sends in one loop iteration: one batch, one queue"
-    first = results[0].queue_offset
-    assert [r.queue_offset for r in results] == list(range(first, first + 300))
-    q = results[0].message_queue.queue_id
+    for i in range(0, 300, MAX_MERGED):  # merged in parts of MAX_MERGED: one queue, consecutive offsets
+        part = results[i : i + MAX_MERGED]
+        assert len({r.message_queue for r in part}) == 1
+        assert [r.queue_offset for r in part] == list(range(part[0].queue_offset, part[0].queue_offset + len(part)))
     for m, r in zip(msgs, results):  # each result names where its own message is
-        got = stored[(q, r.queue_offset)]
+        got = stored[(r.message_queue.queue_id, r.queue_offset)]
         assert got.body == m.body and got.tags == m.tags and got.keys == [m.keys]
         assert got.msg_id == r.msg_id and got.offset_msg_id == r.offset_msg_id
     assert len(stored) == 301
