@@ -3,7 +3,7 @@ cannot, with a message naming the file; it never serves corrupt data and never s
 valid records (the Jepsen/NATS lesson: corruption in the middle must not truncate what follows).
 
 Covered: garbage after the CommitLog tail, a zeroed ConsumeQueue file, a missing checkpoint, a
-truncated topics.json, and one flipped bit in a record with a thousand valid records after it.
+truncated topics.json (its .bak is loaded; both damaged refuse), and one flipped bit in a record with a thousand valid records after it.
 """
 
 from __future__ import annotations
@@ -120,14 +120,26 @@ def test_a_missing_checkpoint_means_a_full_replay(loaded):
     _verify(c, topic, ledger)
 
 
-def test_a_truncated_topics_json_refuses_the_start_naming_the_file(loaded):
+def test_a_truncated_topics_json_loads_its_backup_and_refuses_when_both_are_damaged(loaded):
+    """topics.json keeps the previous version as topics.json.bak (RocketMQ's ConfigManager): a
+    damaged file loads the backup with a warning; with both damaged the start is refused, naming them."""
     c, topic, ledger = loaded
+    c.create_topic(f"{topic}_later", queues=1)  # another write: the backup holds `topic` too
     c.broker.stop()
     path = c.store_dir / "config" / "topics.json"
-    data = path.read_bytes()
+    bak = path.with_name("topics.json.bak")
+    data, bak_data = path.read_bytes(), bak.read_bytes()
+    assert topic.encode() in bak_data
     path.write_bytes(data[: len(data) // 2])
+    c.broker.start()
+    log = c.broker.log()
+    assert f"{path} is not valid JSON" in log and f"loaded the previous version from {bak}" in log
+    _verify(c, topic, ledger)
+    c.broker.stop()
+    path.write_bytes(data[: len(data) // 2])
+    bak.write_bytes(bak_data[:10])
     log = _refuses_to_start(c)
-    assert str(path) in log and "not valid JSON" in log
+    assert str(path) in log and str(bak) in log and "unusable too" in log
     path.write_bytes(data)  # the operator restores it: everything is back
     c.broker.start()
     _verify(c, topic, ledger)

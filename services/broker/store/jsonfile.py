@@ -7,6 +7,13 @@ target, and the directory is fsynced so the rename itself survives a power failu
 the rename leaves the old file untouched (and at most a stray ``.<name>.<pid>.<thread>.<n>.tmp``, ignored and
 replaced by the next write).
 
+JSON metadata also keeps the previous version as ``<name>.bak`` (RocketMQ's ConfigManager does the
+same): before the new content is renamed over the file, the current file is hard-linked to
+``.bak`` (copied where links are not supported), so at every moment the file is whole and the
+``.bak`` holds the version before it. A file that is missing or not valid JSON at load falls back
+to its ``.bak`` with a warning that says what is lost (the changes of its last write); when both
+are unusable the load refuses, naming both.
+
 These functions block: call them from a worker thread when running on an event loop.
 """
 
@@ -54,33 +61,94 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def backup_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + ".bak")
+
+
+def _keep_previous(path: Path) -> None:
+    """Make ``<path>.bak`` the current content of ``path`` (atomically; nothing when absent)."""
+    bak = backup_path(path)
+    tmp = path.with_name(f".{bak.name}.{os.getpid()}.{threading.get_ident()}.{next(_SEQ)}.tmp")
+    try:
+        os.link(path, tmp)
+    except FileNotFoundError:
+        return
+    except OSError:  # no hard links here (some network and FUSE filesystems): copy
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        write_bytes_atomic(bak, data)
+        return
+    try:
+        os.replace(tmp, bak)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON (or ``str``/``bytes`` already serialised, e.g. fastjson form)."""
+    """Write ``obj`` as JSON (or ``str``/``bytes`` already serialised, e.g. fastjson form),
+    keeping the previous content as ``<path>.bak``."""
     if isinstance(obj, bytes):
         data = obj
     elif isinstance(obj, str):
         data = obj.encode("utf-8")
     else:
         data = json.dumps(obj, ensure_ascii=False, indent=2).encode("utf-8")
+    path = Path(path)
+    _keep_previous(path)
     write_bytes_atomic(path, data)
 
 
-def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads) -> Any:
-    """Parse ``path``; ``default`` when it does not exist. Invalid content raises
-    StoreCorruptError naming the file (never silently resets metadata). Temporary files
-    left by writes a crash interrupted are removed (read at load, before any writer runs)."""
-    path = Path(path)
-    for stray in path.parent.glob(f".{path.name}.*.tmp"):
-        with contextlib.suppress(OSError):
-            stray.unlink()
+_MISSING = object()
+
+
+def _parse(path: Path, loads: Callable[[str], Any]) -> Any:
+    """The parsed content, _MISSING when absent; ValueError (with the reason) when invalid."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return default
+        return _MISSING
     try:
         return loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+
+
+def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads) -> Any:
+    """Parse ``path``; ``default`` when neither it nor its ``.bak`` exists. A missing or invalid
+    file falls back to ``.bak`` (logged as a warning: its last write is lost); invalid content
+    without a usable ``.bak`` raises StoreCorruptError naming the files (never silently resets
+    metadata). Temporary files left by writes a crash interrupted are removed (read at load,
+    before any writer runs)."""
+    path = Path(path)
+    bak = backup_path(path)
+    for stray in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{bak.name}.*.tmp")]:
+        with contextlib.suppress(OSError):
+            stray.unlink()
+    try:
+        data = _parse(path, loads)
+        if data is not _MISSING:
+            return data
+        problem = f"{path} is missing"
+    except ValueError as exc:
+        problem = str(exc)
+    try:
+        previous = _parse(bak, loads)
+    except ValueError as exc:
         raise StoreCorruptError(
-            f"{path} is not valid JSON ({exc}); restore it from a backup, or move it away to "
-            f"start with empty settings"
+            f"{problem}, and its backup is unusable too ({exc}); restore {path.name} from a backup, or move both "
+            f"away to start with empty settings"
         ) from None
+    if previous is _MISSING:
+        if problem.endswith("is missing"):
+            return default
+        raise StoreCorruptError(
+            f"{problem}, and there is no {bak.name}; restore it from a backup, or move it away to "
+            f"start with empty settings"
+        )
+    log.warning("%s; loaded the previous version from %s instead (changes of the last write of %s are "
+                "lost)", problem, bak, path.name)
+    return previous

@@ -61,7 +61,37 @@ def test_a_stray_temp_file_is_ignored_and_replaced(tmp_path):
     assert read_json(p, None) == {"v": 1}  # and the stray is cleaned up
     write_json_atomic(p, {"v": 3})
     assert read_json(p, None) == {"v": 3}
-    assert sorted(os.listdir(tmp_path)) == ["topics.json"]
+    assert sorted(os.listdir(tmp_path)) == ["topics.json", "topics.json.bak"]
+    assert (tmp_path / "topics.json.bak").read_text() == '{\n  "v": 1\n}'
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_a_damaged_or_missing_file_falls_back_to_the_previous_version(tmp_path, monkeypatch, caplog, links):
+    """RocketMQ's ConfigManager keeps <file>.bak; so do we: a file damaged on disk (or deleted)
+    loads the version before its last write, with a warning saying so."""
+    if not links:  # a filesystem without hard links: the previous version is copied
+        def no_link(src, dst):
+            raise PermissionError(1, "Operation not permitted")
+        monkeypatch.setattr(jsonfile.os, "link", no_link)
+    p = tmp_path / "consumerOffset.json"
+    write_json_atomic(p, {"v": 1})
+    assert not (tmp_path / "consumerOffset.json.bak").exists()  # nothing before the first write
+    write_json_atomic(p, {"v": 2})
+    write_json_atomic(p, {"v": 3})
+    assert read_json(p, None) == {"v": 3}
+    p.write_text('{"v": 3, "offsetTa')  # damaged
+    with caplog.at_level("WARNING"):
+        assert read_json(p, None) == {"v": 2}
+    assert "consumerOffset.json.bak" in caplog.text and "lost" in caplog.text
+    p.unlink()
+    assert read_json(p, None) == {"v": 2}
+    (tmp_path / "consumerOffset.json.bak").write_text("{broken")
+    with pytest.raises(StoreCorruptError, match="consumerOffset.json is missing, and its backup is unusable too"):
+        read_json(p, None)
+    p.write_text("[1,")
+    with pytest.raises(StoreCorruptError, match=r"not valid JSON .*and its backup is unusable too.*consumerOffset.json.bak"):
+        read_json(p, None)
+    assert sorted(os.listdir(tmp_path)) == ["consumerOffset.json", "consumerOffset.json.bak"]
 
 
 def test_checkpoint_round_trip_and_damage(tmp_path):
