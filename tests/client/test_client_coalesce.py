@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
-from tidemq.client.producer import MAX_MERGED
+from tidemq.client.producer import MAX_MERGED, MAX_MERGED_BODY
 from tidemq.client.send import SendStatus
 from tidemq.errors import ClientError
 from tidemq.message import Message
@@ -119,3 +119,29 @@ def test_a_failed_merged_send_fails_every_caller_and_a_cancelled_one_drops_out(c
     assert all(r.status is SendStatus.SEND_OK for r in ok) and len({r.message_queue for r in ok}) == 1
     bodies = sorted(m.body for m in asyncio.run(_read_all(cluster, topic)).values())
     assert bodies == [b"c0", b"c1", b"c3", b"c4", b"warm-up"]
+
+
+def test_a_large_body_and_a_cancelled_merge_never_leave_a_caller_hanging(cluster):
+    """Bodies over MAX_MERGED_BODY go alone (compression off here, so only the size keeps them out);
+    if the merged request's task is cancelled (e.g. at close), its callers are cancelled too."""
+    topic = _topic(cluster)
+
+    async def main():
+        cfg = _config(cluster, compress_threshold=10 << 20)
+        async with Producer("coalesce-big-pg", config=cfg) as p:
+            await p.send(Message(topic, b"warm-up"))
+            big = Message(topic, b"b" * (MAX_MERGED_BODY + 1))
+            small = [Message(topic, b"s%d" % i) for i in range(4)]
+            r_big, *r_small = await asyncio.gather(p.send(big), *(p.send(m) for m in small))
+            # alone, it took a queue of its own (round-robin: the merged part took the next one)
+            assert r_big.message_queue != r_small[0].message_queue
+            assert len({r.message_queue for r in r_small}) == 1
+            sends = [asyncio.ensure_future(p.send(Message(topic, b"c%d" % i))) for i in range(3)]
+            for _ in range(3):  # let them queue and the merge task start
+                await asyncio.sleep(0)
+            for task in list(p._tasks):
+                task.cancel()
+            return await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 5)
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes

@@ -73,17 +73,26 @@ MAX_PREPARED_TOPICS = 10_000
 # 256 coroutines sending 1 KiB on the 2-core VM (one run each): parts of 16 -> 55k msg/s, 32 -> 65-77k,
 # 64 -> 43-54k, 256 -> 30k; unmerged 18-25k.
 MAX_MERGED = 32
+MAX_MERGED_BODY = 64 * 1024  # larger bodies are sent alone
 _Pending = tuple[OutgoingMessage, "asyncio.Future[SendResult | None]", "float | None"]
 
 
 def _mergeable(out: OutgoingMessage, props: dict[str, str]) -> bool:
     """Whether a send may join a SEND_BATCH_MESSAGE: a batch element has no sysFlag (so no
     compressed body or transaction flag), and brokers refuse delay levels and retry topics in
-    batches; replies and WAIT=false keep their own request header."""
-    return (not out.sys_flag and props.get(Prop.DELAY, "0") in ("", "0") and Prop.TRAN_MSG not in props
+    batches; replies and WAIT=false keep their own request header. Large bodies gain nothing
+    from merging and could push a batch past the broker's limit where the lone send would pass."""
+    return (not out.sys_flag and len(out.body) <= MAX_MERGED_BODY
+            and props.get(Prop.DELAY, "0") in ("", "0") and Prop.TRAN_MSG not in props
             and Prop.CORRELATION_ID not in props  # request-reply keeps its own path
             and props.get(Prop.WAIT, "true") != "false" and props.get(Prop.MSG_TYPE) != REPLY_MESSAGE_FLAG
             and not out.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
+
+
+def _cancel_unanswered(entries: list[_Pending]) -> None:
+    for _out, fut, _t in entries:
+        if not fut.done():
+            fut.cancel()
 
 
 def no_route_error(topic: str) -> ClientError:
@@ -168,7 +177,7 @@ class Producer(ClientBase):
         SEND_BATCH_MESSAGEs (``ClientConfig.coalesce_sends``, on by default): each caller gets its
         own SendResult, the merged messages land on one queue with consecutive offsets, and a
         failure fails each of them. Never merged: a lone send, a send with a queue or selector,
-        compressed bodies, delay levels, transactional, reply and retry-topic messages, WAIT=false."""
+        bodies over 64 KiB, compressed bodies, delay levels, transactional, reply and retry-topic messages, WAIT=false."""
         inst = self._require()
         props = check_message(msg, self.config.max_message_size)
         fixed = (await self._fixed_queue(msg, queue, selector, arg)
@@ -363,7 +372,8 @@ class Producer(ClientBase):
         if len(entries) == 1:
             entries[0][1].set_result(None)
         elif entries:
-            keep(self._tasks, self._send_merged(inst, topic, entries))
+            task = keep(self._tasks, self._send_merged(inst, topic, entries))
+            task.add_done_callback(lambda _t: _cancel_unanswered(entries))  # e.g. cancelled before it ran
 
     async def _send_merged(self, inst: ClientInstance, topic: str, entries: list[_Pending]) -> None:
         per_message = len(topic.encode()) + BATCH_LOG_OVERHEAD
@@ -380,14 +390,14 @@ class Producer(ClientBase):
 
     async def _send_part(self, inst: ClientInstance, topic: str, part: list[_Pending]) -> None:
         outs = [e[0] for e in part]
-        timeouts = [e[2] for e in part if e[2] is not None]
+        timeouts = [self.config.request_timeout if e[2] is None else e[2] for e in part]
 
         def build(mq: MessageQueue) -> RemotingCommand:
             return build_batch_request(self.group, topic, outs, mq.queue_id, inst.now_ms())
 
         try:
-            res = await self._send(inst, topic, build, "", None, min(timeouts) if timeouts else None)
-        except Exception as exc:  # every merged send fails with it
+            res = await self._send(inst, topic, build, "", None, min(timeouts))
+        except Exception as exc:  # every merged send fails with it (cancellation: _cancel_unanswered)
             for _out, fut, _t in part:
                 if not fut.done():
                     fut.set_exception(exc)
