@@ -123,7 +123,8 @@ def test_a_failed_merged_send_fails_every_caller_and_a_cancelled_one_drops_out(c
 
 def test_a_large_body_and_a_cancelled_merge_never_leave_a_caller_hanging(cluster):
     """Bodies over MAX_MERGED_BODY go alone (compression off here, so only the size keeps them out);
-    if the merged request's task is cancelled (e.g. at close), its callers are cancelled too."""
+    if the merged request's task is cancelled (e.g. at close), its callers get an error saying the
+    outcome is unknown (not a cancellation they never asked for, and never a hang)."""
     topic = _topic(cluster)
 
     async def main():
@@ -144,4 +145,32 @@ def test_a_large_body_and_a_cancelled_merge_never_leave_a_caller_hanging(cluster
             return await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 5)
 
     outcomes = asyncio.run(main())
-    assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
+    assert all(isinstance(o, ClientError) and "abandoned" in str(o) for o in outcomes), outcomes
+
+
+def test_delays_timers_odd_wait_values_and_different_timeouts_are_not_merged(cluster):
+    """A batch element may carry no DELAY key (not even "0") and no delivery time, WAIT is compared
+    as the broker does (case-insensitively), and sends with different timeouts are not merged."""
+    from tidemq.client.producer import _mergeable
+    from tidemq.client.send import prepare_message
+
+    def mergeable(**props):
+        msg = Message("T", b"x", properties=props)
+        return _mergeable(prepare_message(msg, "U", None), msg.all_properties())
+
+    assert mergeable() and mergeable(WAIT="TRUE")
+    for props in ({"DELAY": "0"}, {"DELAY": "3"}, {"TIMER_DELAY_SEC": "10"}, {"TIMER_DELIVER_MS": "1"},
+                  {"TIMER_DELAY_MS": "5"}, {"__STARTDELIVERTIME": "1"}, {"WAIT": "False"}, {"TRAN_MSG": "true"}):
+        assert not mergeable(**props), props
+    topic = _topic(cluster)
+
+    async def main():
+        async with Producer("coalesce-timeouts-pg", config=_config(cluster)) as p:
+            await p.send(Message(topic, b"warm-up"))
+            return await asyncio.gather(*(p.send(Message(topic, b"a%d" % i), timeout=4.0) for i in range(3)),
+                                        *(p.send(Message(topic, b"b%d" % i), timeout=9.0) for i in range(3)))
+
+    results = asyncio.run(main())
+    a, b = results[:3], results[3:]
+    assert len({r.message_queue for r in a}) == 1 and len({r.message_queue for r in b}) == 1
+    assert a[0].message_queue != b[0].message_queue  # two merged requests, one per time budget

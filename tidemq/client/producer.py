@@ -74,6 +74,11 @@ MAX_PREPARED_TOPICS = 10_000
 # 64 -> 43-54k, 256 -> 30k; unmerged 18-25k.
 MAX_MERGED = 32
 MAX_MERGED_BODY = 64 * 1024  # larger bodies are sent alone
+# Properties that keep a message out of a batch: a delay level (brokers refuse any DELAY key in a
+# batch element, even "0") or a delivery time (RocketMQ 5 timer keys), transactions, and
+# request-reply, which keeps its own path.
+_NOT_MERGED_KEYS = frozenset({Prop.DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                              "__STARTDELIVERTIME", Prop.TRAN_MSG, Prop.CORRELATION_ID})
 _Pending = tuple[OutgoingMessage, "asyncio.Future[SendResult | None]", "float | None"]
 
 
@@ -83,16 +88,19 @@ def _mergeable(out: OutgoingMessage, props: dict[str, str]) -> bool:
     batches; replies and WAIT=false keep their own request header. Large bodies gain nothing
     from merging and could push a batch past the broker's limit where the lone send would pass."""
     return (not out.sys_flag and len(out.body) <= MAX_MERGED_BODY
-            and props.get(Prop.DELAY, "0") in ("", "0") and Prop.TRAN_MSG not in props
-            and Prop.CORRELATION_ID not in props  # request-reply keeps its own path
-            and props.get(Prop.WAIT, "true") != "false" and props.get(Prop.MSG_TYPE) != REPLY_MESSAGE_FLAG
+            and _NOT_MERGED_KEYS.isdisjoint(props)
+            and props.get(Prop.WAIT, "true").lower() == "true" and props.get(Prop.MSG_TYPE) != REPLY_MESSAGE_FLAG
             and not out.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
 
 
-def _cancel_unanswered(entries: list[_Pending]) -> None:
-    for _out, fut, _t in entries:
+def _abandon(entries: list[_Pending]) -> None:
+    """Answer merged sends whose request was abandoned (the producer closed): an error that
+    says the outcome is unknown, not a cancellation the caller never asked for."""
+    for out, fut, _t in entries:
         if not fut.done():
-            fut.cancel()
+            fut.set_exception(ClientError(
+                f"send of message {out.uniq_key} to topic {out.topic} was abandoned when the producer "
+                "closed before the broker answered; it may or may not have been stored"))
 
 
 def no_route_error(topic: str) -> ClientError:
@@ -127,7 +135,8 @@ class Producer(ClientBase):
         self._tasks: set[asyncio.Task] = set()
         self._requests: set[str] = set()
         self._request_topics: set[str] = set()
-        self._pending: dict[str, list[_Pending]] = {}  # topic -> sends to merge this loop iteration
+        # (topic, timeout) -> sends to merge in this loop iteration
+        self._pending: dict[tuple[str, float], list[_Pending]] = {}
         self._closing = False
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -147,6 +156,9 @@ class Producer(ClientBase):
         if late:
             log.warning("producer %s closed with %d callback send(s)/request(s) unfinished",
                         self.group, late)
+        for entries in self._pending.values():  # queued for a merge that will not run now
+            _abandon(entries)
+        self._pending.clear()
         self._closing = False
         await super().close()
 
@@ -360,20 +372,23 @@ class Producer(ClientBase):
         when it was alone (the caller sends it as usual)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[SendResult | None] = loop.create_future()
-        pending = self._pending.get(out.topic)
+        # Only sends with the same time budget are merged: one caller's short timeout must not
+        # become its neighbours'.
+        key = (out.topic, self.config.request_timeout if timeout is None else timeout)
+        pending = self._pending.get(key)
         if pending is None:
-            self._pending[out.topic] = pending = []
-            loop.call_soon(self._flush_merged, inst, out.topic)
+            self._pending[key] = pending = []
+            loop.call_soon(self._flush_merged, inst, key)
         pending.append((out, fut, timeout))
         return fut
 
-    def _flush_merged(self, inst: ClientInstance, topic: str) -> None:
-        entries = [e for e in self._pending.pop(topic, ()) if not e[1].done()]  # cancelled callers drop out
+    def _flush_merged(self, inst: ClientInstance, key: tuple[str, float]) -> None:
+        entries = [e for e in self._pending.pop(key, ()) if not e[1].done()]  # cancelled callers drop out
         if len(entries) == 1:
             entries[0][1].set_result(None)
         elif entries:
-            task = keep(self._tasks, self._send_merged(inst, topic, entries))
-            task.add_done_callback(lambda _t: _cancel_unanswered(entries))  # e.g. cancelled before it ran
+            task = keep(self._tasks, self._send_merged(inst, key[0], entries))
+            task.add_done_callback(lambda _t: _abandon(entries))  # e.g. cancelled by close() before it ran
 
     async def _send_merged(self, inst: ClientInstance, topic: str, entries: list[_Pending]) -> None:
         per_message = len(topic.encode()) + BATCH_LOG_OVERHEAD
@@ -403,7 +418,8 @@ class Producer(ClientBase):
                     fut.set_exception(exc)
             return
         ids = res.offset_msg_id.split(",")
-        if len(ids) != len(outs):
+        if len(ids) != len(outs):  # a broker that answers a batch with one id: all share it
+            log.warning("broker answered a batch of %d with %d message ids", len(outs), len(ids))
             ids = [res.offset_msg_id] * len(outs)
         for i, (o, fut, _t) in enumerate(part):
             if not fut.done():

@@ -117,12 +117,14 @@ def _parse(path: Path, loads: Callable[[str], Any]) -> Any:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
 
 
-def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads) -> Any:
+def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads, backup: bool = True) -> Any:
     """Parse ``path``; ``default`` when neither it nor its ``.bak`` exists. A missing or invalid
     file falls back to ``.bak`` (logged as a warning: its last write is lost); invalid content
     without a usable ``.bak`` raises StoreCorruptError naming the files (never silently resets
-    metadata). Temporary files left by writes a crash interrupted are removed (read at load,
-    before any writer runs)."""
+    metadata). ``backup=False`` for files where the previous version is wrong rather than stale
+    (the deleted-topics record: an older one would resurrect a deleted topic's messages).
+    Temporary files left by writes a crash interrupted are removed (read at load, before any
+    writer runs)."""
     path = Path(path)
     bak = backup_path(path)
     for stray in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{bak.name}.*.tmp")]:
@@ -134,7 +136,11 @@ def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads
             return data
         problem = f"{path} is missing"
     except ValueError as exc:
+        if not backup:
+            raise StoreCorruptError(f"{exc}; restore it from a backup") from None
         problem = str(exc)
+    if not backup:
+        return default
     try:
         previous = _parse(bak, loads)
     except ValueError as exc:

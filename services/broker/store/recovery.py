@@ -47,7 +47,7 @@ from tidemq.message import (
 
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.commitlog import BLANK, FILLER_MIN, CommitLog
-from tidemq.broker.store.config import StoreConfig
+from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json
 from tidemq.broker.store.mapped_file import MappedFile
@@ -107,7 +107,7 @@ _TORN_ZEROS = 32  # a page written back mid-write ends in at least this many zer
 _TORN_ZERO_BYTES = bytes(_TORN_ZEROS)
 
 
-def _unwritten_between(seg: MappedFile, rel: int, limit: int) -> bool:
+def _unwritten_between(seg: MappedFile, rel: int, limit: int, half_written: bool) -> bool:
     """Whether [rel, limit) of ``seg`` shows a page the kernel never wrote back, or wrote back in
     the middle of a record's write: a page of ``seg`` (4 KiB, written back whole or not at all)
     whose part inside the stretch ends in a run of zeros (>= 32 bytes, or the whole part when
@@ -116,9 +116,13 @@ def _unwritten_between(seg: MappedFile, rel: int, limit: int) -> bool:
     first_end = min(limit, (rel // PAGE + 1) * PAGE)
     if first_end - rel >= FILLER_MIN and seg.mm[rel:first_end] == bytes(first_end - rel):
         return True
+    zero_page = bytes(PAGE)
     b = (rel // PAGE + 1) * PAGE
     while b <= limit:
-        if b - _TORN_ZEROS >= rel and seg.mm[b - _TORN_ZEROS : b] == _TORN_ZERO_BYTES:
+        if half_written:
+            if b - _TORN_ZEROS >= rel and seg.mm[b - _TORN_ZEROS : b] == _TORN_ZERO_BYTES:
+                return True
+        elif b - PAGE >= rel and seg.mm[b - PAGE : b] == zero_page:
             return True
         b += PAGE
     return False
@@ -131,6 +135,7 @@ def scan_commitlog(
     check_crc: bool,
     search_past_end: bool,
     on_record: Callable[[int, RecordHeader], None],
+    half_written_pages: bool = False,
 ) -> int:
     """Validate records from ``walk_from`` (a record boundary) on, calling ``on_record(offset,
     header)`` for each; cut a torn tail; return the end of valid data. Blocking.
@@ -184,7 +189,7 @@ def scan_commitlog(
             )
         _cut(commitlog, i, rel, f"{where}: {reason}" if not at_end else "")
         return pos
-    if pos >= durable and _unwritten_between(seg, rel, min(nxt, seg.end) - seg.start):
+    if pos >= durable and _unwritten_between(seg, rel, min(nxt, seg.end) - seg.start, half_written_pages):
         log.warning(
             "%s: %s; data up to offset %d was never flushed and pages of it are missing, so "
             "everything from here on (including valid-looking records from offset %d) is discarded",
@@ -280,7 +285,7 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
         walk_from = min(cq_from, idx_from, durable - 1 - (durable - 1) % commitlog.segment_size)
     else:
         walk_from = cl_min
-    deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}) or {}).items()}
+    deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}, backup=False) or {}).items()}
     replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code, cfg.root, deleted,
                         claim_at=_claim_reader(commitlog))
     check = QueueCheck(queues, cq_from, deleted)
@@ -292,33 +297,43 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
         if not check.damaged_by(phys, h):
             replayer(phys, h)
 
-    end = scan_commitlog(commitlog, walk_from, durable, cfg.check_crc_on_recover, crash, on_record)
+    # Half-written pages past the checkpoint are cut only with ASYNC_FLUSH, whose contract loses
+    # unflushed data anyway; with SYNC_FLUSH acknowledged (fsynced) records may lie past the
+    # checkpoint, so only a whole page of zeros counts as never written there.
+    end = scan_commitlog(commitlog, walk_from, durable, cfg.check_crc_on_recover, crash, on_record,
+                         half_written_pages=cfg.flush_mode is FlushMode.ASYNC)
     end = max(end, cl_min)
     if check.damaged:
         _rebuild_queues(cfg, commitlog, queues, index, check, schedule_tags_code, deleted)
     commitlog.ensure_active(end)
     gone = replayer.dropped_files + queues.truncate_past(end)
-    gone += _drop_unclaimed_tails(queues, replayer.claim_at, cl_min)
+    if crash:  # after a clean shutdown every unit was flushed whole
+        gone += _drop_unclaimed_tails(queues, replayer.claim_at, cl_min, cq_from)
     destroy_all(gone + queues.detach_below(cl_min))
     return Recovered(end, durable, walk_from, seen[0], replayer.units_written, replayer.indexed, seen[1])
 
 
 def _drop_unclaimed_tails(queues: QueueTable, claim_at: Callable[[int], tuple[str, int, int, int] | None],
-                          cl_min: int) -> list[MappedFile]:
+                          cl_min: int, cq_from: int) -> list[MappedFile]:
     """Drop units at the end of each queue that point at no record claiming them.
 
     After a power cut the last units of a queue may be torn (a 20-byte unit straddles a page
     boundary and only one page reached the disk) or point at puts that were lost; the walk
     rewrote every unit whose record survived, so from the tail back, a unit whose record (with
-    that topic, queue id, queue offset and size) is not there is dropped -- never served."""
+    that topic, queue id, queue offset and size) is not there is dropped -- never served. A unit
+    in order after its predecessor whose record lies below the checkpoint's ``cq_from`` was
+    flushed whole before the checkpoint (or its record is gone with retention): accepted
+    without reading the CommitLog, so a start reads it only for queues written since."""
     gone: list[MappedFile] = []
     for cq in queues:
         q = cq.max_offset
         while q > cq.min_offset:
             u = cq.unit(q - 1)
-            if u is not None and u[1] > 0 and u[0] < cl_min:
-                break  # its record was deleted by retention: nothing to check it against
-            if u is not None and u[1] > 0 and claim_at(u[0]) == (cq.topic, cq.queue_id, q - 1, u[1]):
+            prev = cq.unit(q - 2) if q - 2 >= cq.min_offset else None
+            ordered = u is not None and u[1] > 0 and (prev is None or (prev[1] > 0 and prev[0] < u[0]))
+            if ordered and (u[0] + u[1] <= cq_from or u[0] < cl_min):
+                break
+            if ordered and claim_at(u[0]) == (cq.topic, cq.queue_id, q - 1, u[1]):
                 break
             q -= 1
         if q < cq.max_offset:

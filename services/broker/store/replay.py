@@ -29,6 +29,9 @@ DEFAULT_DELAY_LEVELS_MS = (
     480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
 )
 ScheduleTagsCode = Callable[[int, int, dict[str, str]], int]
+# Topics whose units carry a delivery time as tags code (set by the delay / timer services), which
+# replay cannot recompute from TAGS: a unit pointing at the right record with the right size is whole.
+_OWN_CODES = frozenset({SCHEDULE_TOPIC, "rmq_sys_wheel_timer"})
 
 
 def default_schedule_tags_code(queue_id: int, store_timestamp: int, properties: dict[str, str]) -> int:
@@ -90,11 +93,11 @@ class Replayer:
         if q < cq.max_offset:
             u = cq.unit(q)
             if (u is not None and u[0] == phys and u[1] == h.total_size
-                    and (u[2] == code or h.topic == SCHEDULE_TOPIC)):  # its code: delay levels may change
+                    and (u[2] == code or h.topic in _OWN_CODES)):  # their codes are times, set elsewhere
                 return
             if q < cq.min_offset:
                 return  # before the queue's known start: nothing to repair
-            if u is not None and (u[0] == phys or u[1] <= 0):
+            if u is not None and (u[0] == phys or (u[1] <= 0 and self.claim_at is None)):
                 # A torn unit: it straddles a page boundary (20-byte units, 4 KiB pages) and only
                 # one of its pages reached the disk, or it was never completed. The record is
                 # here and claims the offset: write the unit whole.

@@ -373,7 +373,7 @@ class MessageStore:
         if files is None:
             return
         # Durable before any new put: replay skips the topic's older records (a small admin write).
-        deleted = read_json(self.config.deleted_topics_path, {}) or {}
+        deleted = read_json(self.config.deleted_topics_path, {}, backup=False) or {}
         deleted[topic] = self.commitlog_max_offset
         write_json_atomic(self.config.deleted_topics_path, deleted)
         topic_dir = self.config.consume_queue_dir / topic

@@ -108,3 +108,16 @@ def test_checkpoint_round_trip_and_damage(tmp_path):
     path.write_bytes(damaged)
     assert read_checkpoint(path) is None
 
+
+
+def test_no_backup_fallback_where_an_older_version_is_wrong(tmp_path):
+    """The deleted-topics record reads with backup=False: an older version would resurrect a
+    deleted topic's messages, so damage refuses and a missing file is the default."""
+    p = tmp_path / "deletedTopics.json"
+    write_json_atomic(p, {"A": 1})
+    write_json_atomic(p, {"A": 1, "B": 2})
+    p.write_text("{")
+    with pytest.raises(StoreCorruptError, match="deletedTopics.json is not valid JSON"):
+        read_json(p, {}, backup=False)
+    p.unlink()
+    assert read_json(p, {}, backup=False) == {} and read_json(p, {}) == {"A": 1}
