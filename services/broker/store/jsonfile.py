@@ -11,8 +11,9 @@ JSON metadata also keeps the previous version as ``<name>.bak`` (RocketMQ's Conf
 same): before the new content is renamed over the file, the current file is hard-linked to
 ``.bak`` (copied where links are not supported), so at every moment the file is whole and the
 ``.bak`` holds the version before it. A file that is missing or not valid JSON at load falls back
-to its ``.bak`` with a warning that says what is lost (the changes of its last write); when both
-are unusable the load refuses, naming both.
+to its ``.bak`` with a warning that says what is lost (the changes of its last write), the damaged
+file moved to ``<name>.corrupt`` (so the next write does not make it the ``.bak``); when both are
+unusable the load refuses, naming both.
 
 These functions block: call them from a worker thread when running on an event loop.
 """
@@ -155,6 +156,11 @@ def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads
             f"{problem}, and there is no {bak.name}; restore it from a backup, or move it away to "
             f"start with empty settings"
         )
+    if path.exists():  # keep the damaged file for inspection, out of the way of the next write,
+        corrupt = path.with_name(path.name + ".corrupt")  # which would make it the next .bak
+        os.replace(path, corrupt)
+        fsync_dir(path.parent)
+        problem += f" (moved to {corrupt.name})"
     log.warning("%s; loaded the previous version from %s instead (changes of the last write of %s are "
                 "lost)", problem, bak, path.name)
     return previous

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -83,7 +84,12 @@ def test_a_damaged_or_missing_file_falls_back_to_the_previous_version(tmp_path, 
     with caplog.at_level("WARNING"):
         assert read_json(p, None) == {"v": 2}
     assert "consumerOffset.json.bak" in caplog.text and "lost" in caplog.text
+    # the damaged file is kept aside, so the next write keeps the good copy as .bak
+    assert not p.exists() and (tmp_path / "consumerOffset.json.corrupt").read_text() == '{"v": 3, "offsetTa'
+    write_json_atomic(p, {"v": 4})
+    assert json.loads((tmp_path / "consumerOffset.json.bak").read_text()) == {"v": 2}  # the good copy stayed
     p.unlink()
+    (tmp_path / "consumerOffset.json.corrupt").unlink()
     assert read_json(p, None) == {"v": 2}
     (tmp_path / "consumerOffset.json.bak").write_text("{broken")
     with pytest.raises(StoreCorruptError, match="consumerOffset.json is missing, and its backup is unusable too"):
