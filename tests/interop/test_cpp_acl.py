@@ -8,10 +8,7 @@ with TideMQ's client in tests/broker/test_acl_broker.py.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,33 +19,20 @@ from tests.broker.test_acl_broker import cfg as client_cfg
 from tests.procs import Cluster
 from tidemq.client.sync import SyncAdmin, SyncPullConsumer
 
+from tests.interop.cppwheel import run_scenario, skip_module_without_wheel
+
 pytestmark = pytest.mark.interop
 
 SCENARIOS = Path(__file__).with_name("cpp_scenarios_acl.py")
 
 
-def _wheel_problem() -> str | None:
-    r = subprocess.run([sys.executable, "-c", "import rocketmq.client"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "import failed"
-    return None
-
-
-_problem = _wheel_problem()
-if _problem:
-    pytest.skip(f"the RocketMQ C++ client wheel cannot load here ({_problem}); it needs Linux x86_64",
-                allow_module_level=True)
+skip_module_without_wheel()
 
 
 def cpp(scenario: str, creds: tuple[str, str] | None, timeout: float = 90, **args) -> dict:
     if creds is not None:
         args.update(access_key=creds[0], secret_key=creds[1])
-    r = subprocess.run([sys.executable, str(SCENARIOS), scenario], input=json.dumps(args),
-                       capture_output=True, text=True, timeout=timeout)
-    marker = "@@RESULT@@"
-    if r.returncode != 0 or marker not in r.stdout:
-        raise AssertionError(f"C++ scenario {scenario} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.rsplit(marker, 1)[1])
+    return run_scenario(SCENARIOS, scenario, args, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,6 @@ the wheel's Python layer reads bodies through c_char_p and would truncate at a N
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,35 +13,18 @@ import pytest
 
 from tidemq.client.sync import SyncPullConsumer
 
+from tests.interop.cppwheel import run_scenario, skip_module_without_wheel
+
 pytestmark = pytest.mark.interop
 
 SCENARIOS = Path(__file__).with_name("cpp_scenarios.py")
 
 
-def _wheel_problem() -> str | None:
-    r = subprocess.run([sys.executable, "-c", "import rocketmq.client"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "import failed"
-    return None
-
-
-_problem = _wheel_problem()
-if _problem:
-    pytest.skip(
-        f"the RocketMQ C++ client wheel cannot load here ({_problem}); it needs Linux x86_64",
-        allow_module_level=True,
-    )
+skip_module_without_wheel()
 
 
 def cpp(scenario: str, timeout: float = 90, **args) -> dict:
-    r = subprocess.run(
-        [sys.executable, str(SCENARIOS), scenario], input=json.dumps(args),
-        capture_output=True, text=True, timeout=timeout,
-    )
-    marker = "@@RESULT@@"
-    if r.returncode != 0 or marker not in r.stdout:
-        raise AssertionError(f"C++ scenario {scenario} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.rsplit(marker, 1)[1])
+    return run_scenario(SCENARIOS, scenario, args, timeout)
 
 
 def topic_name(prefix: str) -> str:
