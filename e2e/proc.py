@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from tidemq.remoting.ports import free_port  # noqa: F401 (re-exported for the e2e suite)
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -142,13 +144,6 @@ def stays(predicate: Callable[[], object], duration: float, what: str, interval:
         if left <= 0:
             return
         sleep(min(interval, left))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:

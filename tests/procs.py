@@ -12,11 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tidemq.remoting.ports import free_port  # noqa: F401 (re-exported: the tests pick ports with it)
 
 
 def wait_port(port: int, timeout: float = 15.0) -> None:

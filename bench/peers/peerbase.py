@@ -25,17 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidemq.remoting.ports import free_port  # noqa: F401 (re-exported for the peers)
+
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class BenchError(Exception):
     """A clear, expected failure (missing server, server died): printed without a traceback."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, proc: subprocess.Popen, log: Path, what: str, timeout: float = 20.0) -> None:

@@ -30,6 +30,7 @@ def start_broker(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
 
     def start(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
+        monkeypatch.setenv("TIDEMQ_BROKER_SEGMENT_SIZE", str(4 << 20))  # not 2 GiB of preallocation per test
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
         mport = free_port()

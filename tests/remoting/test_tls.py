@@ -356,7 +356,7 @@ def test_real_processes_enforcing_namesrv_and_broker(pki, tmp_path):
     broker = ServerProcess(tidemq_cmd("broker", "--namesrv", f"127.0.0.1:{ns_port}", "--namesrv-tls",
                                       "--listen", f"127.0.0.1:{b_port}", "--store", str(tmp_path / "store"),
                                       "--metrics-listen", f"127.0.0.1:{b_metrics}", "--register-interval", "1",
-                                      *tls_args),
+                                      "--segment-size", str(4 << 20), *tls_args),
                            tmp_path / "broker.log")
     ns_addr = f"127.0.0.1:{ns_port}"
     ctx = ssl.create_default_context(cafile=pki["ca_file"])

@@ -7,7 +7,6 @@ import functools
 import gc
 import logging
 import os
-import socket
 from pathlib import Path
 
 import click
@@ -22,6 +21,7 @@ from tidemq.errors import ConfigError
 from tidemq.monitoring import MetricsServer
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
 from tidemq.namesrv.metrics import namesrv_registry
+from tidemq.remoting.ports import free_port
 from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig
 
 log = logging.getLogger("tidemq.cli")
@@ -49,12 +49,6 @@ def _advertise_default(listen_host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def build_broker_config(
     namesrv: str,
     listen: str,
@@ -70,7 +64,7 @@ def build_broker_config(
 ) -> BrokerConfig:
     lhost, lport = parse_listen(listen, "--listen")
     if lport == 0:  # the advertised port (and offset message ids) must be the real one: pick it now
-        lport = _free_port(lhost)
+        lport = free_port(lhost)
     adv = advertise or _advertise_default(lhost, lport)
     ahost, aport = parse_listen(adv, "--advertise")
     if ahost in ("0.0.0.0", "::"):
@@ -328,11 +322,13 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
 @click.option("--metrics-port", default=9877, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True)
 @click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True)
+@click.option("--segment-size", default=1 << 30, show_default=True, type=click.IntRange(min=64 * 1024),
+              help="CommitLog segment size in bytes (each segment and the next one are preallocated on disk).")
 @click.option("--demo", is_flag=True, help="Create topic 'demo', send and consume a few messages.")
 @click.option("--exit-after-demo", is_flag=True, help="Stop after the demo instead of serving.")
 @click.option("--log-level", default="INFO", show_default=True)
 @user_errors
-def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_create_topic, demo,
+def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_create_topic, segment_size, demo,
               exit_after_demo, log_level) -> None:
     """Run a name server and a broker in one process (the embedded cluster)."""
     setup_logging(log_level)
@@ -343,7 +339,7 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
         ns_host, ns_port = await ns.start()
         cfg = build_broker_config(
             f"{host}:{ns_port}", f"{host}:{broker_port}", str(data_dir / "store"), "DefaultCluster",
-            "broker-a", None, flush, auto_create_topic, 1 << 30, 72.0,
+            "broker-a", None, flush, auto_create_topic, segment_size, 72.0,
         )
         broker = Broker(cfg)
         try:
