@@ -8,6 +8,12 @@ import pytest
 
 from tests.cli.clirun import REPO, tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tidemq.client import ClientConfig
+from tidemq.client.send import SendStatus
+from tidemq.client.sync import SyncProducer
+from tidemq.errors import BrokerError
+from tidemq.message import Message
+from tidemq.remoting.codes import ResponseCode
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +76,18 @@ def test_rocketmq_broker_conf_is_honoured(namesrv, start_broker, tmp_path):
         f"listenPort = {port}\n"
         "flushDiskType = SYNC_FLUSH\n"
         f"storePathRootDir = {store}\n"
+        "maxMessageSize = 2048\n"
     )
     broker = start_broker("--config", str(conf))
     assert ["ConfCluster", "conf-broker", "0", f"127.0.0.1:{port}"] in cluster_rows(namesrv)
     assert (store / "commitlog").is_dir()
     assert "flush mode SYNC_FLUSH" in broker.log()
+    tidemq("admin", "updateTopic", "-n", namesrv, "-c", "ConfCluster", "-t", "ConfTopic").ok()
+    with SyncProducer("conf-pg", namesrv, ClientConfig(request_timeout=5.0)) as p:
+        assert p.send(Message("ConfTopic", b"x" * 2048)).status is SendStatus.SEND_OK
+        with pytest.raises(BrokerError) as info:  # maxMessageSize: the broker's own limit
+            p.send(Message("ConfTopic", b"x" * 2049))
+    assert info.value.code == ResponseCode.MESSAGE_ILLEGAL and "larger than the broker's maximum 2048" in str(info.value)
 
 
 def test_toml_file_then_environment_then_flag(namesrv, start_broker, tmp_path):

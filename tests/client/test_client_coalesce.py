@@ -11,8 +11,9 @@ import pytest
 from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.producer import MAX_MERGED, MAX_MERGED_BODY
 from tidemq.client.send import SendStatus
-from tidemq.errors import ClientError
+from tidemq.errors import BrokerError, ClientError
 from tidemq.message import Message
+from tidemq.remoting.codes import ResponseCode
 
 
 def _config(cluster, **kw) -> ClientConfig:
@@ -119,6 +120,30 @@ def test_a_failed_merged_send_fails_every_caller_and_a_cancelled_one_drops_out(c
     assert all(r.status is SendStatus.SEND_OK for r in ok) and len({r.message_queue for r in ok}) == 1
     bodies = sorted(m.body for m in asyncio.run(_read_all(cluster, topic)).values())
     assert bodies == [b"c0", b"c1", b"c3", b"c4", b"warm-up"]
+
+
+def test_one_message_the_broker_refuses_fails_only_its_own_caller(cluster_factory):
+    """A broker with a smaller body limit than the client's refuses the merged batch whole
+    (MESSAGE_ILLEGAL, nothing stored); the producer resends each alone, so the nine others land
+    once and only the oversized one fails, with the broker's reason."""
+    small = cluster_factory(extra_broker_args=["--max-message-size", "2048"])
+    topic = _topic(small)
+
+    async def main():
+        async with Producer("coalesce-illegal-pg", config=_config(small)) as p:
+            await p.send(Message(topic, b"warm-up"))
+            bodies = [b"b%d" % i for i in range(10)]
+            bodies[4] = b"x" * 3000  # under MAX_MERGED_BODY: merged with the others
+            return bodies, await asyncio.gather(*(p.send(Message(topic, b)) for b in bodies),
+                                                return_exceptions=True)
+
+    bodies, outcomes = asyncio.run(main())
+    bad = outcomes[4]
+    assert isinstance(bad, BrokerError) and bad.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "larger than the broker's maximum 2048" in str(bad)
+    assert all(o.status is SendStatus.SEND_OK for i, o in enumerate(outcomes) if i != 4)
+    stored = sorted(m.body for m in asyncio.run(_read_all(small, topic)).values())
+    assert stored == sorted([b for i, b in enumerate(bodies) if i != 4] + [b"warm-up"])
 
 
 def test_a_large_body_and_a_cancelled_merge_never_leave_a_caller_hanging(cluster):

@@ -4,7 +4,7 @@ A file is either TOML (``*.toml``) or RocketMQ's ``broker.conf`` properties form
 Keys may be our option names (``broker-name``, ``flush``) or RocketMQ's (``brokerName``,
 ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``storePathRootDir``, ``flushDiskType``,
 ``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``messageDelayLevel``, ``brokerIP1``,
-``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``). Precedence: command-line
+``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``, ``maxMessageSize``). Precedence: command-line
 flags, then TIDEMQ_* environment variables, then the file, then defaults.
 """
 
@@ -30,6 +30,7 @@ ROCKETMQ_KEYS = {
     "transactionCheckMax": "transaction_check_max",
     "serverChannelMaxIdleTimeSeconds": "idle_timeout",
     "waitTimeMillsInSendQueue": "busy_wait_ms",
+    "maxMessageSize": "max_message_size",
 }
 # RocketMQ gives these in milliseconds; our options take seconds.
 MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval"}

@@ -219,6 +219,7 @@ def broker_options(fn):
         click.option("--transaction-timeout", default=6.0, show_default=True, type=click.FloatRange(min=0), help="Seconds before an unresolved transactional (half) message is checked with its producer."),
         click.option("--transaction-check-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between transaction check rounds."),
         click.option("--transaction-check-max", default=15, show_default=True, type=click.IntRange(min=0), help="Checks before an unresolved half message is discarded."),
+        click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1024, 15 * 1024 * 1024), help="Largest message body the broker stores, in bytes (RocketMQ maxMessageSize); larger sends are answered MESSAGE_ILLEGAL. At most 15 MiB (a request frame is at most 16 MiB)."),
         click.option("--max-pull-bytes", default=256 * 1024, show_default=True, type=click.IntRange(min=4096), help="Most bytes of messages one pull returns (RocketMQ maxTransferBytesOnMessageInMemory; at least one message is always returned)."),
         click.option("--warm-segments/--no-warm-segments", default=False, show_default=True, help="Pre-fault each new CommitLog segment in a worker thread (RocketMQ warmMapedFileEnable): appends take no page faults, but the segment is resident page cache from creation and populating it can stall the broker's allocations on a busy machine."),
         click.option("--register-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between registrations with the name servers."),
@@ -269,7 +270,7 @@ def limit_options(fn):
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
                metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delete_when,
                cleanup_interval, delay_levels, transaction_timeout, transaction_check_interval,
-               transaction_check_max, max_pull_bytes, warm_segments, register_interval, log_level,
+               transaction_check_max, max_message_size, max_pull_bytes, warm_segments, register_interval, log_level,
                tls: TlsFlags,
                namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
                limits: dict | None = None,
@@ -280,7 +281,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                               auto_create_topic, segment_size, retention_hours, broker_id)
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
         cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval,
-        warm_segments=warm_segments,
+        warm_segments=warm_segments, max_message_size=max_message_size,
         power_loss_shadow=Path(test_power_loss_shadow) if test_power_loss_shadow else None))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
                               max_pull_bytes=max_pull_bytes,

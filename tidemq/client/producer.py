@@ -188,7 +188,8 @@ class Producer(ClientBase):
         Sends of one topic made in the same loop iteration (many in flight) are merged into
         SEND_BATCH_MESSAGEs (``ClientConfig.coalesce_sends``, on by default): each caller gets its
         own SendResult, the merged messages land on one queue with consecutive offsets, and a
-        failure fails each of them. Never merged: a lone send, a send with a queue or selector,
+        failure fails each of them, except a refusal for one message's sake (MESSAGE_ILLEGAL: stored
+        none), after which each is resent alone so only the culprit's caller fails. Never merged: a lone send, a send with a queue or selector,
         bodies over 64 KiB, compressed bodies, delay levels, transactional, reply and retry-topic messages, WAIT=false."""
         inst = self._require()
         props = check_message(msg, self.config.max_message_size)
@@ -410,9 +411,17 @@ class Producer(ClientBase):
         def build(mq: MessageQueue) -> RemotingCommand:
             return build_batch_request(self.group, topic, outs, mq.queue_id, inst.now_ms())
 
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(timeouts)
         try:
             res = await self._send(inst, topic, build, "", None, min(timeouts))
         except Exception as exc:  # every merged send fails with it (cancellation: _cancel_unanswered)
+            if (len(part) > 1 and isinstance(exc, BrokerError) and exc.code == ResponseCode.MESSAGE_ILLEGAL
+                    and deadline - loop.time() > 0):
+                # Refused whole before anything was stored, for one element's sake (e.g. a broker whose
+                # body limit is below ours): each goes alone, so only the culprit's caller fails.
+                await asyncio.gather(*(self._send_alone(inst, topic, e, deadline) for e in part))
+                return
             for _out, fut, _t in part:
                 if not fut.done():
                     fut.set_exception(exc)
@@ -424,6 +433,24 @@ class Producer(ClientBase):
         for i, (o, fut, _t) in enumerate(part):
             if not fut.done():
                 fut.set_result(SendResult(res.status, o.uniq_key, ids[i], res.message_queue, res.queue_offset + i))
+
+    async def _send_alone(self, inst: ClientInstance, topic: str, entry: _Pending, deadline: float) -> None:
+        out, fut, _t = entry
+        if fut.done():
+            return
+
+        def build(mq: MessageQueue) -> RemotingCommand:
+            return build_send_request(self.group, out, mq.queue_id, inst.now_ms())
+
+        try:
+            remaining = max(0.001, deadline - asyncio.get_running_loop().time())
+            res = await self._send(inst, topic, build, out.uniq_key, None, remaining)
+        except Exception as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            if not fut.done():
+                fut.set_result(res)
 
     # internals ---------------------------------------------------------------------------------
     def _spawn(self, coro: Awaitable[T], on_success: SuccessCallback | None,

@@ -218,7 +218,8 @@ class SendProcessor:
         for item in items:
             item_body = item.body
             if len(item_body) > max_size:
-                raise refused(ResponseCode.MESSAGE_ILLEGAL, "a message of the batch exceeds the maximum body size")
+                raise refused(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch is {len(item_body)} bytes, "
+                              f"larger than the broker's maximum {max_size}; nothing of the batch was stored")
             props = decode_properties(item.properties)
             if Prop.DELAY in props or has_timer(props):
                 raise refused(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
