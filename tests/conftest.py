@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.procs import Cluster
+
+# Property tests judge results, not speed: no per-example deadline (a loaded CI runner would turn a
+# slow example into DeadlineExceeded/Flaky); a failure prints the blob that reproduces it.
+settings.register_profile("tidemq", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.load_profile("tidemq")
 
 
 def _start(tmp_path_factory: pytest.TempPathFactory, **kw) -> Cluster:

@@ -37,6 +37,9 @@ async def _send_until_refused(addr: str, topic: str, ledger: Ledger, limit: int)
             if r.code == ResponseCode.SUCCESS:
                 ledger.acked[body] = (int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))
                 continue
+            if r.code == ResponseCode.FLUSH_DISK_TIMEOUT:  # stored, durability unknown: a slow disk, not full
+                ledger.indeterminate.add(body)
+                continue
             ledger.failed += 1
             refusals.append((r.code, r.remark))
             if len(refusals) >= 3:
@@ -74,4 +77,4 @@ def test_sends_are_refused_when_files_cannot_grow_and_resume_after(cluster_facto
     res = asyncio.run(check(c.broker_addr, topic, QUEUES, ledger))
     print(res.summary(ledger))
     assert not res.lost and not res.misplaced and res.duplicates == res.gaps == res.phantoms == 0
-    assert len(res.stored) == len(ledger.acked)
+    assert set(res.stored.values()) - set(ledger.acked) <= ledger.indeterminate  # nothing refused was stored

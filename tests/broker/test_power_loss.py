@@ -74,7 +74,9 @@ def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int, seed:
                 assert off >= res.max_offsets[q], f"{body!r} lost at {q}/{off} below max {res.max_offsets[q]}"
                 age = killed_at[0] - ledger.ack_time[body]
                 oldest_lost = max(oldest_lost, age)
-                assert age <= ASYNC_INTERVAL + 1.0, f"{body!r} acknowledged {age:.2f} s before the cut was lost"
+                # bounded by the flush interval plus one flush's own duration (an fdatasync on a shared
+                # CI disk can take seconds)
+                assert age <= ASYNC_INTERVAL + 3.0, f"{body!r} acknowledged {age:.2f} s before the cut was lost"
             for body in res.lost:  # its offset is reused from now on
                 del ledger.acked[body]
         lost_per_cycle.append(len(res.lost))

@@ -137,7 +137,7 @@ def test_request_without_responder_times_out_clearly(cluster):
             with pytest.raises(RequestTimeoutError) as ei:
                 await p.request(Message(topic, b"anyone?"), timeout=1.0)
             elapsed = loop.time() - t0
-            assert 0.95 <= elapsed < 1.5, elapsed
+            assert 0.95 <= elapsed < 3.0, elapsed  # the 1 s timeout, with slack for a loaded box
             assert isinstance(ei.value, ClientError)
             assert f"request to topic {topic} got no reply within 1 s" in str(ei.value)
             errors: list[BaseException] = []

@@ -149,12 +149,13 @@ async def test_send_moves_to_another_broker_when_one_is_unreachable(fake):
 async def test_send_timeout_bounds_the_whole_send(fake):
     fake.topics["T"] = (1, 1, 6)
     fake.hold.add(RequestCode.SEND_MESSAGE_V2)
-    async with Producer("pg", config=cfg(fake)) as p:
+    # Many retries: a per-attempt timeout would take 20 x 0.3 s, the bounded send 0.3 s.
+    async with Producer("pg", config=cfg(fake, retry_times_when_send_failed=19)) as p:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         with pytest.raises(RemotingTimeoutError):
             await p.send(Message("T", b"x"), timeout=0.3)
-        assert loop.time() - t0 < 1.5
+        assert loop.time() - t0 < 3.0
 
 
 @run

@@ -102,12 +102,15 @@ def test_subscribe_rebalances_between_two_lite_consumers(cluster):
                 f"s{i}".encode() for i in range(40))
             assert {m.queue_id for m in got_a}.isdisjoint({m.queue_id for m in got_b})
             await a.close()  # commits its positions
-            await wait_until(lambda: len(b.assignment()) == 4, 3, "b to own all queues")
+            await wait_until(lambda: len(b.assignment()) == 4, 10, "b to own all queues")
             await send(cluster, topic, [f"t{i}".encode() for i in range(10)])
             rest = await poll_until(b, 10)
             assert sorted(m.body for m in rest) == sorted(f"t{i}".encode() for i in range(10))
-            await asyncio.sleep(0.4)  # auto-commit
-            assert sum((await committed_offsets(cluster, group, topic)).values()) == 50
+            # auto-commit (every 0.2 s) must eventually commit all 50; poll, don't bet on a sleep
+            deadline = loop.time() + 10
+            while sum((committed := await committed_offsets(cluster, group, topic)).values()) != 50:
+                assert loop.time() < deadline, committed
+                await asyncio.sleep(0.1)
         finally:
             await a.close()
             await b.close()

@@ -58,7 +58,7 @@ def child(name: str, seconds: float, work: Path) -> None:
     seeds = CORPUS / name
     seeds.mkdir(parents=True, exist_ok=True)
     argv = [sys.argv[0], str(scratch), str(seeds), f"-max_total_time={max(1, int(seconds))}",
-            "-rss_limit_mb=512", "-timeout=2", "-max_len=65536", "-print_final_stats=1",
+            "-rss_limit_mb=512", "-timeout=10", "-max_len=65536", "-print_final_stats=1",
             f"-artifact_prefix={seeds}/"]
     atheris.Setup(argv, target)
     atheris.Fuzz()

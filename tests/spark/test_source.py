@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.spark.support import make_topic, rows, send
-from tidemq.client.sync import SyncProducer
+from tidemq.client.route import MessageQueue
+from tidemq.client.sync import SyncProducer, SyncPullConsumer
 from tidemq.message import Message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +143,19 @@ def test_fail_on_data_loss(spark, cluster_factory):
             break
         assert time.monotonic() < deadline, "retention never removed a segment"
         time.sleep(0.3)
+    # Retention may still be deleting expired segments; let it finish (the min offset unchanged
+    # over two polls 1 s apart) so the final read does not race a deletion.
+    with SyncPullConsumer("spark-loss-probe", c.namesrv_addr) as probe:
+        mq = MessageQueue(topic, "broker-a", 0)
+        deadline = time.monotonic() + 30
+        previous = probe.min_offset(mq)
+        while True:
+            time.sleep(1.0)
+            current = probe.min_offset(mq)
+            if current == previous and current > 0:
+                break
+            assert time.monotonic() < deadline, f"retention never settled: min offset {current}"
+            previous = current
     with pytest.raises(Exception) as info:
         read(spark, c, subscribe=topic, startingOffsets=json.dumps({topic: {"broker-a": {"0": 0}}})).count()
     assert "failOnDataLoss" in str(info.value) and "no longer available" in str(info.value)

@@ -345,9 +345,15 @@ async def test_next_segment_is_created_off_the_loop(tmp_path, warm):
 
     store = open_store(config(tmp_path, warm_segments=warm))  # warm: pre-faulted (MAP_POPULATE)
     await store.start()
+    cl = store._commitlog
     for i in range(80):
+        # Give the worker the time it needs (not a fixed slice a loaded machine may not honour):
+        # a put must then never find the next segment missing or still unstarted.
+        pending = cl._pending
+        if pending is not None:
+            await asyncio.wait_for(asyncio.wrap_future(pending), 10)
         assert store.put(req(body=bytes([i]) * 3000)).ok
-        await asyncio.sleep(0.002)  # producers leave the worker time to pre-create
+        await asyncio.sleep(0.002)
     st = store.stats()
     assert st["segments"] >= 4 and st["segments_created_on_loop"] == 0
     got = [m.body for m in read_queue(store, "T", 0)]

@@ -59,8 +59,8 @@ def test_two_consumers_split_queues_then_one_takes_over(cluster):
 
             await ca.close()
             took = await wait_until(lambda: set(cb.assigned_queues(topic)) == set(all_queues),
-                                    3.0 + 2, "the survivor to take every queue")
-            assert took <= 3.0 + 1
+                                    3.0 + 7, "the survivor to take every queue")
+            assert took <= 3.0 + 5  # about one rebalance interval; slack for a loaded CI box
             await send(cluster, topic, [f"n{i}".encode() for i in range(100)])
             await wait_until(lambda: len(b.bodies()) + len(a) >= 300, 15, "the rest")
             await asyncio.sleep(0.3)
@@ -254,8 +254,10 @@ def test_a_slow_message_holds_the_offset_and_the_span_bounds_pulling(cluster):
             assert (await committed_offsets(cluster, group, topic)).get(0, 0) == 0
             release.set()
             await wait_until(lambda: len(seen) >= 100, 10, "everything")
-            await asyncio.sleep(0.6)
-            assert (await committed_offsets(cluster, group, topic))[0] == 100
+            deadline = time.monotonic() + 10  # periodic persistence (0.2 s) catches up to 100
+            while (await committed_offsets(cluster, group, topic)).get(0, 0) != 100:
+                assert time.monotonic() < deadline, await committed_offsets(cluster, group, topic)
+                await asyncio.sleep(0.1)
 
     run(main)
 
