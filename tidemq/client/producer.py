@@ -10,7 +10,7 @@ next queue, on another broker when there is one; other error codes raise
 :class:`~tidemq.errors.BrokerError` at once. A send given an explicit queue or a selector is
 attempted once: retrying elsewhere would break the ordering the caller asked for. ``timeout``
 bounds the whole send, retries included (as RocketMQ's sendMsgTimeout does). Topics without a
-route raise ClientError; this client does not auto-create topics via TBW102.
+route raise ClientError unless a broker offers auto-creation (TBW102, as RocketMQ's producers).
 
 A message with ``MSG_TYPE=reply`` (built by :func:`~tidemq.client.request_reply.create_reply_message`)
 goes out as SEND_REPLY_MESSAGE_V2. Callback sends and requests run as tasks the producer keeps;
@@ -41,9 +41,10 @@ from tidemq.client.request_reply import (
     timeout_error,
 )
 from tidemq.client.response import broker_error
-from tidemq.client.route import MessageQueue
+from tidemq.client.route import MessageQueue, Perm, TopicRouteData
 from tidemq.client.selectors import QueueSelector
 from tidemq.client.send import (
+    DEFAULT_TOPIC_QUEUE_NUMS,
     RETRYABLE_SEND_CODES,
     OutgoingMessage,
     SendResult,
@@ -53,7 +54,13 @@ from tidemq.client.send import (
     prepare_message,
 )
 from tidemq.client.tasks import finish_or_cancel, keep
-from tidemq.client.validation import RETRY_GROUP_TOPIC_PREFIX, check_batch, check_group, check_message
+from tidemq.client.validation import (
+    AUTO_CREATE_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    check_batch,
+    check_group,
+    check_message,
+)
 from tidemq.errors import BrokerError, ClientError, RemotingError, RemotingTimeoutError, TideMQError
 from tidemq.message import Message, MessageExt, Prop
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -464,6 +471,8 @@ class Producer(ClientBase):
     async def _route_queues(self, inst: ClientInstance, topic: str) -> list[MessageQueue]:
         route = await inst.get_route(topic)
         if route is None:
+            route = await _auto_create_route(inst, topic)
+        if route is None:
             raise no_route_error(topic)
         queues = inst.routes.publish_queues(topic)
         if not queues:
@@ -552,6 +561,31 @@ class Producer(ClientBase):
                 fault.report(mq.broker_name, latency_ms)
             return parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
         raise _final_error(topic, made, budget, last_exc)
+
+
+async def _auto_create_route(inst: ClientInstance, topic: str) -> TopicRouteData | None:
+    """RocketMQ's producers send to a topic the name servers do not know along the route of
+    TBW102, which only brokers with autoCreateTopicEnable register; such a broker creates the topic
+    on the first send (with at most DEFAULT_TOPIC_QUEUE_NUMS queues, as the request says) and
+    registers it, and the next route refresh replaces this borrowed route by the topic's own. None
+    when no broker offers auto-creation (the caller then says to create the topic)."""
+    if topic == AUTO_CREATE_TOPIC:
+        return None
+    default = await inst.get_route(AUTO_CREATE_TOPIC)
+    if default is None:
+        return None
+    n = DEFAULT_TOPIC_QUEUE_NUMS
+    queue_datas = tuple(
+        dataclasses.replace(q, read_queue_nums=min(n, q.read_queue_nums), write_queue_nums=min(n, q.write_queue_nums))
+        for q in default.queue_datas if q.perm & Perm.WRITE
+    )
+    if not queue_datas:
+        return None
+    route = TopicRouteData(queue_datas, default.broker_datas)
+    inst.routes.update(topic, route)
+    log.info("topic %s is not known to the name servers: sending along the route of %s (brokers that "
+             "create topics on first send)", topic, AUTO_CREATE_TOPIC)
+    return route
 
 
 async def _with_callbacks(coro: Awaitable[T], on_success: SuccessCallback | None,
