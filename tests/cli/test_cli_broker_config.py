@@ -120,3 +120,14 @@ def test_toml_file_then_environment_then_flag(namesrv, start_broker, tmp_path):
     rows = cluster_rows(namesrv)
     assert ["TomlCluster", "flag-broker", "0", f"127.0.0.1:{port}"] in rows
     assert "env-broker" not in [r[1] for r in rows]
+
+
+def test_rocketmq_flush_interval_sets_the_async_loss_window(namesrv, start_broker, tmp_path):
+    """flushIntervalCommitLog is in milliseconds (RocketMQ); the broker logs the resulting window."""
+    conf = tmp_path / "async.conf"
+    conf.write_text(
+        f"namesrvAddr = {namesrv}\nlistenPort = {free_port()}\nbrokerName = async-broker\n"
+        f"storePathRootDir = {tmp_path / 'async-store'}\nflushDiskType = ASYNC_FLUSH\nflushIntervalCommitLog = 200\n"
+    )
+    broker = start_broker("--config", str(conf))
+    assert "acknowledged messages written in the last 0.2 s may be lost on power failure" in broker.log()

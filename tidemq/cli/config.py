@@ -4,7 +4,7 @@ A file is either TOML (``*.toml``) or RocketMQ's ``broker.conf`` properties form
 Keys may be our option names (``broker-name``, ``flush``) or RocketMQ's (``brokerName``,
 ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``storePathRootDir``, ``flushDiskType``,
 ``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``messageDelayLevel``, ``brokerIP1``,
-``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``, ``maxMessageSize``). Precedence: command-line
+``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``, ``maxMessageSize``, ``flushIntervalCommitLog``). Precedence: command-line
 flags, then TIDEMQ_* environment variables, then the file, then defaults.
 """
 
@@ -31,9 +31,10 @@ ROCKETMQ_KEYS = {
     "serverChannelMaxIdleTimeSeconds": "idle_timeout",
     "waitTimeMillsInSendQueue": "busy_wait_ms",
     "maxMessageSize": "max_message_size",
+    "flushIntervalCommitLog": "flush_interval",
 }
 # RocketMQ gives these in milliseconds; our options take seconds.
-MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval"}
+MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval", "flushIntervalCommitLog"}
 
 
 def _normalise_value(key: str, value: object) -> object:

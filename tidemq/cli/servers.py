@@ -208,6 +208,7 @@ def broker_options(fn):
         click.option("--broker-id", default=0, show_default=True, type=click.IntRange(min=0), hidden=True),
         click.option("--advertise", default=None, help="HOST:PORT clients use to reach this broker (default: the listen address, or $POD_IP)."),
         click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True, help="ASYNC_FLUSH or SYNC_FLUSH."),
+        click.option("--flush-interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01, max=60), help="ASYNC_FLUSH: seconds between CommitLog fdatasyncs, the power-loss window (RocketMQ flushIntervalCommitLog)."),
         click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz."),
         click.option("--metrics-queue-lag/--no-metrics-queue-lag", default=False, show_default=True, help="Also export consumer lag per queue (one series per group, topic and queue)."),
         click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True, help="Create unknown topics on send (TBW102)."),
@@ -267,7 +268,7 @@ def limit_options(fn):
               type=click.Path(file_okay=False),
               help="TEST ONLY: copy every fdatasync into DIR so a test can emulate a power cut.")
 @user_errors
-def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, metrics_listen,
+def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, flush_interval, metrics_listen,
                metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delete_when,
                cleanup_interval, delay_levels, transaction_timeout, transaction_check_interval,
                transaction_check_max, max_message_size, max_pull_bytes, warm_segments, register_interval, log_level,
@@ -281,7 +282,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                               auto_create_topic, segment_size, retention_hours, broker_id)
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
         cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval,
-        warm_segments=warm_segments, max_message_size=max_message_size,
+        warm_segments=warm_segments, max_message_size=max_message_size, async_flush_interval=flush_interval,
         power_loss_shadow=Path(test_power_loss_shadow) if test_power_loss_shadow else None))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
                               max_pull_bytes=max_pull_bytes,
