@@ -196,8 +196,9 @@ class Producer(ClientBase):
         SEND_BATCH_MESSAGEs (``ClientConfig.coalesce_sends``, on by default): each caller gets its
         own SendResult, the merged messages land on one queue with consecutive offsets, and a
         failure fails each of them, except a refusal for one message's sake (MESSAGE_ILLEGAL: stored
-        none), after which each is resent alone so only the culprit's caller fails. Never merged: a lone send, a send with a queue or selector,
-        bodies over 64 KiB, compressed bodies, delay levels, transactional, reply and retry-topic messages, WAIT=false."""
+        none), after which each is resent alone so only the culprit's caller fails. Never merged: a
+        lone send, a send with a queue or selector, bodies over 64 KiB, compressed bodies, delay
+        levels, transactional, reply and retry-topic messages, WAIT=false."""
         inst = self._require()
         props = check_message(msg, self.config.max_message_size)
         fixed = (await self._fixed_queue(msg, queue, selector, arg)
