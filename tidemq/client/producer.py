@@ -209,14 +209,19 @@ class Producer(ClientBase):
             if merged is not None:
                 return merged
         reply = is_reply(msg)
+        return await self._send(inst, msg.topic, self._single(inst, out, reply), out.uniq_key, fixed, timeout,
+                                reply)
 
+    def _single(self, inst: ClientInstance, out: OutgoingMessage,
+                reply: bool = False) -> Callable[[MessageQueue], RemotingCommand]:
+        """The request builder of one message (SEND_MESSAGE_V2, or SEND_REPLY_MESSAGE_V2 for a reply)."""
         def build(mq: MessageQueue) -> RemotingCommand:
             cmd = build_send_request(self.group, out, mq.queue_id, inst.now_ms())
             if reply:
                 cmd.code = RequestCode.SEND_REPLY_MESSAGE_V2
             return cmd
 
-        return await self._send(inst, msg.topic, build, out.uniq_key, fixed, timeout, reply)
+        return build
 
     def send_async(
         self,
@@ -446,13 +451,9 @@ class Producer(ClientBase):
         out, fut, _t = entry
         if fut.done():
             return
-
-        def build(mq: MessageQueue) -> RemotingCommand:
-            return build_send_request(self.group, out, mq.queue_id, inst.now_ms())
-
         try:
             remaining = max(0.001, deadline - asyncio.get_running_loop().time())
-            res = await self._send(inst, topic, build, out.uniq_key, None, remaining)
+            res = await self._send(inst, topic, self._single(inst, out), out.uniq_key, None, remaining)
         except Exception as exc:
             if not fut.done():
                 fut.set_exception(exc)
