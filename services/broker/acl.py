@@ -42,6 +42,7 @@ from pathlib import Path
 
 import yaml
 
+from tidemq.broker.topics import loggable
 from tidemq.errors import ConfigError, FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
@@ -268,25 +269,81 @@ def _group(name: str | None) -> str | None:
     return RETRY_PREFIX + name if name else None
 
 
+# How each request code the broker serves is checked when ACL is on (tests/broker/test_acl_codes.py
+# fails when a served code is missing here). Every request needs a valid signature first.
+#   "admin":     the account needs ``admin: true`` (RocketMQ's Permission.ADMIN_CODE)
+#   "resources": topics/groups read from the header or body by needed_resources()
+#   "stored":    resources read from the header, plus the topic of the stored message the request
+#                names by offset, checked by the processor once it has read it
+#   "open: ...": any signed account, with the reason (metadata reads RocketMQ leaves open too)
+REQUEST_ACCESS: dict[int, str] = {
+    RequestCode.SEND_MESSAGE: "resources",  # topic PUB; %RETRY%<g>: group g SUB
+    RequestCode.SEND_MESSAGE_V2: "resources",
+    RequestCode.SEND_BATCH_MESSAGE: "resources",
+    RequestCode.SEND_REPLY_MESSAGE: "resources",  # topic PUB
+    RequestCode.SEND_REPLY_MESSAGE_V2: "resources",
+    RequestCode.PULL_MESSAGE: "resources",  # topic SUB, group SUB
+    RequestCode.LITE_PULL_MESSAGE: "resources",
+    RequestCode.QUERY_MESSAGE: "resources",  # topic SUB
+    RequestCode.VIEW_MESSAGE_BY_ID: "stored",  # SUB on the message's topic
+    RequestCode.CONSUMER_SEND_MSG_BACK: "stored",  # group SUB, SUB on the message's topic
+    RequestCode.END_TRANSACTION: "stored",  # PUB on the half message's topic
+    RequestCode.HEART_BEAT: "resources",  # each consumer group SUB, each subscribed topic SUB
+    RequestCode.UNREGISTER_CLIENT: "resources",  # consumer group SUB
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: "resources",  # group SUB
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: "resources",  # group SUB
+    RequestCode.QUERY_CONSUMER_OFFSET: "resources",  # group SUB, topic SUB
+    RequestCode.UPDATE_CONSUMER_OFFSET: "resources",
+    RequestCode.LOCK_BATCH_MQ: "resources",  # group SUB, each queue's topic SUB
+    RequestCode.UNLOCK_BATCH_MQ: "resources",
+    RequestCode.GET_CONSUME_STATS: "resources",  # group SUB (and the topic SUB when named)
+    RequestCode.UPDATE_AND_CREATE_TOPIC: "admin",
+    RequestCode.DELETE_TOPIC_IN_BROKER: "admin",
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "admin",
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: "admin",
+    RequestCode.UPDATE_BROKER_CONFIG: "admin",
+    RequestCode.GET_ALL_TOPIC_CONFIG: "open: topic names and queue counts, as RocketMQ (admin tools, operator)",
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "open: group settings, as RocketMQ (admin tools, operator)",
+    RequestCode.GET_ALL_CONSUMER_OFFSET: "open: committed offsets (numbers, no messages), as RocketMQ",
+    RequestCode.GET_BROKER_CONFIG: "open: settings without secrets, as RocketMQ (admin tools)",
+    RequestCode.GET_TOPIC_STATS_INFO: "open: queue offsets of a topic (numbers), as RocketMQ",
+    RequestCode.GET_MAX_OFFSET: "open: one queue's offset, as RocketMQ (producers' and consumers' clients)",
+    RequestCode.GET_MIN_OFFSET: "open: one queue's offset, as RocketMQ",
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: "open: one queue's offset, as RocketMQ",
+    RequestCode.GET_EARLIEST_MSG_STORETIME: "open: one queue's first store time, as RocketMQ",
+}
+
+_SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+          RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
+_LONG_HEADER_SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE)
+
+
+def _json_body(cmd: RemotingCommand, what: str) -> dict:
+    try:
+        data = fastjson.loads(cmd.body_bytes() or b"{}")
+    except FrameError as exc:
+        raise ValueError(f"{what} body is not JSON: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
 def needed_resources(cmd: RemotingCommand) -> dict[str, Perm]:
     """The topics (by name) and groups (by ``%RETRY%<group>``) a request touches, with the
-    permission each needs (RocketMQ's PlainAccessValidator.parse). Raises ValueError when a body
-    that names resources cannot be read."""
+    permission each needs (RocketMQ's PlainAccessValidator.parse, extended to every request
+    family; see REQUEST_ACCESS). Raises ValueError when a body that names resources cannot be
+    read."""
     f = cmd.ext_fields
     code = cmd.code
     need: dict[str, Perm] = {}
 
     def add(resource: str | None, perm: Perm) -> None:
         if resource:
-            need[resource] = perm
+            need[resource] = need.get(resource, Perm(0)) | perm
 
-    if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        if code == RequestCode.SEND_MESSAGE:
-            topic, group = f.get("topic"), f.get("group")
-        else:
-            topic, group = f.get("b", f.get("topic")), f.get("a", f.get("group"))
+    if code in _SENDS:
+        topic = f.get("topic") if code in _LONG_HEADER_SENDS else f.get("b", f.get("topic"))
         if topic is not None and topic.startswith(RETRY_PREFIX):
-            add(_group(group), Perm.SUB)
+            # The group is the topic's, never the header's: no header field may skip the check.
+            add(topic, Perm.SUB)
         else:
             add(topic, Perm.PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
@@ -297,11 +354,8 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, Perm]:
     elif code == RequestCode.QUERY_MESSAGE:
         add(f.get("topic"), Perm.SUB)
     elif code == RequestCode.HEART_BEAT:
-        try:
-            data = fastjson.loads(cmd.body_bytes() or b"{}")
-        except FrameError as exc:
-            raise ValueError(f"heartbeat body is not JSON: {exc}") from None
-        consumers = data.get("consumerDataSet") if isinstance(data, dict) else None
+        data = _json_body(cmd, "heartbeat")
+        consumers = data.get("consumerDataSet")
         for cd in consumers if isinstance(consumers, list) else ():
             if not isinstance(cd, dict):
                 continue
@@ -310,12 +364,32 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, Perm]:
             for sd in subs if isinstance(subs, list) else ():
                 if isinstance(sd, dict):
                     add(str(sd.get("topic") or ""), Perm.SUB)
-    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                  RequestCode.GET_CONSUMER_CONNECTION_LIST):
         add(_group(f.get("consumerGroup")), Perm.SUB)
-    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
+    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET,
+                  RequestCode.GET_CONSUME_STATS):
         add(_group(f.get("consumerGroup")), Perm.SUB)
         add(f.get("topic"), Perm.SUB)
+    elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+        data = _json_body(cmd, "queue lock")
+        add(_group(str(data.get("consumerGroup") or "")), Perm.SUB)
+        mqs = data.get("mqSet")
+        for mq in mqs if isinstance(mqs, list) else ():
+            if isinstance(mq, dict):
+                add(str(mq.get("topic") or ""), Perm.SUB)
     return need
+
+
+def stored_message_topics(topic: str, properties: Mapping[str, str]) -> list[str]:
+    """The topics a stored message belongs to: its own, and the one it was sent to or came from
+    (``REAL_TOPIC`` of a delayed or half message, ``RETRY_TOPIC`` of a retried one)."""
+    out = [topic]
+    for key in ("REAL_TOPIC", "RETRY_TOPIC"):
+        t = properties.get(key)
+        if t and t not in out:
+            out.append(t)
+    return out
 
 
 def _printable(resource: str) -> str:
@@ -348,15 +422,22 @@ def authorize(config: AclConfig, cmd: RemotingCommand, host: str) -> tuple[str |
         return ak, None
     if cmd.code in ADMIN_CODES and not acct.admin:
         return ak, f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not"
+    return ak, missing_permission(acct, need)
+
+
+def missing_permission(acct: Account, need: Mapping[str, Perm]) -> str | None:
+    """RocketMQ's wording for the first resource of ``need`` the account may not use, else None.
+    An admin account without per-resource entries may use everything (RocketMQ)."""
     if not need or (acct.admin and not acct.perms):
-        return ak, None
+        return None
     for resource, perm in need.items():
         owned = acct.perms.get(resource)
         if owned is None:
             owned = acct.default_group_perm if resource.startswith(RETRY_PREFIX) else acct.default_topic_perm
-        if not check_perm(perm, owned):
-            return ak, f"No default permission for {_printable(resource)}"
-    return ak, None
+        for bit in (Perm.PUB, Perm.SUB):  # a resource needing both needs each
+            if perm & bit and not check_perm(bit, owned):
+                return f"No default permission for {loggable(_printable(resource))}"
+    return None
 
 
 def _host(peer: str) -> str:
@@ -396,6 +477,20 @@ class AclService:
         self._log_refusal(conn.peer, cmd.code, ak, reason)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
 
+    def check_resources(self, conn: Connection, cmd: RemotingCommand,
+                        need: Mapping[str, Perm]) -> RemotingCommand | None:
+        """The refusal when the (already verified) account of ``cmd`` may not use ``need``: for
+        resources a processor learns only from the store (the topic of a message looked up by
+        offset). None when allowed."""
+        ak = cmd.ext_fields.get(ACCESS_KEY) or ""
+        acct = self.config.accounts.get(ak)
+        reason = "No accessKey is configured" if acct is None else missing_permission(acct, need)
+        if reason is None:
+            return None
+        self.refused += 1
+        self._log_refusal(conn.peer, cmd.code, ak, reason)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
+
     def _log_refusal(self, peer: str, code: int, ak: str | None, reason: str) -> None:
         now = self.clock()
         if now - self._log_window >= 10.0:
@@ -404,7 +499,8 @@ class AclService:
             self._log_window, self._logged = now, 0
         self._logged += 1
         if self._logged <= 20:  # reason names the access key at most, never the secret
-            log.warning("ACL refused request code %d from %s (accessKey=%s): %s", code, peer, ak, reason)
+            log.warning("ACL refused request code %d from %s (accessKey=%s): %s", code, peer,
+                        loggable(ak), loggable(reason, 300))
 
     def poll(self) -> AclConfig | None:
         """Blocking (run in a worker thread): the new config when the file changed, else None.

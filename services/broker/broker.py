@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tidemq.broker.acl import AclService
+from tidemq.broker.acl import AclService, Perm, stored_message_topics
 from tidemq.broker.clients import ClientRegistry
 from tidemq.broker.config import BrokerConfig
+from tidemq.broker.creation import ImplicitCreation
 from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
 from tidemq.broker.locks import RebalanceLockManager
@@ -30,6 +31,7 @@ from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.reply import ReplyProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.quota import CreationQuota
 from tidemq.broker.register import NamesrvRegistrar
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.config import FlushMode
@@ -42,6 +44,7 @@ from tidemq.broker.transaction.service import TransactionConfig, TransactionServ
 from tidemq.broker.topics import TopicConfigManager
 from tidemq.message import pack_host
 from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
+from tidemq.remoting.acl import ACCESS_KEY
 from tidemq.remoting.limits import ServerLimits
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,9 @@ class Broker:
         self.topics = TopicConfigManager(root / "config" / "topics.json", clock)
         self.groups = SubscriptionGroupManager(root / "config" / "subscriptionGroup.json", clock)
         self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json")
+        self.quota = CreationQuota(config.creation_limits)
+        self.creation = ImplicitCreation(self.topics, self.groups, self.quota,
+                                         config.auto_create_subscription_group, self.topics_changed)
         self.clients = ClientRegistry(config.client_channel_expiry)
         self.clients.notify_enabled = self._notify_enabled
         self.locks = RebalanceLockManager()
@@ -238,6 +244,29 @@ class Broker:
                 self._topics_persist = False
                 await self.persist_topics()
             await self.registrar.register_all()
+
+    def principal(self, conn: Connection, cmd: RemotingCommand) -> str:
+        """Who implicit creations are charged to: the (verified) ACL access key, else the host."""
+        if self.acl is not None:
+            ak = cmd.ext_fields.get(ACCESS_KEY)
+            if ak:
+                return f"accessKey {ak}"
+        host = conn.peer.rpartition(":")[0] or conn.peer
+        return f"host {host}"
+
+    def refuse_stored(self, conn: Connection, cmd: RemotingCommand, topic: str, properties: dict[str, str],
+                      perm: Perm) -> RemotingCommand | None:
+        """With ACL on, the refusal when the account of ``cmd`` lacks ``perm`` on a stored
+        message's topics (REQUEST_ACCESS "stored"); None when allowed or ACL is off."""
+        if self.acl is None:
+            return None
+        return self.acl.check_resources(conn, cmd, {t: perm for t in stored_message_topics(topic, properties)})
+
+    @property
+    def registration(self) -> "asyncio.Task | None":
+        """The persist-and-register round started by ``topics_changed``, while it runs."""
+        task = self._register_soon
+        return task if task is not None and not task.done() else None
 
     def _notify_enabled(self, group: str) -> bool:
         g = self.groups.get(group)

@@ -186,6 +186,25 @@ class _BrokerCollector(Collector):
         yield _gauge("tidemq_broker_long_poll_waiters", "Pull requests held by long polling", base, b.holds.waiting)
         yield _gauge("tidemq_broker_connections", "Open client connections", base, b.connection_count)
         yield _gauge("tidemq_broker_topics", "Topics configured on this broker", base, len(b.topics.topics))
+        yield _gauge("tidemq_broker_subscription_groups", "Subscription groups configured on this broker", base,
+                     len(b.groups.groups))
+        limits = b.quota.limits
+        yield _gauge("tidemq_broker_topics_limit", "Most topics this broker creates (maxTopicCount)", base,
+                     limits.max_topics)
+        yield _gauge("tidemq_broker_subscription_groups_limit",
+                     "Most subscription groups this broker creates (maxSubscriptionGroupCount)", base, limits.max_groups)
+        created = CounterMetricFamily("tidemq_broker_implicit_creations",
+                                      "Topics and groups created implicitly (first heartbeat, pull, send-back, send)",
+                                      labels=["cluster", "broker", "kind"])
+        for kind, n in b.quota.created.items():
+            created.add_metric([*base, kind], n)
+        yield created
+        refused = CounterMetricFamily("tidemq_broker_creation_refusals",
+                                      "Creations refused: total = a broker limit, rate = a principal's window limit",
+                                      labels=["cluster", "broker", "limit"])
+        for limit, n in b.quota.refused.items():
+            refused.add_metric([*base, limit], n)
+        yield refused
         yield _gauge("tidemq_broker_delayed_messages", "Scheduled (delay level or delivery time) messages not delivered yet",
                      base, self._delayed())
         yield _gauge("tidemq_broker_half_messages", "Transactional half messages not committed or rolled back yet",

@@ -55,6 +55,46 @@ def validate_topic_name(name: str) -> str | None:
     return None
 
 
+MAX_GROUP_LENGTH = 255  # RocketMQ Validators.CHARACTER_MAX_LENGTH
+_GROUP_PATTERN_TEXT = "^[%|a-zA-Z0-9_-]+$"  # as RocketMQ words it
+
+
+def validate_group_name(name: str) -> str | None:
+    """Return RocketMQ's sentence for an invalid consumer/producer group name (Validators.checkGroup:
+    blank, longer than 255, characters outside ``%|a-zA-Z0-9_-``), else None. A group may not
+    start with ``%RETRY%`` or ``%DLQ%``: those prefixes name a group's topics, never a group."""
+    if not name or not name.strip():
+        return "the specified group is blank"
+    if len(name) > MAX_GROUP_LENGTH:
+        return f"the specified group[{loggable(name)}] is longer than group max length {MAX_GROUP_LENGTH}."
+    if not TOPIC_PATTERN.fullmatch(name):
+        return (f"the specified group[{loggable(name)}] contains illegal characters, allowing only "
+                f"{_GROUP_PATTERN_TEXT}")
+    if name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+        return (f"the specified group[{loggable(name)}] starts with {RETRY_PREFIX} or {DLQ_PREFIX}, "
+                "which name a group's retry and dead-letter topics")
+    return None
+
+
+def group_of(topic: str) -> str | None:
+    """The group a ``%RETRY%<group>`` or ``%DLQ%<group>`` topic belongs to, else None."""
+    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        if topic.startswith(prefix):
+            return topic[len(prefix):]
+    return None
+
+
+def loggable(name: object, limit: int = 80) -> str:
+    """A client-supplied name made safe for a log line or a remark: control characters and
+    non-ASCII escaped (a newline cannot forge a log line), cut to ``limit`` characters."""
+    text = str(name)
+    if len(text) > limit:
+        text = f"{text[:limit]}...({len(text)} chars)"
+    if text.isascii() and text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def is_system_topic(name: str) -> bool:
     return name in NOT_ALLOWED_SEND or name.startswith("rmq_sys_") or name == DEFAULT_TOPIC
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from tidemq.broker.groups import SubscriptionGroupConfig
-from tidemq.broker.topics import TopicConfig, is_system_topic, validate_topic_name
+from tidemq.broker.topics import TopicConfig, is_system_topic, validate_group_name, validate_topic_name
 from tidemq.errors import FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
@@ -65,7 +65,12 @@ class AdminProcessor:
             topic_sys_flag=sys_flag,
             order=cmd.get_bool("order"),
         )
-        changed = self.broker.topics.put(tc)
+        b = self.broker
+        if b.topics.get(topic) is None:
+            full = b.quota.check_total("topic", len(b.topics.topics))
+            if full is not None:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic {topic} was not created: {full}")
+        changed = b.topics.put(tc)
         return self._after_topic_change(cmd, changed)
 
     def _is_system(self, topic: str) -> bool:
@@ -103,7 +108,15 @@ class AdminProcessor:
             g = SubscriptionGroupConfig.from_json(data)
         except (FrameError, ValueError, TypeError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}")
-        if self.broker.groups.put(g):
+        b = self.broker
+        problem = validate_group_name(g.group_name)
+        if problem:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, problem)
+        if b.groups.get(g.group_name) is None:
+            full = b.quota.check_total("group", len(b.groups.groups))
+            if full is not None:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"group {g.group_name} was not created: {full}")
+        if b.groups.put(g):
             return self._persist_groups(cmd)
         return cmd.response(ResponseCode.SUCCESS)
 

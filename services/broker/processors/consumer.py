@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -16,8 +17,8 @@ from tidemq.broker.clients import (
     enum_name,
     parse_tag_expression,
 )
-from tidemq.broker.topics import RETRY_PREFIX
-from tidemq.errors import FrameError
+from tidemq.broker.topics import RETRY_PREFIX, loggable
+from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import Connection, LanguageCode, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from tidemq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_REGISTER_WAIT = 2.0  # s; clients time a heartbeat out after 3 s
 
 
 def _json_body(cmd: RemotingCommand) -> dict:
@@ -66,19 +69,33 @@ class ConsumerManageProcessor:
         }
 
     def heartbeat(self, conn: Connection, cmd: RemotingCommand):
+        try:
+            return self._heartbeat(conn, cmd)
+        except BrokerError as exc:
+            log.info("heartbeat from %s refused: %s", conn.peer, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+
+    def _heartbeat(self, conn: Connection, cmd: RemotingCommand):
         b = self.broker
         data = _json_body(cmd)
         client_id = str(data.get("clientID") or conn.peer)
+        consumers = [cd for cd in _list(data.get("consumerDataSet")) if isinstance(cd, dict) and cd.get("groupName")]
+        producers = [pd for pd in _list(data.get("producerDataSet")) if isinstance(pd, dict) and pd.get("groupName")]
+        for d in (*consumers, *producers):  # nothing registered or created unless every name is valid
+            b.creation.check_group_name(str(d["groupName"]))
+        principal = b.principal(conn, cmd)
         created_topic = False
-        for cd in _list(data.get("consumerDataSet")):
-            if not isinstance(cd, dict) or not cd.get("groupName"):
-                continue
+        for cd in consumers:
             group = str(cd["groupName"])
-            g = b.groups.find_or_create(group, b.config.auto_create_subscription_group)
+            g = b.groups.get(group)
+            if g is None and b.config.auto_create_subscription_group:
+                g = b.creation.group(group, principal, ResponseCode.SYSTEM_ERROR)
             retry = RETRY_PREFIX + group
             if g is not None and g.retry_queue_nums > 0 and b.topics.get(retry) is None:
-                b.topics.create_retry_or_dlq(retry)
+                b.creation.retry_topic(retry, principal)
                 created_topic = True
+        for cd in consumers:
+            group = str(cd["groupName"])
             subs = []
             for sd in _list(cd.get("subscriptionDataSet")):
                 if not isinstance(sd, dict) or not sd.get("topic"):
@@ -108,11 +125,21 @@ class ConsumerManageProcessor:
                 enum_name(cd.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
                 subs,
             )
-        for pd in _list(data.get("producerDataSet")):
-            if isinstance(pd, dict) and pd.get("groupName"):
-                b.clients.register_producer(str(pd["groupName"]), conn, client_id, cmd.language, cmd.version)
-        if created_topic:
-            b.topics_changed()
+        for pd in producers:
+            b.clients.register_producer(str(pd["groupName"]), conn, client_id, cmd.language, cmd.version)
+        if created_topic:  # as Java: answered once the name servers know the new retry topic
+            return self._after_registration(cmd)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def _after_registration(self, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        pending = b.registration
+        if pending is not None:
+            try:  # shielded: a client that goes away must not cancel the registration round
+                await asyncio.wait_for(asyncio.shield(pending), HEARTBEAT_REGISTER_WAIT)
+            except asyncio.TimeoutError:
+                log.info("heartbeat answered before the name servers confirmed the new retry topic "
+                         "(registration still running after %.1f s)", HEARTBEAT_REGISTER_WAIT)
         return cmd.response(ResponseCode.SUCCESS)
 
     def unregister(self, conn: Connection, cmd: RemotingCommand):
@@ -150,14 +177,29 @@ class ConsumerManageProcessor:
         )
 
     def update_offset(self, conn: Connection, cmd: RemotingCommand):
+        b = self.broker
         group = cmd.get_str("consumerGroup") or ""
         topic = cmd.get_str("topic") or ""
         if not group or not topic:
             raise ValueError("consumerGroup and topic are required")
         offset = cmd.get_int("commitOffset")
-        if offset < 0:
-            raise ValueError(f"commitOffset {offset} is negative")
-        self.broker.offsets.commit(group, topic, cmd.get_int("queueId", bits=32), offset)
+        queue_id = cmd.get_int("queueId", bits=32)
+        try:
+            # The offset table only holds queues that exist, of groups that exist (RocketMQ 5).
+            b.creation.group(group, b.principal(conn, cmd), ResponseCode.SYSTEM_ERROR)
+        except BrokerError as exc:
+            return cmd.response(exc.code, exc.remark)
+        tc = b.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {loggable(topic)} not exist!")
+        if not 0 <= queue_id < tc.queue_nums:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues")
+        if offset < 0:  # Java clients commit -1 for a queue they never read: keep what is stored
+            if offset != -1:
+                log.debug("commitOffset %d of %s on %s/%d ignored", offset, loggable(group), topic, queue_id)
+            return cmd.response(ResponseCode.SUCCESS)
+        b.offsets.commit(group, topic, queue_id, offset)
         return cmd.response(ResponseCode.SUCCESS)
 
     def _mq_set(self, cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:

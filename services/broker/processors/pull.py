@@ -50,7 +50,7 @@ class PullProcessor:
 
     def pull(self, conn: Connection, cmd: RemotingCommand):
         try:
-            req = self._check(cmd)
+            req = self._check(conn, cmd)
         except BrokerError as exc:
             log.debug("pull from %s refused (%d): %s", conn.peer, exc.code, exc.remark)
             return cmd.response(exc.code, exc.remark, _pull_fields(0, 0, 0))
@@ -81,7 +81,7 @@ class PullProcessor:
         resp, _found = self._read(cmd, topic, queue_id, offset, max_nums, tag_codes)
         return resp
 
-    def _check(self, cmd: RemotingCommand):
+    def _check(self, conn: Connection, cmd: RemotingCommand):
         b = self.broker
         if not b.config.broker_permission & _READ:
             raise refused(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] pulling message is forbidden")
@@ -93,12 +93,7 @@ class PullProcessor:
         sys_flag = cmd.get_int("sysFlag", 0, bits=32)
         if not group:
             raise ValueError("missing header field 'consumerGroup'")
-        g = b.groups.find_or_create(group, b.config.auto_create_subscription_group)
-        if g is None:
-            raise refused(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{group}] does not exist; create it with `tidemq admin updateSubGroup`",
-            )
+        g = b.groups.get(group) or b.creation.group(group, b.principal(conn, cmd))
         if not g.consume_enable:
             raise refused(ResponseCode.NO_PERMISSION, f"subscription group [{group}] is not allowed to consume")
         tc = b.topics.get(topic)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from tidemq.broker.acl import Perm
+from tidemq.errors import CodecError
+from tidemq.message import decode_record
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -49,7 +52,15 @@ class QueryProcessor:
 
     def view(self, conn: Connection, cmd: RemotingCommand):
         offset = cmd.get_int("offset")
-        record = self.broker.store.read_record(offset)
+        record = self.broker.store.read_record(offset) if offset >= 0 else None
         if record is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        if self.broker.acl is not None:
+            try:
+                msg = decode_record(record)
+            except CodecError as exc:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"the message at offset {offset} is unreadable: {exc}")
+            denied = self.broker.refuse_stored(conn, cmd, msg.topic, msg.properties, Perm.SUB)
+            if denied is not None:
+                return denied
         return cmd.response(body=record)

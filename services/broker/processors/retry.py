@@ -18,6 +18,7 @@ import random
 from typing import TYPE_CHECKING
 
 from tidemq.bodies import SubscriptionGroupConfig
+from tidemq.broker.acl import Perm as AclPerm
 from tidemq.broker.delay import strip_delay
 from tidemq.broker.processors.common import refused
 from tidemq.broker.store.results import PutStatus, put_again
@@ -64,7 +65,8 @@ class RetryProcessor:
         delay_level = cmd.get_int("delayLevel", 0, bits=32)
         if not group:
             raise refused(ResponseCode.SYSTEM_ERROR, "the send-back request names no consumer group")
-        g = find_group(b, group)
+        principal = b.principal(conn, cmd)
+        g = find_group(b, group, principal)
         if not cfg.broker_permission & _WRITE:
             raise refused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_name}] sending message is forbidden")
         if g.retry_queue_nums <= 0:
@@ -77,13 +79,16 @@ class RetryProcessor:
             msg = decode_record(raw)
         except CodecError as exc:
             raise refused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}: {exc}") from None
+        denied = b.refuse_stored(conn, cmd, msg.topic, msg.properties, AclPerm.SUB)
+        if denied is not None:  # the caller may not read that message: it may not copy it either
+            return denied
         props = dict(msg.properties)
         props.setdefault(Prop.RETRY_TOPIC, msg.topic)
         strip_delay(props)
         max_times = max_reconsume_times(g, cmd)
         dead = msg.reconsume_times >= max_times or delay_level < 0
         topic = DLQ_PREFIX + group if dead else RETRY_PREFIX + group
-        tc = retry_or_dlq_config(b, topic)
+        tc = b.creation.retry_topic(topic, principal)
         if not tc.writable:
             raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = random.randrange(max(1, tc.write_queue_nums))
@@ -111,16 +116,10 @@ class RetryProcessor:
         return cmd.response(ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT: the message is stored but not yet on disk")
 
 
-def find_group(broker: "Broker", group: str) -> SubscriptionGroupConfig:
-    """The group's config (created when the broker auto-creates groups), else BrokerError
-    SUBSCRIPTION_GROUP_NOT_EXIST."""
-    g = broker.groups.find_or_create(group, broker.config.auto_create_subscription_group)
-    if g is None:
-        raise refused(
-            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-            f"subscription group [{group}] not exist, create it first with `tidemq admin updateSubGroup -g {group}`",
-        )
-    return g
+def find_group(broker: "Broker", group: str, principal: str) -> SubscriptionGroupConfig:
+    """The group's config (created when the broker auto-creates groups, within the creation
+    limits), else BrokerError SUBSCRIPTION_GROUP_NOT_EXIST."""
+    return broker.creation.group(group, principal)
 
 
 def max_reconsume_times(g: SubscriptionGroupConfig | None, cmd: RemotingCommand) -> int:
@@ -129,13 +128,3 @@ def max_reconsume_times(g: SubscriptionGroupConfig | None, cmd: RemotingCommand)
     if cmd.version >= MAX_RECONSUME_HEADER_VERSION and cmd.get_str("maxReconsumeTimes"):
         max_times = cmd.get_int("maxReconsumeTimes", max_times, bits=32)
     return max_times
-
-
-def retry_or_dlq_config(broker: "Broker", topic: str) -> TopicConfig:
-    """The config of a ``%RETRY%``/``%DLQ%`` topic, created (1 queue, read-write) and registered
-    with the name servers if missing."""
-    tc = broker.topics.get(topic)
-    if tc is None:
-        tc = broker.topics.create_retry_or_dlq(topic)
-        broker.topics_changed()
-    return tc

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tidemq.broker.delay import TIMER_TOPIC, has_timer, strip_delay
 from tidemq.broker.processors.common import refused
-from tidemq.broker.processors.retry import find_group, max_reconsume_times, retry_or_dlq_config
+from tidemq.broker.processors.retry import find_group, max_reconsume_times
 from tidemq.broker.store.store import PutRequest, PutResult, PutStatus
 from tidemq.broker.transaction.half import is_transactional
 from tidemq.broker.topics import (
@@ -27,6 +27,7 @@ from tidemq.broker.topics import (
     RETRY_PREFIX,
     Perm,
     TopicConfig,
+    group_of,
     validate_topic_name,
 )
 from tidemq.errors import BrokerError, CodecError
@@ -144,7 +145,7 @@ class SendProcessor:
             self._valid_topics.add(topic)
         if topic in NOT_ALLOWED_SEND or topic == TIMER_TOPIC:
             raise refused(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
-        tc = self._topic_config(cmd, topic)
+        tc = self._topic_config(conn, cmd, topic)
         if not tc.writable:
             raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = field_int(f.get(names["queueId"]), "queueId", -1, _INT32)
@@ -171,7 +172,7 @@ class SendProcessor:
         if topic.startswith(RETRY_PREFIX):
             if names is _SHORT:
                 cmd.ext_fields = long_names(f)  # the retry rules read the long names
-            topic, tc, queue_id = self._maybe_dlq(cmd, topic, tc, queue_id, reconsume, header_props)
+            topic, tc, queue_id = self._maybe_dlq(conn, cmd, topic, tc, queue_id, reconsume, header_props)
 
         if not is_batch:
             if len(body) > cfg.store.max_message_size:
@@ -234,34 +235,38 @@ class SendProcessor:
         result = b.store.put_batch(reqs)
         return self._respond(cmd, result, queue_id, wait, size, topic)
 
-    def _topic_config(self, cmd: RemotingCommand, topic: str) -> TopicConfig:
+    def _topic_config(self, conn: Connection, cmd: RemotingCommand, topic: str) -> TopicConfig:
         b = self.broker
         tc = b.topics.get(topic)
         if tc is not None:
             return tc
         if cmd.code != RequestCode.SEND_MESSAGE and "defaultTopic" not in cmd.ext_fields:
             cmd.ext_fields = long_names(cmd.ext_fields)  # rare path: read the long names below
-        if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
-            tc = b.topics.create_retry_or_dlq(topic)
+        principal = b.principal(conn, cmd)
+        group = group_of(topic)
+        if group is not None:  # %RETRY%/%DLQ%<group>: only of a group that exists (or may be made)
+            find_group(b, group, principal)
+            tc = b.creation.retry_topic(topic, principal)
         elif b.config.auto_create_topic:
             default = cmd.get_str("defaultTopic") or ""
-            tc = b.topics.create_from_default(topic, default, cmd.get_int("defaultTopicQueueNums", 4))
+            tc = b.creation.topic_from_default(topic, default, cmd.get_int("defaultTopicQueueNums", 4), principal)
         if tc is None:
             raise refused(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please! (create it with `tidemq admin updateTopic`)",
             )
-        b.topics_changed()
         return tc
 
-    def _maybe_dlq(self, cmd, topic, tc, queue_id, reconsume, props):
+    def _maybe_dlq(self, conn, cmd, topic, tc, queue_id, reconsume, props):
         # Same rule as CONSUMER_SEND_MSG_BACK (processors/retry.py).
         group = topic[len(RETRY_PREFIX):]
-        g = find_group(self.broker, group)
+        b = self.broker
+        principal = b.principal(conn, cmd)
+        g = find_group(b, group, principal)
         if reconsume < max_reconsume_times(g, cmd):
             return topic, tc, queue_id
         dlq = DLQ_PREFIX + group
-        dtc = retry_or_dlq_config(self.broker, dlq)
+        dtc = b.creation.retry_topic(dlq, principal)
         strip_delay(props)
         return dlq, dtc, 0
 

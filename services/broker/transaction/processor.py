@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from tidemq.broker.acl import Perm
 from tidemq.broker.transaction.half import EndType
 from tidemq.errors import BrokerError
+from tidemq.message import MessageExt, Prop
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -47,7 +49,8 @@ class EndTransactionProcessor:
             return cmd.response(ResponseCode.SUCCESS)
         b = self.broker
         try:
-            result = b.transactions.end(group, tran_offset, commit_log_offset, kind, from_check)
+            result = b.transactions.end(group, tran_offset, commit_log_offset, kind, from_check,
+                                        authorize=lambda half: self._authorize(conn, cmd, half))
         except BrokerError as exc:
             log.warning("END_TRANSACTION %s of %s from %s (group %s) refused: %s", kind.name, msg_id,
                         conn.peer, group, exc)
@@ -58,6 +61,13 @@ class EndTransactionProcessor:
         if b.sync_flush and not cmd.is_oneway:
             return self._await_durable(cmd, result.put.end_offset)
         return cmd.response(ResponseCode.SUCCESS)
+
+    def _authorize(self, conn: Connection, cmd: RemotingCommand, half: MessageExt) -> None:
+        """ACL: ending a transaction publishes to the half message's topic, so it needs PUB there."""
+        real = half.properties.get(Prop.REAL_TOPIC, half.topic)
+        denied = self.broker.refuse_stored(conn, cmd, real, {}, Perm.PUB)
+        if denied is not None:
+            raise BrokerError(denied.remark or "AclException", ResponseCode.SYSTEM_ERROR)
 
     async def _await_durable(self, cmd: RemotingCommand, end_offset: int) -> RemotingCommand:
         if await self.broker.store.wait_durable(end_offset):

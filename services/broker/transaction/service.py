@@ -194,7 +194,8 @@ class TransactionService:
         return msg
 
     def end(self, group: str, tran_offset: int, commit_log_offset: int, kind: EndType,
-            from_check: bool = False) -> Committed | None:
+            from_check: bool = False,
+            authorize: Callable[[MessageExt], None] | None = None) -> Committed | None:
         """Commit or roll back the half message at ``commit_log_offset``.
 
         Returns the committed message (None for a rollback, or when the transaction was already
@@ -202,6 +203,8 @@ class TransactionService:
         half message of ``group``.
         """
         msg = self.read_half(commit_log_offset)
+        if authorize is not None:  # raises BrokerError when the requester may not end it
+            authorize(msg)
         pgroup = msg.properties.get(Prop.PGROUP, "")
         if pgroup != group:
             raise BrokerError(f"The producer group wrong: the half message belongs to {pgroup!r}, "

@@ -1,0 +1,361 @@
+"""Issue 14: attacks on a broker with ACL on, replayed with raw remoting frames against real
+processes (the attack table in docs/reliability.md). Each test failed before the fix it names.
+
+Accounts: ADMIN (admin), DENY_ALL (every topic and group DENY), APP (group SUB by default, topic
+aclT PUB|SUB, topic denyT and group otherG DENY), HOG (topics and groups SUB, for the creation
+limits). The broker allows 40 implicit creations per account and hour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.procs import Cluster
+from tidemq.message import decode_offset_msg_id, decode_records, encode_properties
+from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.acl import AclSigner
+
+ADMIN = ("adminKey01", "admin-secret-0001")
+DENY_ALL = ("denyAll01", "deny-secret-0002")
+APP = ("appKey0001", "app-secret-0003")
+HOG = ("hogKey0001", "hog-secret-0004")
+
+ACL = f"""accounts:
+  - accessKey: {ADMIN[0]}
+    secretKey: {ADMIN[1]}
+    admin: true
+  - accessKey: {DENY_ALL[0]}
+    secretKey: {DENY_ALL[1]}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+  - accessKey: {APP[0]}
+    secretKey: {APP[1]}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - aclT=PUB|SUB
+      - denyT=DENY
+    groupPerms:
+      - otherG=DENY
+  - accessKey: {HOG[0]}
+    secretKey: {HOG[1]}
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+"""
+IMPLICIT_LIMIT = 40
+
+
+@pytest.fixture(scope="module")
+def acl_cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("attacks")
+    path = root / "plain_acl.yml"
+    path.write_text(ACL)
+    c = Cluster(root, extra_broker_args=[
+        "--acl-file", str(path), "--implicit-create-limit", str(IMPLICIT_LIMIT),
+        "--implicit-create-window", "3600", "--max-topics", "1000", "--max-groups", "1000"])
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise RuntimeError(f"cluster did not start:\n{c.broker.log()[-3000:]}")
+    for topic in ("aclT", "denyT"):
+        assert call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}), ADMIN).code == 0
+    yield c
+    c.stop()
+
+
+async def _calls(addr: str, cmds: list[RemotingCommand], creds, timeout: float = 10.0) -> list[RemotingCommand]:
+    client = RemotingClient(rpc_hook=AclSigner(*creds) if creds else None)
+    try:
+        return [await client.invoke(addr, cmd, timeout) for cmd in cmds]
+    finally:
+        await client.close()
+
+
+def calls(addr: str, cmds: list[RemotingCommand], creds, timeout: float = 10.0) -> list[RemotingCommand]:
+    return asyncio.run(_calls(addr, cmds, creds, timeout))
+
+
+def call(addr: str, cmd: RemotingCommand, creds, timeout: float = 10.0) -> RemotingCommand:
+    return calls(addr, [cmd], creds, timeout)[0]
+
+
+def send_v2(topic: str, body: bytes = b"payload", props: dict[str, str] | None = None, group: str | None = None,
+            code: int = RequestCode.SEND_MESSAGE_V2, sys_flag: int = 0) -> RemotingCommand:
+    header = {"b": topic, "c": "TBW102", "d": 4, "e": -1, "f": sys_flag, "g": int(time.time() * 1000), "h": 0,
+              "i": encode_properties(props or {}), "j": 0}
+    if group is not None:
+        header["a"] = group
+    return RemotingCommand.request(code, header, body)
+
+
+def heartbeat(groups: list[str], topic: str = "aclT") -> RemotingCommand:
+    body = {"clientID": f"attacker@{uuid.uuid4().hex[:6]}", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": g, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+         "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": 1}]} for g in groups]}
+    return RemotingCommand.request(RequestCode.HEART_BEAT, None, orjson.dumps(body))
+
+
+def topic_names(c: Cluster) -> set[str]:
+    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), ADMIN)
+    return set(orjson.loads(resp.body_bytes())["topicConfigTable"])
+
+
+def group_names(c: Cluster) -> set[str]:
+    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), ADMIN)
+    return set(orjson.loads(resp.body_bytes())["subscriptionGroupTable"])
+
+
+def max_offset(c: Cluster, topic: str, queue: int) -> int:
+    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue}),
+                ADMIN)
+    return int(resp.ext_fields["offset"])
+
+
+def total_messages(c: Cluster, topic: str, queues: int = 2) -> int:
+    return sum(max_offset(c, topic, q) for q in range(queues))
+
+
+def admin_send(c: Cluster, topic: str, body: bytes = b"secret", props: dict[str, str] | None = None,
+               sys_flag: int = 0) -> RemotingCommand:
+    resp = call(c.broker_addr, send_v2(topic, body, props, group="adminPG", sys_flag=sys_flag), ADMIN)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    return resp
+
+
+def acl_refused(resp: RemotingCommand) -> bool:
+    return resp.code == ResponseCode.SYSTEM_ERROR and (resp.remark or "").startswith("AclException")
+
+
+def still_serves(c: Cluster) -> None:
+    body = uuid.uuid4().hex.encode()
+    before = total_messages(c, "aclT")
+    assert call(c.broker_addr, send_v2("aclT", body, group="appPG"), APP).code == ResponseCode.SUCCESS
+    assert total_messages(c, "aclT") == before + 1
+
+
+# ---------------------------------------------------------------------------------------- high
+def test_all_deny_account_cannot_create_retry_topics(acl_cluster):
+    """Item 1: a send to %RETRY%<x> without a producer group passed the ACL and created a topic
+    and a group per name (50,000 took the broker down)."""
+    c = acl_cluster
+    names = [f"%RETRY%evil{i}_{uuid.uuid4().hex[:4]}" for i in range(30)]
+    answers = calls(c.broker_addr, [send_v2(t) for t in names], DENY_ALL)
+    assert all(acl_refused(a) for a in answers), [(a.code, a.remark) for a in answers[:3]]
+    assert not set(names) & topic_names(c)
+    assert not {n[len("%RETRY%"):] for n in names} & group_names(c)
+    still_serves(c)
+
+
+def test_heartbeat_with_huge_group_names_is_refused_and_creates_nothing(acl_cluster):
+    """Item 2: 90 groups of 100,000 characters in one heartbeat grew topics.json to 18 MB."""
+    c = acl_cluster
+    groups = [f"g{i}" + "x" * 100_000 for i in range(90)]
+    resp = call(c.broker_addr, heartbeat(groups), HOG, timeout=30)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "longer than group max length 255" in resp.remark and len(resp.remark) < 400
+    assert not any(len(t) > 300 for t in topic_names(c))
+    assert not any(len(g) > 300 for g in group_names(c))
+    topics_json = c.store_dir / "config" / "topics.json"
+    assert topics_json.stat().st_size < 100_000
+    still_serves(c)
+
+
+@pytest.mark.parametrize("name", ["bad group", "new\nline", "", "x" * 256, "%RETRY%nested", "semi;colon", "dot.ted"])
+def test_invalid_group_names_are_refused_everywhere(acl_cluster, name):
+    """Group names enter through heartbeats, admin updates, send-backs, offsets and pulls: each
+    refuses a name outside RocketMQ's rules and creates nothing."""
+    c = acl_cluster
+    before = group_names(c)
+    hb = call(c.broker_addr, heartbeat([name or " "]), HOG)
+    assert hb.code == ResponseCode.SYSTEM_ERROR and "group" in hb.remark
+    sub = call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
+                                                      orjson.dumps({"groupName": name})), ADMIN)
+    assert sub.code == ResponseCode.SYSTEM_ERROR and "group" in sub.remark
+    pull = call(c.broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": name or " ", "topic": "aclT", "queueId": 0, "queueOffset": 0, "maxMsgNums": 1,
+        "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}), HOG)
+    assert pull.code in (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, ResponseCode.SYSTEM_ERROR), pull.remark
+    off = call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": name or " ", "topic": "aclT", "queueId": 0, "commitOffset": 0}), HOG)
+    assert off.code == ResponseCode.SYSTEM_ERROR
+    back = call(c.broker_addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "group": name or " ", "offset": 0, "delayLevel": 0, "originMsgId": "x", "originTopic": "aclT"}), HOG)
+    assert back.code != ResponseCode.SUCCESS
+    assert group_names(c) == before
+
+
+def test_implicit_creation_is_bounded_per_account_and_the_broker_restarts(acl_cluster):
+    """Implicit creation (first heartbeat of a group: the group and its retry topic) stops at the
+    account's window limit with a clear refusal; other accounts keep working; the counts are
+    exported; the broker restarts on what it wrote."""
+    c = acl_cluster
+    answers = calls(c.broker_addr, [heartbeat([f"hog{i}_{uuid.uuid4().hex[:4]}"]) for i in range(IMPLICIT_LIMIT)],
+                    HOG)
+    ok = [a for a in answers if a.code == ResponseCode.SUCCESS]
+    refused = [a for a in answers if a.code != ResponseCode.SUCCESS]
+    assert len(ok) == IMPLICIT_LIMIT // 2  # a group and its retry topic each
+    assert refused and all("implicitCreateLimit" in a.remark and "retry later" in a.remark for a in refused)
+    assert len([g for g in group_names(c) if g.startswith("hog")]) == IMPLICIT_LIMIT // 2
+    still_serves(c)  # APP's budget is its own
+    mine = call(c.broker_addr, heartbeat([f"appG{uuid.uuid4().hex[:4]}"]), APP)
+    assert mine.code == ResponseCode.SUCCESS, mine.remark
+    import urllib.request
+
+    text = urllib.request.urlopen(c.metrics_url, timeout=10).read().decode()
+    assert re.search(r'tidemq_broker_creation_refusals_total\{[^}]*limit="rate"[^}]*\} ([0-9.]+)', text)
+    assert float(re.search(r'tidemq_broker_creation_refusals_total\{[^}]*limit="rate"[^}]*\} ([0-9.]+)',
+                           text).group(1)) >= len(refused)
+    assert re.search(r"tidemq_broker_subscription_groups_limit\{[^}]*\} 1000", text)
+    c.restart_broker()
+    still_serves(c)
+
+
+def test_total_topic_limit_refuses_admin_and_auto_creation(cluster_factory):
+    c = cluster_factory(extra_broker_args=["--auto-create-topic", "--max-topics", "20",
+                                           "--implicit-create-limit", "1000"])
+    statuses = []
+    for i in range(30):
+        r = call(c.broker_addr, send_v2(f"auto{i}", group="pg"), None)
+        statuses.append((r.code, r.remark))
+    created = [s for s in statuses if s[0] == ResponseCode.SUCCESS]
+    refused = [s for s in statuses if s[0] != ResponseCode.SUCCESS]
+    assert created and refused
+    assert all(code == ResponseCode.TOPIC_NOT_EXIST and "maxTopicCount" in remark for code, remark in refused)
+    admin = call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "oneMore", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), None)
+    assert admin.code == ResponseCode.SYSTEM_ERROR and "maxTopicCount" in admin.remark
+    assert call(c.broker_addr, send_v2("auto0", group="pg"), None).code == ResponseCode.SUCCESS
+    c.restart_broker()
+    assert call(c.broker_addr, send_v2("auto0", group="pg"), None).code == ResponseCode.SUCCESS
+
+
+# -------------------------------------------------------------------------------------- medium
+def test_reply_to_a_denied_topic_is_refused_and_not_stored(acl_cluster):
+    """Item 3: SEND_REPLY_MESSAGE(_V2) to a DENY topic was stored although answered an error."""
+    c = acl_cluster
+    before = total_messages(c, "denyT")
+    props = {"REPLY_TO_CLIENT": "nobody@1", "CORRELATION_ID": "c1", "MSG_TYPE": "reply"}
+    v2 = call(c.broker_addr, send_v2("denyT", b"forged", props, group="appPG", code=RequestCode.SEND_REPLY_MESSAGE_V2),
+              APP)
+    v1 = call(c.broker_addr, RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE, {
+        "producerGroup": "appPG", "topic": "denyT", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0, "properties": encode_properties(props),
+        "reconsumeTimes": 0}, b"forged"), APP)
+    assert acl_refused(v2) and acl_refused(v1)
+    assert total_messages(c, "denyT") == before
+
+
+def test_sends_into_another_groups_retry_topic_are_refused(acl_cluster):
+    """Item 4: the retry topic's own group is checked, whatever (or whether) the header names."""
+    c = acl_cluster
+    admin_hb = call(c.broker_addr, heartbeat(["otherG"]), ADMIN)
+    assert admin_hb.code == ResponseCode.SUCCESS
+    before = max_offset(c, "%RETRY%otherG", 0)
+    for group in ("appG", None):
+        resp = call(c.broker_addr, send_v2("%RETRY%otherG", b"injected", group=group), APP)
+        assert acl_refused(resp), resp.remark
+    assert max_offset(c, "%RETRY%otherG", 0) == before
+
+
+def test_view_message_by_id_of_a_denied_topic_is_refused(acl_cluster):
+    """Item 5: VIEW_MESSAGE_BY_ID returned a DENY topic's message."""
+    c = acl_cluster
+    sent = admin_send(c, "denyT", b"top-secret")
+    offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
+    view = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+    resp = call(c.broker_addr, view, APP)
+    assert acl_refused(resp) and b"top-secret" not in resp.body_bytes()
+    mine = admin_send(c, "aclT", b"mine")
+    ok = call(c.broker_addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {
+        "offset": decode_offset_msg_id(mine.ext_fields["msgId"])[1]}), APP)
+    assert ok.code == ResponseCode.SUCCESS and decode_records(ok.body_bytes())[0].body == b"mine"
+
+
+def test_send_back_of_a_denied_topics_message_is_refused(acl_cluster):
+    """Item 6: CONSUMER_SEND_MSG_BACK copied any commit-log offset into the caller's retry topic."""
+    c = acl_cluster
+    group = f"appBack{uuid.uuid4().hex[:4]}"
+    assert call(c.broker_addr, heartbeat([group]), APP).code == ResponseCode.SUCCESS
+    sent = admin_send(c, "denyT", b"top-secret-2")
+    offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
+    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "group": group, "offset": offset, "delayLevel": -1, "originMsgId": sent.ext_fields["msgId"],
+        "originTopic": "aclT", "maxReconsumeTimes": 16}), APP)
+    assert acl_refused(resp), resp.remark
+    assert f"%DLQ%{group}" not in topic_names(c) or max_offset(c, f"%DLQ%{group}", 0) == 0
+
+
+def test_end_transaction_needs_pub_on_the_half_messages_topic(acl_cluster):
+    """Item 7: END_TRANSACTION by an account without PUB on the topic committed another
+    producer's half message."""
+    c = acl_cluster
+    before = total_messages(c, "denyT")
+    half = admin_send(c, "denyT", b"pending", {"TRAN_MSG": "true", "PGROUP": "txPG", "UNIQ_KEY": uuid.uuid4().hex},
+                      sys_flag=0x4)
+    end = RemotingCommand.request(RequestCode.END_TRANSACTION, {
+        "producerGroup": "txPG", "tranStateTableOffset": int(half.ext_fields["queueOffset"]),
+        "commitLogOffset": decode_offset_msg_id(half.ext_fields["msgId"])[1], "commitOrRollback": 8,
+        "fromTransactionCheck": False, "msgId": half.ext_fields["msgId"]})
+    resp = call(c.broker_addr, end, APP)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "AclException" in resp.remark
+    assert total_messages(c, "denyT") == before
+    ok = call(c.broker_addr, end, ADMIN)  # the half message is still there for its owner
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+    assert total_messages(c, "denyT") == before + 1
+
+
+# ------------------------------------------------------------------------------------------ low
+def test_consumer_offsets_refuse_bad_queues_and_keep_the_offset_on_minus_one(acl_cluster):
+    """UPDATE_CONSUMER_OFFSET accepted queueId -7; commitOffset -1 was answered SYSTEM_ERROR
+    (Java answers SUCCESS and keeps the stored offset)."""
+    c = acl_cluster
+    group = f"appOff{uuid.uuid4().hex[:4]}"
+
+    def commit(queue: int, offset: int) -> RemotingCommand:
+        return call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": "aclT", "queueId": queue, "commitOffset": offset}), APP)
+
+    def query() -> RemotingCommand:
+        return call(c.broker_addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": "aclT", "queueId": 1}), APP)
+
+    assert commit(1, 0).code == ResponseCode.SUCCESS
+    for queue in (-7, 2, 1 << 20):
+        bad = commit(queue, 0)
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "queueId" in bad.remark
+    admin_send(c, "aclT", b"a")
+    assert commit(1, 1).code == ResponseCode.SUCCESS
+    keep = commit(1, -1)
+    assert keep.code == ResponseCode.SUCCESS, keep.remark
+    assert int(query().ext_fields["offset"]) == 1
+
+
+def test_heartbeat_answers_after_the_new_retry_topic_is_routable(acl_cluster):
+    """Java registers a heartbeat's new %RETRY% topic with the name servers before answering; a
+    client asking for that route right after its heartbeat must find it."""
+    c = acl_cluster
+    group = f"appRoute{uuid.uuid4().hex[:4]}"
+    assert call(c.broker_addr, heartbeat([group]), APP).code == ResponseCode.SUCCESS
+    route = call(c.namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                         {"topic": f"%RETRY%{group}"}), None)
+    assert route.code == ResponseCode.SUCCESS, route.remark
+
+
+def test_a_newline_in_a_name_cannot_forge_a_log_line(acl_cluster):
+    c = acl_cluster
+    marker = f"FORGED{uuid.uuid4().hex[:6]}"
+    call(c.broker_addr, heartbeat([f"x\n{marker} ERROR everything is fine"]), HOG)
+    call(c.broker_addr, send_v2(f"t\n{marker}"), HOG)
+    time.sleep(0.3)
+    log = Path(c.root / "broker.log").read_text(errors="replace")
+    assert not any(line.startswith(marker) for line in log.splitlines())
