@@ -57,6 +57,14 @@ class BrokerConfig:
     acl_reload_interval: float = 2.0  # s between checks of the ACL file for changes
     tls: ServerTlsConfig = ServerTlsConfig()  # the remoting port (tidemq.remoting.tls)
     namesrv_tls: ClientTlsConfig = ClientTlsConfig()  # connections to the name servers
+    # Registration (tidemq.broker.register): requests to name servers are signed with this account
+    # when both are set (name servers started with --acl-file require it); bodies are zlib-compressed
+    # when compressed_register (RocketMQ compressedRegister) or large; larger than
+    # register_max_body (under the name servers' frame limit), they are split into parts.
+    namesrv_access_key: str | None = None
+    namesrv_secret_key: str | None = field(default=None, repr=False)
+    compressed_register: bool = False
+    register_max_body: int = 16 * 1024 * 1024 - 64 * 1024
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -29,6 +29,7 @@ class NamesrvCollector(Collector):
             ("tidemq_namesrv_registrations", "REGISTER_BROKER requests accepted", s.registrations),
             ("tidemq_namesrv_brokers_expired", "Brokers dropped after the expiry", s.brokers_expired),
             ("tidemq_namesrv_requests", "Requests served", s.requests),
+            ("tidemq_namesrv_acl_refused", "State-changing requests refused by the write ACL", s.acl_refused),
         ):
             c = CounterMetricFamily(name, doc)
             c.add_metric([], value)

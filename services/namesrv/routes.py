@@ -6,8 +6,12 @@ RouteInfoManager semantics:
 * a cluster maps to broker names; a broker name to one BrokerData (cluster, name, id -> "ip:port");
   a topic to {broker name: QueueData}; a live broker address to its last registration time, the
   data version of its topic table and the connection it registered over;
-* only a master (broker id 0) registration writes queue data, and only on its first registration or
-  when its data version changed; an address registering under a new id leaves its old id;
+* only a master (broker id 0) registration writes queue data: on its first registration every
+  topic; later a topic whose queue data was not written under the registration's data version
+  (RocketMQ 5's ``isTopicConfigChanged``): a changed version rewrites every topic, an unchanged one
+  only adds the topics not seen under it. So a registration split into parts with one data version
+  merges, and a wiped write permission stays wiped until the broker's topics change; an address
+  registering under a new id leaves its old id;
 * dropping a broker address (unregister, expiry, closed connection) removes it from its BrokerData;
   when a broker name has no address left, the name leaves its cluster and its queue data goes;
 * a topic with no queue data left disappears; a cluster with no broker name left disappears.
@@ -41,6 +45,8 @@ class QueueData:
     write_queue_nums: int
     perm: int
     topic_sys_flag: int = 0
+    # The broker's data version this was registered under (not part of the route).
+    version: object = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -157,17 +163,24 @@ class RouteInfoManager:
         bd.addrs[broker_id] = broker_addr
 
         prev = self._live.get(broker_addr)
-        changed = prev is None or _version_key(prev.data_version) != _version_key(data_version)
-        if broker_id == MASTER_ID and (first or changed):
+        written = 0
+        if broker_id == MASTER_ID:
+            vkey = _version_key(data_version)
             for topic, qd in queue_datas.items():
-                self._topics.setdefault(topic, {})[broker_name] = qd
+                qmap = self._topics.setdefault(topic, {})
+                cur = qmap.get(broker_name)
+                if first or cur is None or cur.version != vkey:
+                    qmap[broker_name] = replace(qd, version=vkey)
+                    written += 1
+        if written:
             log.info(
-                "broker %s (%s, id %d, cluster %s) registered %d topics, data version %s",
+                "broker %s (%s, id %d, cluster %s) registered %d topics (%d written), data version %s",
                 broker_name,
                 broker_addr,
                 broker_id,
                 cluster,
                 len(queue_datas),
+                written,
                 data_version,
             )
         elif prev is None:

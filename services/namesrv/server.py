@@ -4,9 +4,16 @@ Wires a :class:`tidemq.remoting.RemotingServer` to a :class:`RouteInfoManager` a
 :class:`KvConfigStore`. Invariants: every request gets exactly one answer unless it is oneway (the
 transport drops answers to oneway requests); a malformed header or body is answered with
 SYSTEM_ERROR and a remark naming the request and the field, never by closing the connection; an
-unknown code is answered REQUEST_CODE_NOT_SUPPORTED. All handlers are synchronous and O(routes),
-so none blocks the loop for long. The expiry scan is one task owned by the server and cancelled
-by :meth:`NamesrvServer.stop`; a closed broker connection drops that broker's routes at once.
+unknown code is answered REQUEST_CODE_NOT_SUPPORTED. Handlers are synchronous and O(routes),
+except that a registration body over :data:`DECODE_IN_THREAD_ABOVE` bytes is decoded in a worker
+thread; its route change still happens on the loop, and not at all when the broker's connection
+closed meanwhile (the close already dropped the broker). The expiry scan (and the ACL reload loop) are tasks owned by the server
+and cancelled by :meth:`NamesrvServer.stop`; a closed broker connection drops that broker's routes
+at once.
+
+Write protection (:mod:`tidemq.namesrv.acl`): given an account source, every handled request
+whose code is not in :data:`READ_CODES` must be signed by an admin account, before its handler
+runs; reads stay open.
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tidemq.errors import TideMQError
-from tidemq.namesrv.bodies import dumps, parse_data_version, parse_register_body
+from tidemq.namesrv.acl import AccountSource, WriteGuard
+from tidemq.namesrv.bodies import RegisterBody, dumps, parse_data_version, parse_register_body
 from tidemq.namesrv.config import NamesrvConfig
 from tidemq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KvConfigStore
 from tidemq.namesrv.routes import RouteInfoManager
@@ -40,7 +48,21 @@ _CODE_NAMES = {
     GET_KVLIST_BY_NAMESPACE: "GET_KVLIST_BY_NAMESPACE",
 }
 
-Handler = Callable[[Connection, RemotingCommand], RemotingCommand]
+# Requests anyone may send, also with write protection on: they only read. Every other code the
+# name server serves changes its state (routes, liveness, write permissions, KV config).
+READ_CODES = frozenset({
+    RequestCode.GET_ROUTEINFO_BY_TOPIC,
+    RequestCode.GET_BROKER_CLUSTER_INFO,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    RequestCode.GET_TOPICS_BY_CLUSTER,
+    GET_KV_CONFIG,
+    GET_KVLIST_BY_NAMESPACE,
+})
+# A registration body larger than this is decoded in a worker thread (a 16 MiB JSON body takes
+# a few hundred ms to parse).
+DECODE_IN_THREAD_ABOVE = 256 * 1024
+
+Handler = Callable[[Connection, RemotingCommand], "RemotingCommand | Awaitable[RemotingCommand]"]
 
 
 def _code_name(code: int) -> str:
@@ -62,11 +84,18 @@ class NamesrvServer:
 
     Counters for metrics are plain attributes: ``registrations``, ``unregistrations``,
     ``route_lookups``, ``route_not_found``, ``brokers_expired``, ``brokers_dropped_on_close``,
-    ``requests``, ``request_errors``; gauges are the properties ``brokers_alive`` and ``topics``.
+    ``requests``, ``request_errors``, ``acl_refused``; gauges are the properties
+    ``brokers_alive`` and ``topics``.
+
+    ``write_acl``: the accounts that may change state (see :mod:`tidemq.namesrv.acl`); None leaves
+    every request open, as RocketMQ 4.x name servers.
     """
 
-    def __init__(self, config: NamesrvConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float] = time.time,
+                 write_acl: AccountSource | None = None) -> None:
         self.config = config
+        self._acl = WriteGuard(write_acl) if write_acl is not None else None
+        self._acl_task: asyncio.Task | None = None
         self.routes = RouteInfoManager(clock, config.broker_expiry)
         self.kv = KvConfigStore()
         self._remoting = RemotingServer(self, config.max_frame, tls=config.tls)
@@ -104,22 +133,26 @@ class NamesrvServer:
             raise RuntimeError("name server already started")
         self.address = await self._remoting.start(self.config.listen_host, self.config.listen_port)
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
+        if self._acl is not None:
+            self._acl_task = asyncio.create_task(self._acl.source.watch(), name="namesrv-acl-reload")
         log.info(
-            "name server listening on %s:%d (broker expiry %g s, scan every %g s)",
+            "name server listening on %s:%d (broker expiry %g s, scan every %g s, writes %s)",
             self.address[0],
             self.address[1],
             self.config.broker_expiry,
             self.config.scan_interval,
+            "signed by admin accounts only" if self._acl is not None else "open to anyone",
         )
         return self.address
 
     async def stop(self) -> None:
         """Stop scanning, close every connection and stop listening."""
-        task, self._scan_task = self._scan_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._scan_task, self._acl_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._scan_task = self._acl_task = None
         await self._remoting.stop()
         if self.address is not None:
             log.info("name server on %s:%d stopped", *self.address)
@@ -142,8 +175,12 @@ class NamesrvServer:
     def topics(self) -> int:
         return self.routes.topic_count
 
+    @property
+    def acl_refused(self) -> int:
+        return self._acl.refused if self._acl is not None else 0
+
     # RequestHandler -----------------------------------------------------------------------------
-    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         self.requests += 1
         handler = self._handlers.get(cmd.code)
         if handler is None:
@@ -151,32 +188,56 @@ class NamesrvServer:
             return cmd.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
             )
+        if self._acl is not None and cmd.code not in READ_CODES:
+            refusal = self._acl.check(conn, cmd, _code_name(cmd.code))
+            if refusal is not None:
+                return refusal
         try:
             return handler(conn, cmd)
         except (ValueError, TideMQError) as exc:
-            self.request_errors += 1
-            remark = f"{_code_name(cmd.code)}: {exc}"
-            log.warning("bad request from %s: %s", conn.peer, remark)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
+            return self._bad_request(conn, cmd, exc)
+
+    def _bad_request(self, conn: Connection, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        self.request_errors += 1
+        remark = f"{_code_name(cmd.code)}: {exc}"
+        log.warning("bad request from %s: %s", conn.peer, remark)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
 
     def connection_lost(self, conn: Connection) -> None:
         self.brokers_dropped_on_close += len(self.routes.on_connection_closed(conn))
 
     # brokers ------------------------------------------------------------------------------------
-    def _register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cluster = _required(cmd, "clusterName")
-        name = _required(cmd, "brokerName")
-        addr = _required(cmd, "brokerAddr")
-        broker_id = cmd.get_int("brokerId")
+    def _register_broker(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        who = (_required(cmd, "clusterName"), _required(cmd, "brokerName"),
+               _required(cmd, "brokerAddr"), cmd.get_int("brokerId"))
         crc = cmd.get_int("bodyCrc32", 0)
         body = cmd.body_bytes()
         if crc != 0 and (zlib.crc32(body) & 0x7FFFFFFF) != (crc & 0x7FFFFFFF):
             self.request_errors += 1
             log.warning(
-                "register of broker %s (%s) from %s: body crc32 does not match", name, addr, conn.peer
+                "register of broker %s (%s) from %s: body crc32 does not match", who[1], who[2], conn.peer
             )
             return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-        reg = parse_register_body(body, cmd.get_bool("compressed"))
+        compressed = cmd.get_bool("compressed")
+        if len(body) <= DECODE_IN_THREAD_ABOVE:
+            return self._apply_registration(conn, cmd, who, parse_register_body(body, compressed))
+        return self._register_large(conn, cmd, who, body, compressed)
+
+    async def _register_large(self, conn: Connection, cmd: RemotingCommand, who: tuple[str, str, str, int],
+                              body: bytes, compressed: bool) -> RemotingCommand:
+        try:
+            reg = await asyncio.to_thread(parse_register_body, body, compressed)
+            if not conn.is_open:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, "connection closed during registration")
+            return self._apply_registration(conn, cmd, who, reg)
+        except (ValueError, TideMQError) as exc:
+            return self._bad_request(conn, cmd, exc)
+
+    def _apply_registration(self, conn: Connection, cmd: RemotingCommand, who: tuple[str, str, str, int],
+                            reg: RegisterBody) -> RemotingCommand:
+        cluster, name, addr, broker_id = who
         info = self.routes.register_broker(
             cluster,
             name,

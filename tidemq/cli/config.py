@@ -4,7 +4,7 @@ A file is either TOML (``*.toml``) or RocketMQ's ``broker.conf`` properties form
 Keys may be our option names (``broker-name``, ``flush``) or RocketMQ's (``brokerName``,
 ``brokerClusterName``, ``namesrvAddr``, ``listenPort``, ``storePathRootDir``, ``flushDiskType``,
 ``autoCreateTopicEnable``, ``mappedFileSizeCommitLog``, ``messageDelayLevel``, ``brokerIP1``,
-``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``, ``maxMessageSize``, ``flushIntervalCommitLog``). Precedence: command-line
+``serverChannelMaxIdleTimeSeconds``, ``waitTimeMillsInSendQueue``, ``maxMessageSize``, ``flushIntervalCommitLog``, ``compressedRegister``). Precedence: command-line
 flags, then TIDEMQ_* environment variables, then the file, then defaults.
 """
 
@@ -32,6 +32,7 @@ ROCKETMQ_KEYS = {
     "waitTimeMillsInSendQueue": "busy_wait_ms",
     "maxMessageSize": "max_message_size",
     "flushIntervalCommitLog": "flush_interval",
+    "compressedRegister": "compressed_register",
 }
 # RocketMQ gives these in milliseconds; our options take seconds.
 MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval", "flushIntervalCommitLog"}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from tidemq.broker.acl import AclService
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
@@ -131,16 +132,18 @@ def tls_options(fn):
     return wrapper
 
 
-@click.command("namesrv")
+@click.command("namesrv", context_settings={"auto_envvar_prefix": "TIDEMQ_NAMESRV"})
 @config_option
 @click.option("--listen", default="0.0.0.0:9876", show_default=True, help="HOST:PORT to serve remoting on.")
 @click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz.")
 @click.option("--broker-expiry", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds of silence before a broker leaves the routes.")
+@click.option("--acl-file", default=None, type=click.Path(dir_okay=False), help="RocketMQ plain_acl.yml: requests that change routes (REGISTER_BROKER, UNREGISTER_BROKER, WIPE/ADD_WRITE_PERM_OF_BROKER, DELETE_TOPIC_IN_NAMESRV, KV writes ...) must be signed by an account with admin: true; reads stay open. Reloaded on change.")
+@click.option("--acl-reload-interval", default=2.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between checks of the ACL file for changes.")
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_options
 @user_errors
 def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, log_level: str,
-                tls: TlsFlags) -> None:
+                tls: TlsFlags, acl_file: str | None = None, acl_reload_interval: float = 2.0) -> None:
     """Run a name server."""
     setup_logging(log_level)
     host, port = parse_listen(listen, "--listen")
@@ -149,9 +152,12 @@ def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, l
         listen_host=host, listen_port=port, broker_expiry=broker_expiry,
         scan_interval=min(10.0, max(0.1, broker_expiry / 4)), tls=tls.server,
     )
+    # The accounts file is parsed and reloaded by the broker's ACL service (one parser for both).
+    write_acl = (AclService(Path(acl_file).expanduser().resolve(), acl_reload_interval)
+                 if acl_file else None)
 
     async def main() -> None:
-        server = NamesrvServer(cfg)
+        server = NamesrvServer(cfg, write_acl=write_acl)
         await server.start()
         freeze_startup_objects()
         metrics = None
@@ -227,6 +233,10 @@ def broker_options(fn):
         click.option("--acl-file", default=None, type=click.Path(dir_okay=False), help="RocketMQ plain_acl.yml: turns ACL on (every request signed; reloaded on change)."),
         click.option("--acl-reload-interval", default=2.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between checks of the ACL file for changes."),
         click.option("--namesrv-tls/--no-namesrv-tls", default=False, show_default=True, help="Connect to the name servers over TLS (verified with --tls-ca-file and --tls-server-name)."),
+        click.option("--namesrv-access-key", default=None, help="Access key of an admin account the name servers accept (their --acl-file): registrations are signed with it."),
+        click.option("--namesrv-secret-key", default=None, help="Its secret key; prefer $TIDEMQ_BROKER_NAMESRV_SECRET_KEY to the flag (ps shows flags)."),
+        click.option("--compressed-register/--no-compressed-register", default=False, show_default=True, help="Always send registrations zlib-compressed (RocketMQ compressedRegister); bodies over 1 MiB are compressed anyway."),
+        click.option("--register-max-body", default=16 * 1024 * 1024 - 64 * 1024, show_default=True, type=click.IntRange(min=1024), help="Largest registration body sent to a name server (keep it under their 16 MiB frame limit); a larger registration goes out in several requests of whole topics, with a warning."),
         click.option("--log-level", default="INFO", show_default=True),
     ]
     for opt in reversed(opts):
@@ -275,7 +285,9 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                tls: TlsFlags,
                namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
                limits: dict | None = None,
-               acl_file: str | None = None, acl_reload_interval: float = 2.0) -> None:
+               acl_file: str | None = None, acl_reload_interval: float = 2.0,
+               namesrv_access_key: str | None = None, namesrv_secret_key: str | None = None,
+               compressed_register: bool = False, register_max_body: int = 16 * 1024 * 1024 - 64 * 1024) -> None:
     """Run a broker."""
     setup_logging(log_level)
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
@@ -295,6 +307,12 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
     cfg = dataclasses.replace(cfg, **(limits or {}))
     cfg = dataclasses.replace(cfg, acl_file=Path(acl_file).expanduser().resolve() if acl_file else None,
                               acl_reload_interval=acl_reload_interval)
+    if bool(namesrv_access_key) != bool(namesrv_secret_key):
+        raise click.UsageError("give both --namesrv-access-key and --namesrv-secret-key (or "
+                               "TIDEMQ_BROKER_NAMESRV_ACCESS_KEY / _SECRET_KEY), or neither")
+    cfg = dataclasses.replace(cfg, namesrv_access_key=namesrv_access_key or None,
+                              namesrv_secret_key=namesrv_secret_key or None,
+                              compressed_register=compressed_register, register_max_body=register_max_body)
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
 
     async def main() -> None:
