@@ -4,8 +4,14 @@ consumerOffset.json, ...) and the store checkpoint.
 Invariant: a reader sees either the complete old content or the complete new content, never a
 mix: data goes to a temporary file in the same directory, which is fsynced, renamed over the
 target, and the directory is fsynced so the rename itself survives a power failure. A crash before
-the rename leaves the old file untouched (and at most a stray ``.<name>.<pid>.<thread>.<n>.tmp``, ignored and
-replaced by the next write).
+the rename leaves the old file untouched.
+
+Temporary files (``.<name>.<pid>.<thread>.<n>.tmp``) never outlive a write: every failure path
+(open, write, fsync, close, link, rename, the backup copy) removes the one it made, and every
+successful write of a file, as well as its load, removes the strays of that file (and of its
+``.bak``) that no write in this process is still using: those a killed process left, or whose
+removal failed (logged). So a broker that hit the open-file limit or a full disk does not pile up
+copies of its metadata in config/.
 
 JSON metadata also keeps the previous version as ``<name>.bak`` (RocketMQ's ConfigManager does the
 same): before the new content is renamed over the file, the current file is hard-linked to
@@ -20,7 +26,6 @@ These functions block: call them from a worker thread when running on an event l
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -38,14 +43,72 @@ log = logging.getLogger(__name__)
 
 
 _SEQ = itertools.count()
+# Temporary files of writes running in this process (any thread): the sweep leaves them alone.
+_IN_FLIGHT: set[str] = set()
+_IN_FLIGHT_LOCK = threading.Lock()
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_SEQ)}.tmp")
+
+
+def _remove(tmp: Path) -> None:
+    """Remove a temporary file this process made (gone already is fine); a failure is logged and
+    left to the next sweep."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot remove the temporary file %s (the next write of it retries): %s", tmp, exc)
+    finally:
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.discard(str(tmp))
+
+
+def _claim(tmp: Path) -> None:
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.add(str(tmp))
+
+
+def sweep_strays(path: Path) -> int:
+    """Remove the temporary files of ``path`` and of its ``.bak`` that no write in this process is
+    using (left by a killed process or a failed removal); return how many."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_SEQ)}.tmp")
+    prefixes = (f".{path.name}.", f".{backup_path(path).name}.")
+    removed = 0
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError as exc:  # e.g. no descriptor left: the next write tries again
+        log.debug("cannot list %s for stray temporary files: %s", path.parent, exc)
+        return 0
+    for entry in entries:
+        if not (entry.name.startswith(prefixes) and entry.name.endswith(".tmp")):
+            continue
+        with _IN_FLIGHT_LOCK:
+            if entry.path in _IN_FLIGHT:
+                continue
+        try:
+            os.unlink(entry.path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot remove the stray temporary file %s: %s", entry.path, exc)
+    if removed:
+        log.info("removed %d stray temporary file(s) of %s", removed, path)
+    return removed
+
+
+def _write_temp(tmp: Path, data: bytes) -> None:
+    """Create ``tmp`` with ``data``, fsynced. On any failure ``tmp`` is removed."""
+    _claim(tmp)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except BaseException:
+        _remove(tmp)
+        raise
+    try:
         try:
             view = memoryview(data)
             while view:
@@ -54,12 +117,25 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(path)
+    _write_temp(tmp, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.discard(str(tmp))
     fsync_dir(path.parent)
+    sweep_strays(path)
 
 
 def backup_path(path: Path) -> Path:
@@ -67,26 +143,34 @@ def backup_path(path: Path) -> Path:
 
 
 def _keep_previous(path: Path) -> None:
-    """Make ``<path>.bak`` the current content of ``path`` (atomically; nothing when absent)."""
+    """Make ``<path>.bak`` the current content of ``path`` (atomically; nothing when absent).
+    On failure no temporary file is left and the old ``.bak`` is whole."""
     bak = backup_path(path)
-    tmp = path.with_name(f".{bak.name}.{os.getpid()}.{threading.get_ident()}.{next(_SEQ)}.tmp")
+    tmp = _temp_name(bak)
+    _claim(tmp)
     try:
         os.link(path, tmp)
     except FileNotFoundError:
+        _remove(tmp)
         return
-    except OSError:  # no hard links here (some network and FUSE filesystems): copy
+    except OSError:  # no hard links here (some network and FUSE filesystems), EMLINK ...: copy
+        _remove(tmp)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             return
         write_bytes_atomic(bak, data)
         return
+    except BaseException:
+        _remove(tmp)
+        raise
     try:
         os.replace(tmp, bak)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.discard(str(tmp))
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -124,13 +208,10 @@ def read_json(path: Path, default: Any, loads: Callable[[str], Any] = json.loads
     without a usable ``.bak`` raises StoreCorruptError naming the files (never silently resets
     metadata). ``backup=False`` for files where the previous version is wrong rather than stale
     (the deleted-topics record: an older one would resurrect a deleted topic's messages).
-    Temporary files left by writes a crash interrupted are removed (read at load, before any
-    writer runs)."""
+    Temporary files left by writes a crash interrupted are removed."""
     path = Path(path)
     bak = backup_path(path)
-    for stray in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{bak.name}.*.tmp")]:
-        with contextlib.suppress(OSError):
-            stray.unlink()
+    sweep_strays(path)
     try:
         data = _parse(path, loads)
         if data is not _MISSING:
