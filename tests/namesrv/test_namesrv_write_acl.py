@@ -213,6 +213,23 @@ def test_admin_cli_signs_its_name_server_writes(procs: Procs) -> None:
     assert route(procs, topic) is None
 
 
+def test_admin_signs_name_server_writes_with_its_own_account(procs: Procs) -> None:
+    """The operator's case: broker calls with one account (none here), name-server writes with the
+    cluster's key (Admin(namesrv_credentials=...))."""
+    from tidemq.client.admin import Admin  # noqa: PLC0415
+
+    topic, _ = make_topic(procs)
+
+    async def delete(creds) -> None:
+        async with Admin(procs.ns, namesrv_credentials=creds) as a:
+            await a.delete_topic(topic, CLUSTER)
+
+    with pytest.raises(Exception, match="Check signature failed"):
+        asyncio.run(delete((ADMIN[0], "wrong-secret-key")))
+    asyncio.run(delete(ADMIN))
+    assert route(procs, topic) is None
+
+
 def test_unsigned_broker_is_refused_and_says_so(procs: Procs, tmp_path, monkeypatch) -> None:
     other = Procs.__new__(Procs)
     other.root, other.ns_port = tmp_path, procs.ns_port

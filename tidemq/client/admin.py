@@ -3,6 +3,11 @@
 Every operation that targets "the cluster" goes to each master broker of it, found through
 GET_BROKER_CLUSTER_INFO, as ``mqadmin ... -c CLUSTER`` does. Errors are AdminError (what cannot be
 done and why) or BrokerError (a server refused, with its remark and a hint).
+
+Signing: every request is signed with the config's ACL account when it has one. Name servers
+started with ``--acl-file`` require their state-changing requests (here DELETE_TOPIC_IN_NAMESRV)
+to be signed by one of *their* admin accounts; ``namesrv_credentials`` signs those requests with
+another account than the brokers' (the operator's per-Cluster key), over a connection of their own.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from tidemq.client.admin_protocol import (
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.instance import ClientInstance
 from tidemq.client.response import broker_error, check, header_int
 from tidemq.client.route import ClusterInfo, Perm, TopicRouteData
 from tidemq.client.validation import check_group, check_topic_name
 from tidemq.errors import AdminError, ClientError, CodecError, RemotingError, TideMQError
 from tidemq.message import MessageExt, Prop, decode_offset_msg_id, decode_records
-from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
+from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, fastjson
+from tidemq.remoting.acl import AclSigner
+from tidemq.remoting.tls import ClientTlsConfig, client_context
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +53,30 @@ class Admin(ClientBase):
                     "`async with Admin(...)`")
 
     def __init__(
-        self, name_servers: str | Sequence[str] | None = None, config: ClientConfig | None = None
+        self, name_servers: str | Sequence[str] | None = None, config: ClientConfig | None = None,
+        namesrv_credentials: tuple[str, str] | None = None,
     ) -> None:
         self.config = make_config(name_servers, config)
+        # (access key, secret key) for name-server writes; None: the config's account signs them.
+        self._ns_signer = AclSigner(*namesrv_credentials) if namesrv_credentials else None
+        self._ns_client: RemotingClient | None = None
+
+    async def _detach(self, inst: ClientInstance) -> None:
+        client, self._ns_client = self._ns_client, None
+        if client is not None:
+            await client.close()
+
+    async def _namesrv_write(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """Send a state-changing request to one name server, signed for it."""
+        inst = self._require()
+        if self._ns_signer is None:
+            return await inst.invoke(addr, cmd)
+        cfg = inst.config
+        if self._ns_client is None:
+            tls = ClientTlsConfig(cfg.tls, cfg.tls_ca_file, cfg.tls_server_name, cfg.tls_verify_hostname)
+            self._ns_client = RemotingClient(connect_timeout=cfg.connect_timeout, rpc_hook=self._ns_signer,
+                                             ssl_context=client_context(tls), server_name=cfg.tls_server_name)
+        return await self._ns_client.invoke(addr, cmd, cfg.request_timeout)
 
     # helpers -----------------------------------------------------------------------------------
     async def _namesrv(self, code: RequestCode, fields: dict | None, what: str) -> RemotingCommand:
@@ -134,7 +163,7 @@ class Admin(ClientBase):
             cmd = RemotingCommand.request(
                 RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster}
             )
-            check(await inst.invoke(ns, cmd), f"delete topic {topic} from name server", ns)
+            check(await self._namesrv_write(ns, cmd), f"delete topic {topic} from name server", ns)
         inst.routes.forget(topic)
         return done
 
