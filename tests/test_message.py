@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from tidemq.errors import CodecError
 from tidemq.message import (
+    MAX_BATCH_MESSAGES,
+    count_batch,
     decode_batch,
     decode_offset_msg_id,
     decode_properties,
@@ -88,6 +90,66 @@ def test_batch_round_trip_and_compressed_bodies():
         inflate(zlib.compress(b"x" * 10000), limit=100)
     with pytest.raises(CodecError):
         decode_batch(b"")
+
+
+def test_batch_of_the_maximum_is_decoded_and_one_more_is_refused_with_a_reason():
+    items = [(0, b"m", "")] * MAX_BATCH_MESSAGES
+    assert len(decode_batch(encode_batch(items))) == MAX_BATCH_MESSAGES == 32_767
+    with pytest.raises(CodecError, match=r"more than 32767 messages.*smaller batches"):
+        decode_batch(encode_batch(items + [(0, b"m", "")]))
+    # the body: 65,536 empty elements (1.4 MiB, 56 KB when zlib-compressed)
+    with pytest.raises(CodecError, match="more than 32767 messages"):
+        decode_batch(memoryview(encode_batch([(0, b"", "")] * 65_536)))
+
+
+def test_batch_limit_is_a_parameter():
+    three = encode_batch([(0, b"a", ""), (0, b"b", "X\x01y"), (0, b"", "")])
+    assert len(decode_batch(three, max_messages=3)) == 3
+    with pytest.raises(CodecError, match="more than 2 messages"):
+        decode_batch(three, max_messages=2)
+    with pytest.raises(CodecError, match="more than 1 messages"):
+        decode_batch(three, 1)
+
+
+def test_too_many_messages_are_refused_before_any_is_decoded():
+    # The first element's properties are not UTF-8: decoding would stop there with another error,
+    # so getting the count error proves the count came first.
+    body = encode_batch([(0, b"x", "\u00e9")] + [(0, b"x", "")] * 4)
+    bad = bytearray(body)
+    bad[20 + 1 + 2] = 0xFF  # head, body "x", properties length: the first properties byte
+    with pytest.raises(CodecError, match="not UTF-8"):
+        decode_batch(bytes(bad), max_messages=5)
+    with pytest.raises(CodecError, match="more than 4 messages"):
+        decode_batch(bytes(bad), max_messages=4)
+
+
+def test_count_batch_stops_after_the_limit_and_at_an_impossible_size():
+    body = encode_batch([(0, b"x", "")] * 10)
+    assert count_batch(body, 100) == 10
+    assert count_batch(body, 3) == 4  # limit + 1 is enough to refuse
+    assert count_batch(body[:23] + b"\0\0\0\x05" + body[27:], 100) == 1  # a 5-byte element cannot be
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), st.binary(max_size=30), st.text(max_size=10)),
+                min_size=1, max_size=12), st.integers(1, 12))
+def test_batch_decodes_exactly_when_it_fits_the_limit(items, limit):
+    body = encode_batch(items)
+    if len(items) <= limit:
+        assert [(b.flag, b.body, b.properties) for b in decode_batch(body, limit)] == items
+    else:
+        with pytest.raises(CodecError, match=f"more than {limit} messages"):
+            decode_batch(body, limit)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400), st.integers(0, 4))
+def test_random_batch_bodies_with_a_small_limit_raise_only_codec_error(data, limit):
+    try:
+        items = decode_batch(data, limit)
+    except CodecError:
+        return
+    assert 1 <= len(items) <= limit
 
 
 def test_records_concatenate_and_decompress():

@@ -45,7 +45,9 @@ class BrokerConfig:
     # Hostile input and overload (tidemq.remoting.limits, Broker.handle): all-idle connections are
     # closed after idle_timeout s (RocketMQ serverChannelMaxIdleTimeSeconds, 0 = never); at most
     # max_connections (more are closed at once, 0 = no cap); incomplete frames share max_buffered_bytes.
+    # A frame must arrive whole within frame_read_timeout s of its first byte (0 = no deadline).
     idle_timeout: float = 120.0
+    frame_read_timeout: float = 30.0
     max_connections: int = 16_384
     max_buffered_bytes: int = 256 * 1024 * 1024
     # A send is answered SYSTEM_BUSY ("[TIMEOUT_CLEAN_QUEUE]...") while the oldest send waiting for

@@ -1,5 +1,5 @@
-"""Helpers for hostile-client tests: raw frames, raw connections, a well-behaved client's latency
-and the broker's RSS."""
+"""Helpers for hostile-client tests: raw frames, raw connections, a well-behaved client's latency,
+the broker's RSS and CommitLog end."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import resource
 import struct
 import time
+import urllib.request
 
 import orjson
 
@@ -47,6 +48,15 @@ async def closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
     except asyncio.TimeoutError:
         return False
     return data == b""
+
+
+def commitlog_end(metrics_url: str) -> int:
+    """The broker's CommitLog end offset, from its /metrics (hostile input must append 0 bytes)."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("tidemq_broker_commitlog_max_offset_bytes"):
+                return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError("no tidemq_broker_commitlog_max_offset_bytes in /metrics")
 
 
 def rss_mib(pid: int) -> float:

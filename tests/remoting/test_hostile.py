@@ -14,13 +14,13 @@ import re
 from statistics import median
 import struct
 import time
-import urllib.request
 
 import pytest
 
 from tests.procs import Cluster
 from tests.remoting.hostile import (
     closed_within,
+    commitlog_end,
     frame,
     json_frame,
     p99,
@@ -86,12 +86,8 @@ async def _send_latencies(producer: Producer, n: int, pause: float = 0.005) -> l
 
 
 def _commitlog_end(c: Cluster) -> int:
-    """The broker's CommitLog end offset, from its /metrics (H3: hostile input appends 0 bytes)."""
-    with urllib.request.urlopen(c.metrics_url, timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("tidemq_broker_commitlog_max_offset_bytes"):
-                return int(float(line.rsplit(" ", 1)[1]))
-    raise AssertionError("no tidemq_broker_commitlog_max_offset_bytes in /metrics")
+    """The broker's CommitLog end offset (H3: hostile input appends 0 bytes)."""
+    return commitlog_end(c.metrics_url)
 
 
 # Frame-level damage: the connection is closed (RocketMQ's NettyDecoder closes the channel).

@@ -249,15 +249,16 @@ def limit_options(fn):
     of BrokerConfig field replacements."""
 
     @functools.wraps(fn)
-    def wrapper(*args, idle_timeout, max_connections, max_buffered_bytes, busy_wait_ms, max_pending_sends,
-                test_flush_stall_file, **kwargs):
-        limits = dict(idle_timeout=idle_timeout, max_connections=max_connections,
+    def wrapper(*args, idle_timeout, frame_read_timeout, max_connections, max_buffered_bytes, busy_wait_ms,
+                max_pending_sends, test_flush_stall_file, **kwargs):
+        limits = dict(idle_timeout=idle_timeout, frame_read_timeout=frame_read_timeout, max_connections=max_connections,
                       max_buffered_bytes=max_buffered_bytes, busy_wait_ms=busy_wait_ms,
                       max_pending_sends=max_pending_sends, fault_flush_stall_file=test_flush_stall_file or "")
         return fn(*args, limits=limits, **kwargs)
 
     opts = [
         click.option("--idle-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0), help="Close connections with no traffic for this many seconds (RocketMQ serverChannelMaxIdleTimeSeconds; 0: never)."),
+        click.option("--frame-read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0), help="Close a connection whose request has not arrived whole this many seconds after its first byte (a peer trickling bytes is never idle); 0: no deadline."),
         click.option("--max-connections", default=16_384, show_default=True, type=click.IntRange(min=0), help="Most open client connections; more are closed at once. Fitted under the open-file limit (raised to its hard limit at start, 512 kept for store files); 0: only that limit."),
         click.option("--max-buffered-bytes", default=256 * 1024 * 1024, show_default=True, type=click.IntRange(min=0), help="Bytes of incomplete requests buffered across all connections before reading pauses (0: no limit)."),
         click.option("--busy-wait-ms", default=1000, show_default=True, type=click.IntRange(min=1), help="Answer sends SYSTEM_BUSY while the oldest send waiting for SYNC_FLUSH has waited this long."),
@@ -317,6 +318,8 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
 
     async def main() -> None:
         broker = Broker(cfg)
+        # Broker builds its ServerLimits without the frame deadline yet: hand it over before start.
+        broker.server.limits = dataclasses.replace(broker.server.limits, frame_read_timeout=cfg.frame_read_timeout)
         await broker.start()
         freeze_startup_objects()
         metrics = None

@@ -11,9 +11,15 @@ deadline (re-armed when it fires), not a timer per request. A request sent while
 flight is written at once; others are coalesced into one write per loop iteration.
 
 A server enforces :class:`tidemq.remoting.limits.ServerLimits`: all-idle connections are aborted
-after ``idle_timeout``, connections past ``max_connections`` are closed at once, bytes of
+after ``idle_timeout``, a connection whose frame has not arrived whole ``frame_read_timeout`` after
+its first byte is aborted, connections past ``max_connections`` are closed at once, bytes of
 incomplete frames share one budget (a connection over it stops being read), and a request with too
 many extFields is answered SYSTEM_ERROR without reaching the handler.
+
+The frame deadline costs no timer per frame: a connection notes when the incomplete frame at the
+head of its buffer began (one clock read per read that leaves a frame incomplete, none for frames
+that arrive whole), checks it on each read, and one sweep per server catches the peers that went
+silent mid-frame.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ class Connection(asyncio.Protocol):
     """One remoting connection. Serves requests (via ``handler``) and matches responses by opaque."""
 
     def __init__(self, handler: RequestHandler | None, max_frame: int = DEFAULT_MAX_FRAME,
-                 budget: BufferBudget | None = None, max_ext_fields: int = 0) -> None:
+                 budget: BufferBudget | None = None, max_ext_fields: int = 0,
+                 frame_read_timeout: float = 0.0) -> None:
         self.handler = handler
         self.max_frame = max_frame
         # Server side (tidemq.remoting.limits): bytes of an incomplete frame beyond a free allowance
@@ -66,6 +73,12 @@ class Connection(asyncio.Protocol):
         self._paused_by_budget = False
         self._paused_by_peer = False
         self.max_ext_fields = max_ext_fields
+        # Server side: an incomplete frame must be complete frame_read_timeout s after its first
+        # byte arrived (loop time in _partial_since; None while the buffer holds no partial frame).
+        self.frame_read_timeout = frame_read_timeout
+        self._partial_since: float | None = None
+        self._budget_paused_at = 0.0
+        self.frame_timed_out = False
         self.activity = 0  # bumped by every read and write; the idle sweep compares snapshots
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
@@ -105,6 +118,7 @@ class Connection(asyncio.Protocol):
 
     def _read(self, data: bytes) -> None:
         buf = self._buf
+        had = len(buf)
         buf += data
         try:
             for cmd in iter_frames(buf, self.max_frame):
@@ -118,18 +132,58 @@ class Connection(asyncio.Protocol):
             _bad_peer_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, exc)
             self._buf = bytearray()
             self.close()
+        left = len(self._buf)
+        if left:
+            if self.frame_read_timeout:
+                self._track_partial(had + len(data) - left)
+        elif self._partial_since is not None:
+            self._partial_since = None
         budget = self._budget
         if budget is not None and (self._charged or len(self._buf) > budget.free):
             self._charged, pause = budget.charge(self, self._charged, len(self._buf))
             if pause and not self._paused_by_budget and self.transport is not None:
                 self._paused_by_budget = True
+                self._budget_paused_at = self._loop.time()
                 if not self._paused_by_peer:
                     self.transport.pause_reading()
+
+    def _track_partial(self, consumed: int) -> None:
+        """The buffer ends with an incomplete frame: note when it began, or close the connection
+        if it began more than frame_read_timeout s ago. ``consumed``: bytes of whole frames taken
+        from the buffer in this read (any means the incomplete frame began in this read)."""
+        now = self._loop.time()
+        if consumed or self._partial_since is None:
+            self._partial_since = now
+        else:
+            self.check_frame_deadline(now)
+
+    def check_frame_deadline(self, now: float) -> bool:
+        """Abort the connection if its incomplete frame began more than frame_read_timeout s
+        before ``now`` (loop time), not counting time paused by the server's buffer budget.
+        Returns whether it did."""
+        since = self._partial_since
+        if since is None or self._paused_by_budget or now - since <= self.frame_read_timeout:
+            return False
+        buf = self._buf
+        if len(buf) >= 4:
+            whole = str(4 + int.from_bytes(buf[:4], "big", signed=True))
+        else:
+            whole = "an unknown number of"  # not even the length prefix arrived
+        _bad_peer_log.log(
+            logging.WARNING, "closing connection from %s: %d of %s bytes of a frame arrived in %.1f s "
+            "(frame read timeout %g s)", self.peer, len(buf), whole, now - since, self.frame_read_timeout)
+        self.frame_timed_out = True
+        self._partial_since = None
+        if self.transport is not None:
+            self.transport.abort()
+        return True
 
     def _budget_resume(self) -> None:
         """The server's buffer budget has room again (called by BufferBudget)."""
         if self._paused_by_budget:
             self._paused_by_budget = False
+            if self._partial_since is not None:  # the frame's deadline stood still while paused
+                self._partial_since += self._loop.time() - self._budget_paused_at
             t = self.transport
             if not self._paused_by_peer and t is not None and not t.is_closing():
                 t.resume_reading()
@@ -323,7 +377,9 @@ class RemotingServer:
         self.max_connections = self.limits.max_connections  # fitted to the open-file limit at start
         self.refused = 0  # connections closed at once because max_connections were open
         self.idle_closed = 0
+        self.slow_frames_closed = 0  # connections aborted by the frame read deadline
         self._sweeper: asyncio.Task | None = None
+        self._frame_sweeper: asyncio.Task | None = None
         self.tls: ServerTls | None = ServerTls(tls) if tls is not None and tls.enabled else None
         self._server: asyncio.base_events.Server | SniffingServer | None = None
         self.connections: set[Connection] = set()
@@ -338,9 +394,10 @@ class RemotingServer:
             if cap and len(self.connections) >= cap:
                 self.refused += 1
                 return _Refused(cap)
-            conn = Connection(self.handler, self.max_frame, self.budget, self.limits.max_ext_fields)
+            conn = Connection(self.handler, self.max_frame, self.budget, self.limits.max_ext_fields,
+                              self.limits.frame_read_timeout)
             self.connections.add(conn)
-            conn.closed.add_done_callback(lambda _f: self.connections.discard(conn))
+            conn.closed.add_done_callback(lambda _f: self._forget(conn))
             return conn
 
         try:
@@ -361,8 +418,28 @@ class RemotingServer:
             self.tls.start_watching()
         if self.limits.idle_timeout:
             self._sweeper = loop.create_task(self._close_idle(self.limits.idle_timeout), name="remoting-idle")
+        if self.limits.frame_read_timeout:
+            self._frame_sweeper = loop.create_task(
+                self._close_slow_frames(self.limits.frame_read_timeout), name="remoting-frame-deadline")
         sock = self._server.sockets[0].getsockname()
         return sock[0], sock[1]
+
+    def _forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if conn.frame_timed_out:
+            self.slow_frames_closed += 1
+
+    async def _close_slow_frames(self, timeout: float) -> None:
+        """Every timeout/4 s: abort connections whose incomplete frame began more than ``timeout``
+        s ago. Reads check the deadline themselves; this catches peers that went silent mid-frame
+        (closed 1-1.25 timeouts after the frame's first byte)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.05, timeout / 4))
+            now = loop.time()
+            for conn in list(self.connections):
+                if conn._partial_since is not None:
+                    conn.check_frame_deadline(now)
 
     async def _close_idle(self, timeout: float) -> None:
         """Every timeout/4 s: abort connections with no read or write for ``timeout`` s and no request
@@ -386,9 +463,10 @@ class RemotingServer:
             seen = current
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        for task in (self._sweeper, self._frame_sweeper):
+            if task is not None:
+                task.cancel()
+        self._sweeper = self._frame_sweeper = None
         if self.tls is not None:
             await self.tls.stop()
         if self._server is not None:
