@@ -99,7 +99,8 @@ class Broker:
         ):
             self.handlers.update(proc.handlers())
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
-            config.idle_timeout, config.max_connections, config.max_buffered_bytes))
+            config.idle_timeout, config.max_connections, config.max_buffered_bytes,
+            frame_read_timeout=config.frame_read_timeout))
         self.address: tuple[str, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self._register_soon: asyncio.Task | None = None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS
+from tidemq.broker.quota import CreationLimits
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig
 
@@ -55,6 +56,8 @@ class BrokerConfig:
     busy_wait_ms: int = 1000
     max_pending_sends: int = 10_000
     fault_flush_stall_file: str = ""  # test-only (tidemq.broker.faults): flushes wait while this file exists
+    # Bounds on topics and groups (tidemq.broker.quota): totals, and implicit creations per principal.
+    creation_limits: CreationLimits = CreationLimits()
     acl_file: Path | None = None  # RocketMQ plain_acl.yml: ACL on when set (tidemq.broker.acl)
     acl_reload_interval: float = 2.0  # s between checks of the ACL file for changes
     tls: ServerTlsConfig = ServerTlsConfig()  # the remoting port (tidemq.remoting.tls)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import os
 import signal
 import sys
@@ -23,12 +24,25 @@ T = TypeVar("T")
 log = logging.getLogger("tidemq.cli")
 
 
+# Control characters (and Unicode line breaks) a message may carry from a client-supplied name.
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+class OneLineFormatter(logging.Formatter):
+    """Each record's message is one line: control characters are escaped (``\\n``), so a name
+    a client sends cannot forge a log line. Tracebacks keep their lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        if _CONTROL.search(record.message):
+            record.message = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
+                                          record.message)
+        return super().formatMessage(record)
+
+
 def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 

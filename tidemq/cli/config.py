@@ -33,6 +33,10 @@ ROCKETMQ_KEYS = {
     "maxMessageSize": "max_message_size",
     "flushIntervalCommitLog": "flush_interval",
     "compressedRegister": "compressed_register",
+    "maxTopicCount": "max_topics",
+    "maxSubscriptionGroupCount": "max_groups",
+    "implicitCreateLimit": "implicit_create_limit",
+    "implicitCreateWindowSeconds": "implicit_create_window",
 }
 # RocketMQ gives these in milliseconds; our options take seconds.
 MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval", "flushIntervalCommitLog"}

@@ -15,6 +15,7 @@ from tidemq.broker.acl import AclService
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from tidemq.broker.quota import CreationLimits
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.cli.common import parse_listen, run_async, setup_logging, user_errors, wait_for_signal
 from tidemq.cli.config import load_config_file
@@ -270,7 +271,31 @@ def limit_options(fn):
     return wrapper
 
 
+_CREATION = CreationLimits()
+
+
+def creation_options(fn):
+    """Bounds on topics and groups (tidemq.broker.quota); the command receives ``creation``, a
+    CreationLimits."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, max_topics, max_groups, implicit_create_limit, implicit_create_window, **kwargs):
+        creation = CreationLimits(max_topics, max_groups, implicit_create_limit, implicit_create_window)
+        return fn(*args, creation=creation, **kwargs)
+
+    opts = [
+        click.option("--max-topics", default=_CREATION.max_topics, show_default=True, type=click.IntRange(min=1), help="Most topics the broker holds; creating more (admin or implicit) is refused."),
+        click.option("--max-groups", default=_CREATION.max_groups, show_default=True, type=click.IntRange(min=1), help="Most subscription groups the broker holds; creating more is refused."),
+        click.option("--implicit-create-limit", default=_CREATION.implicit_per_window, show_default=True, type=click.IntRange(min=0), help="Topics and groups one client (ACL access key, else host) may create implicitly (first heartbeat, pull, send-back, auto-created topic) per window; 0: none."),
+        click.option("--implicit-create-window", default=_CREATION.window, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of the --implicit-create-limit window."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
 @click.command("broker", context_settings={"auto_envvar_prefix": "TIDEMQ_BROKER"})
+@creation_options
 @config_option
 @broker_options
 @tls_options
@@ -285,7 +310,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                transaction_check_max, max_message_size, max_pull_bytes, warm_segments, register_interval, log_level,
                tls: TlsFlags,
                namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
-               limits: dict | None = None,
+               limits: dict | None = None, creation: CreationLimits = CreationLimits(),
                acl_file: str | None = None, acl_reload_interval: float = 2.0,
                namesrv_access_key: str | None = None, namesrv_secret_key: str | None = None,
                compressed_register: bool = False, register_max_body: int = 16 * 1024 * 1024 - 64 * 1024) -> None:
@@ -306,6 +331,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
     cfg = dataclasses.replace(cfg, tls=tls.server, namesrv_tls=ClientTlsConfig(
         namesrv_tls, tls.ca_file, tls.server_name))
     cfg = dataclasses.replace(cfg, **(limits or {}))
+    cfg = dataclasses.replace(cfg, creation_limits=creation)
     cfg = dataclasses.replace(cfg, acl_file=Path(acl_file).expanduser().resolve() if acl_file else None,
                               acl_reload_interval=acl_reload_interval)
     if bool(namesrv_access_key) != bool(namesrv_secret_key):
@@ -318,8 +344,6 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
 
     async def main() -> None:
         broker = Broker(cfg)
-        # Broker builds its ServerLimits without the frame deadline yet: hand it over before start.
-        broker.server.limits = dataclasses.replace(broker.server.limits, frame_read_timeout=cfg.frame_read_timeout)
         await broker.start()
         freeze_startup_objects()
         metrics = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidemq.client.config import MAX_MESSAGE_SIZE
-from tidemq.message import Message, Prop, encode_properties
+from tidemq.message import MAX_BATCH_MESSAGES, Message, Prop, encode_properties
 
 BATCH_LOG_OVERHEAD = 20
 _UNIQ_PLACEHOLDER = "0" * 32  # a UNIQ_KEY is 32 hex characters
@@ -26,8 +26,10 @@ def batch_message_size(msg: Message) -> int:
             + BATCH_LOG_OVERHEAD)
 
 
-def split_batches(msgs: Sequence[Message], limit: int = MAX_MESSAGE_SIZE) -> list[list[Message]]:
-    """Split ``msgs`` (in order) into batches of at most ``limit`` bytes (RocketMQ ListSplitter).
+def split_batches(msgs: Sequence[Message], limit: int = MAX_MESSAGE_SIZE,
+                  max_messages: int = MAX_BATCH_MESSAGES) -> list[list[Message]]:
+    """Split ``msgs`` (in order) into batches of at most ``limit`` bytes (RocketMQ ListSplitter)
+    and ``max_messages`` messages (a broker stores at most 32,767 per batch).
 
     A message larger than ``limit`` on its own forms a batch of one (sending it will fail with a
     clear error, as in Java).
@@ -37,7 +39,7 @@ def split_batches(msgs: Sequence[Message], limit: int = MAX_MESSAGE_SIZE) -> lis
     total = 0
     for msg in msgs:
         size = batch_message_size(msg)
-        if current and total + size > limit:
+        if current and (total + size > limit or len(current) >= max_messages):
             out.append(current)
             current, total = [], 0
         current.append(msg)

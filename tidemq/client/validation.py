@@ -9,6 +9,7 @@ import re
 
 from tidemq.errors import ClientError
 from tidemq.message import (
+    MAX_BATCH_MESSAGES,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     NAME_VALUE_SEP,
@@ -143,6 +144,9 @@ def check_batch(msgs: list[Message], max_size: int) -> str:
     """Validate a batch; return its topic."""
     if not msgs:
         raise ClientError("batch is empty: pass at least one message")
+    if len(msgs) > MAX_BATCH_MESSAGES:
+        raise ClientError(f"a batch holds at most {MAX_BATCH_MESSAGES} messages (this one {len(msgs)}): "
+                          "use send_batches() or split_batches()")
     topic = msgs[0].topic if isinstance(msgs[0], Message) else None
     for msg in msgs:
         props = check_message(msg, max_size)

@@ -17,7 +17,7 @@ from tidemq.broker.clients import (
     enum_name,
     parse_tag_expression,
 )
-from tidemq.broker.topics import RETRY_PREFIX, loggable
+from tidemq.broker.topics import RETRY_PREFIX, loggable, validate_group_name
 from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import Connection, LanguageCode, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
@@ -162,6 +162,9 @@ class ConsumerManageProcessor:
     def query_offset(self, conn: Connection, cmd: RemotingCommand):
         b = self.broker
         group = cmd.get_str("consumerGroup") or ""
+        problem = validate_group_name(group) if b.groups.get(group) is None else None
+        if problem:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, problem)
         topic = cmd.get_str("topic") or ""
         queue_id = cmd.get_int("queueId", bits=32)
         offset = b.offsets.query(group, topic, queue_id)
@@ -203,12 +206,21 @@ class ConsumerManageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     def _mq_set(self, cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+        """Group, client id and the queues of the request that exist: the lock table only holds
+        known groups' locks on queues of known topics, so its size stays bounded."""
+        b = self.broker
         data = _json_body(cmd)
+        group = str(data.get("consumerGroup") or "")
         mqs = []
-        for mq in _list(data.get("mqSet")):
-            if isinstance(mq, dict):
-                mqs.append((str(mq.get("topic")), str(mq.get("brokerName")), _as_int(mq.get("queueId"))))
-        return str(data.get("consumerGroup") or ""), str(data.get("clientId") or ""), mqs
+        if b.groups.get(group) is not None:
+            for mq in _list(data.get("mqSet")):
+                if not isinstance(mq, dict):
+                    continue
+                tc = b.topics.get(str(mq.get("topic")))
+                q = _as_int(mq.get("queueId"), -1)
+                if tc is not None and 0 <= q < tc.queue_nums:
+                    mqs.append((tc.topic_name, str(mq.get("brokerName")), q))
+        return group, str(data.get("clientId") or ""), mqs
 
     def lock(self, conn: Connection, cmd: RemotingCommand):
         group, client_id, mqs = self._mq_set(cmd)

@@ -208,32 +208,25 @@ class SendProcessor:
         if transactional:
             raise refused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
         items = decode_batch(body)
-        reqs = []
-        wait = True
-        size = 0
-        # Hot path (bench/produce_consume.py batch): one tight loop, lookups hoisted.
-        max_size = cfg.store.max_message_size
-        header_items = list(header_props.items())
-        store_host = b.store_host
-        append = reqs.append
-        for item in items:
-            item_body = item.body
-            if len(item_body) > max_size:
-                raise refused(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch is {len(item_body)} bytes, "
-                              f"larger than the broker's maximum {max_size}; nothing of the batch was stored")
-            props = decode_properties(item.properties)
-            if Prop.DELAY in props or has_timer(props):
-                raise refused(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
-            for k, v in header_items:
-                if k not in props:
-                    props[k] = v
-            if props.pop(Prop.WAIT, "true").lower() == "false":
-                wait = False
-            size += len(item_body)
-            append(PutRequest(topic, queue_id, item_body, props, item.flag, sys_flag, born_ts, host,
-                              store_host, reconsume))
-        result = b.store.put_batch(reqs)
-        return self._respond(cmd, result, queue_id, wait, size, topic)
+        put = _BatchPut(topic, queue_id, header_props, sys_flag, born_ts, host, b.store_host, reconsume,
+                        cfg.store.max_message_size)
+        if len(items) > BATCH_SLICE:  # a big batch is prepared in slices, other requests in between
+            return self._send_big_batch(cmd, put, items)
+        put.add(items)
+        return self._respond(cmd, b.store.put_batch(put.reqs), queue_id, put.wait, put.size, topic)
+
+    async def _send_big_batch(self, cmd: RemotingCommand, put: "_BatchPut", items: list) -> RemotingCommand:
+        try:
+            for i in range(0, len(items), BATCH_SLICE):
+                if i:
+                    await asyncio.sleep(0)
+                put.add(items[i:i + BATCH_SLICE])
+        except BrokerError as exc:
+            self.errors += 1
+            return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        result = self.broker.store.put_batch(put.reqs)  # one append: all of the batch or nothing
+        answer = self._respond(cmd, result, put.queue_id, put.wait, put.size, put.topic)
+        return await answer if isinstance(answer, asyncio.Future) else answer
 
     def _topic_config(self, conn: Connection, cmd: RemotingCommand, topic: str) -> TopicConfig:
         b = self.broker
@@ -303,6 +296,52 @@ def _answer_durable(answer: asyncio.Future, durable: asyncio.Future, cmd: Remoti
     log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
     answer.set_result(cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT,
                                    "flush to disk timed out; the message is stored", fields))
+
+
+BATCH_SLICE = 2048  # messages of a batch prepared between two yields to the event loop
+
+
+class _BatchPut:
+    """The store requests of one batch, built slice by slice; nothing is stored unless every
+    message is valid."""
+
+    __slots__ = ("topic", "queue_id", "header_items", "sys_flag", "born_ts", "host", "store_host", "reconsume",
+                 "max_size", "reqs", "wait", "size")
+
+    def __init__(self, topic: str, queue_id: int, header_props: dict[str, str], sys_flag: int, born_ts: int,
+                 host: tuple[str, int], store_host: tuple[str, int], reconsume: int, max_size: int) -> None:
+        self.topic, self.queue_id, self.sys_flag, self.born_ts = topic, queue_id, sys_flag, born_ts
+        self.header_items = list(header_props.items())
+        self.host, self.store_host, self.reconsume, self.max_size = host, store_host, reconsume, max_size
+        self.reqs: list[PutRequest] = []
+        self.wait = True
+        self.size = 0
+
+    # Hot path (bench/produce_consume.py batch): one tight loop, lookups hoisted.
+    def add(self, items: list) -> None:
+        max_size = self.max_size
+        header_items = self.header_items
+        topic, queue_id, sys_flag, born_ts = self.topic, self.queue_id, self.sys_flag, self.born_ts
+        host, store_host, reconsume = self.host, self.store_host, self.reconsume
+        append = self.reqs.append
+        size = 0
+        for item in items:
+            item_body = item.body
+            if len(item_body) > max_size:
+                raise refused(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch is {len(item_body)} bytes, "
+                              f"larger than the broker's maximum {max_size}; nothing of the batch was stored")
+            props = decode_properties(item.properties)
+            if Prop.DELAY in props or has_timer(props):
+                raise refused(ResponseCode.MESSAGE_ILLEGAL, "batch messages may not use a delay level or delivery time")
+            for k, v in header_items:
+                if k not in props:
+                    props[k] = v
+            if props.pop(Prop.WAIT, "true").lower() == "false":
+                self.wait = False
+            size += len(item_body)
+            append(PutRequest(topic, queue_id, item_body, props, item.flag, sys_flag, born_ts, host,
+                              store_host, reconsume))
+        self.size += size
 
 
 def peer_host(conn: Connection) -> tuple[str, int]:
