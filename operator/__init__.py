@@ -8,7 +8,7 @@ objects are built by pure functions (:mod:`tidemq.operator.workloads`); the CRDs
 
 # ``kopf run -m tidemq.operator`` imports this package and expects the handlers registered in
 # kopf's default registry, so import them here. kopf is an optional dependency (the ``operator``
-# extra): the pure modules (workloads, crds, topics, rollout) must stay importable without it,
+# extra): the pure modules (workloads, crds, topics, rollout, clusterkey) must stay importable without it,
 # hence the guard. Only kopf's absence is tolerated; an error inside the handlers module raises.
 try:
     import kopf as _kopf

@@ -22,6 +22,11 @@ Invariants:
   status.rollout keeps what the next pass needs (StatefulSets seen ready, blocked changes).
   Immutable StatefulSet changes are not applied: a Warning Event and Ready=False
   (ImmutableFieldChange) say so.
+- Name-server write protection (:mod:`tidemq.operator.clusterkey`): with a master key file, each
+  managed Cluster pass creates the Cluster's key Secret once (never patched) before the
+  workloads that use it; the name servers require signatures once every broker signs
+  (status.nameServerWriteProtection: Pending, then Enforced). Topic deletion signs its
+  name-server request with that key. The operator never reads a Secret.
 - HA: run two replicas with kopf peering (``tidemq operator --peering NAME``, the KopfPeering
   CRD installed); only the replica with the highest priority acts, the other stays paused.
 """
@@ -41,7 +46,7 @@ import kopf
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers, rollout, workloads
+from tidemq.operator import brokers, clusterkey, rollout, workloads
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
 from tidemq.operator.topics import InvalidSpec, topic_spec
@@ -61,6 +66,38 @@ class OperatorConfig:
     delete_retries: int = 5        # Topic deletion retries while the cluster is gone
     apply_workloads: bool = True   # Cluster: create/patch StatefulSets, Services ...
     client_config: ClientConfig = ClientConfig()  # ACL credentials (an admin account) for brokers
+    # Name-server write protection (tidemq.operator.clusterkey): the master key's file; None turns
+    # it off (managed name servers then accept route changes from anyone, as RocketMQ's).
+    cluster_key_file: str | None = None
+    # Created (in `namespace`, the operator's own) with a new master key when the file is missing.
+    cluster_key_secret: str | None = None
+    namespace: str | None = None
+
+
+_MASTER: dict[str, bytes] = {}
+
+
+def master_key(config: OperatorConfig) -> bytes | None:
+    """The master key (read once it is there), None while it is not mounted yet."""
+    path = config.cluster_key_file
+    if not path:
+        return None
+    if path not in _MASTER:
+        key = clusterkey.read_master_key(path)
+        if key is None:
+            return None
+        _MASTER[path] = key
+    return _MASTER[path]
+
+
+def namesrv_credentials(config: OperatorConfig, cluster: Mapping) -> tuple[str, str] | None:
+    """The account a managed Cluster's name servers take writes from (None: external, or off)."""
+    spec = cluster.get("spec") or {}
+    key = master_key(config)
+    if key is None or spec.get("external"):
+        return None
+    md = cluster.get("metadata") or {}
+    return clusterkey.derive_credentials(key, md.get("namespace") or "default", md.get("name") or "")
 
 
 # conditions ------------------------------------------------------------------------------------
@@ -201,7 +238,8 @@ async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: k
             problem = str(exc)
     if servers:
         try:
-            async with Admin(servers, config.client_config) as admin:
+            async with Admin(servers, config.client_config,
+                             namesrv_credentials=namesrv_credentials(config, cluster or {})) as admin:
                 done = await asyncio.wait_for(brokers.delete_topic(admin, topic),
                                               config.admin_timeout)
             log.info("deleted topic %s from %s and the name servers", topic, done)
@@ -258,6 +296,24 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
 # Cluster --------------------------------------------------------------------------------------
 _APIS = {"v1": "CoreV1Api", "apps/v1": "AppsV1Api", "policy/v1": "PolicyV1Api",
          "rbac.authorization.k8s.io/v1": "RbacAuthorizationV1Api"}
+
+
+def _create_once(obj: dict, namespace: str) -> bool:
+    """Create ``obj`` unless it exists; never patch it (a key is not rotated silently). Returns
+    whether it was created (runs in a worker thread)."""
+    import kubernetes  # noqa: PLC0415 (optional dependency, only for managed clusters)
+
+    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient())
+    if obj["kind"] != "Secret":
+        raise ConfigError(f"cannot create {obj['kind']} once")
+    try:
+        api.create_namespaced_secret(obj["metadata"].get("namespace") or namespace, obj)
+    except kubernetes.client.ApiException as exc:
+        # 409 AlreadyExists (kmock 0.8 answers the same conflict as a 500 saying so)
+        if exc.status != 409 and "already exists" not in str(exc.body or "").lower():
+            raise
+        return False
+    return True
 
 
 def _apply_objects(objs: list[dict], namespace: str) -> list[str]:
@@ -325,19 +381,38 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
                                         "this operator build does not create workloads"))
             metrics.result(kind, "error", "NotManaged")
             return
+        namespace = meta.namespace or "default"
+        creds = namesrv_credentials(config, cluster)
+        if config.cluster_key_file and creds is None:
+            msg = (f"waiting for the operator's master key at {config.cluster_key_file} (the Secret "
+                   f"{config.cluster_key_secret or '?'} mounted by the chart; it appears within a minute or two)")
+            _conditions(patch, status, ("Ready", False, "WaitingForClusterKey", msg))
+            metrics.result(kind, "retry", "WaitingForClusterKey")
+            raise kopf.TemporaryError(msg, delay=config.retry_delay)
+        signing = creds is not None
+
+        def desired(namesrv_acl: bool) -> list[dict]:
+            objs = workloads.desired_objects(cluster, namesrv_acl=namesrv_acl, broker_signing=signing)
+            for obj in objs:
+                obj.setdefault("metadata", {}).setdefault("namespace", namespace)
+                if not obj["metadata"].get("ownerReferences"):
+                    kopf.adopt(obj, owner=body)
+            return objs
+
         try:
-            objs = workloads.desired_objects(cluster)
+            objs = desired(True)
             address = workloads.name_server_address(cluster)
+            secret = clusterkey.cluster_key_secret(cluster, creds) if creds else None
         except (ConfigError, ValueError, KeyError, TypeError) as exc:
             raise _invalid(kind, body, patch, status, exc, metrics) from None
-        namespace = meta.namespace or "default"
-        for obj in objs:
-            obj.setdefault("metadata", {}).setdefault("namespace", namespace)
-            if not obj["metadata"].get("ownerReferences"):
-                kopf.adopt(obj, owner=body)
         sts_names = [o["metadata"]["name"] for o in objs if o["kind"] == "StatefulSet"]
         try:
+            if secret is not None and await asyncio.to_thread(_create_once, secret, namespace):
+                log.info("cluster %s: created the cluster key Secret %s", meta.name, secret["metadata"]["name"])
             live = await asyncio.to_thread(_read_statefulsets, sts_names, namespace)
+            enforced = signing and clusterkey.namesrv_acl_ready(meta.name or "", live)
+            if signing and not enforced:  # brokers first: no registration may be refused
+                objs = desired(False)
             was_ready = list((status.get("rollout") or {}).get("wasReady") or [])
             decision = rollout.plan(objs, live, was_ready)
             applied = (await asyncio.to_thread(_apply_objects, list(decision.apply), namespace)
@@ -346,6 +421,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",
                                       delay=config.retry_delay) from None
+        patch.status["nameServerWriteProtection"] = (
+            clusterkey.ENFORCED if enforced else clusterkey.PENDING if signing else clusterkey.OFF)
         if applied:
             log.info("cluster %s: applied %s", meta.name, ", ".join(applied))
         known = {f"{n}:{','.join(f)}" for n, f in
@@ -399,6 +476,27 @@ def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | Non
     return out
 
 
+def _ensure_master_key(config: OperatorConfig) -> None:
+    """First start: create the master key Secret the chart mounts (never replaced). Runs in a
+    worker thread; failures are logged (Cluster passes then wait for the key)."""
+    if not config.cluster_key_file or master_key(config) is not None:
+        return
+    if not (config.cluster_key_secret and config.namespace):
+        log.error("the master key file %s is missing and no --cluster-key-secret (with $POD_NAMESPACE) "
+                  "to create it: managed Clusters wait", config.cluster_key_file)
+        return
+    obj = clusterkey.master_key_secret(config.cluster_key_secret, config.namespace)
+    try:
+        created = _create_once(obj, config.namespace)
+    except Exception as exc:  # noqa: BLE001 (API refused: say so, the passes retry)
+        log.error("cannot create the master key Secret %s/%s: %s", config.namespace,
+                  config.cluster_key_secret, exc)
+        return
+    log.info("%s the master key Secret %s/%s; managed Clusters wait until it is mounted at %s",
+             "created" if created else "found", config.namespace, config.cluster_key_secret,
+             config.cluster_key_file)
+
+
 # registration ---------------------------------------------------------------------------------
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorConfig(),
              metrics: OperatorMetrics = METRICS) -> kopf.OperatorRegistry:
@@ -421,6 +519,11 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
             except Exception as exc:  # noqa: BLE001 (no kubernetes client: external only)
                 log.warning("kubernetes client not configured (%s); managed clusters will fail",
                             exc)
+            else:
+                await asyncio.to_thread(_ensure_master_key, config)
+        if not config.cluster_key_file:
+            log.warning("no --cluster-key-file: the name servers of managed Clusters accept route "
+                        "changes (REGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV ...) from anyone")
 
     @kopf.on.login(**reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

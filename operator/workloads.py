@@ -28,6 +28,10 @@ Invariants:
 - Some StatefulSet fields cannot be patched (selector, serviceName, podManagementPolicy, volume
   claim templates): :func:`immutable_changes` names them so the operator can report instead of
   retrying a patch the API server refuses.
+- Name-server writes are signed (:mod:`tidemq.operator.clusterkey`): broker containers get the
+  Cluster key's account from the Secret ``c-namesrv-acl`` (environment), and name servers, when
+  ``namesrv_acl``, mount that Secret's ``plain_acl.yml`` and run with ``--acl-file``. The Secret
+  itself is not among the objects here: it is created once, never patched.
 - Pods run least-privileged: no service-account token (neither server talks to the Kubernetes
   API), non-root (the image's uid/gid 10001), RuntimeDefault seccomp, a read-only root filesystem
   (writable: the store volume and an emptyDir on /tmp), no privilege escalation, no capabilities.
@@ -59,6 +63,9 @@ DATA_DIR = "/var/lib/tidemq"
 STORE_DIR = f"{DATA_DIR}/store"
 ACL_DIR = "/etc/tidemq-acl"  # spec.brokers.acl: the Secret, mounted whole so updates reach the file
 ACL_KEY = "plain_acl.yml"
+NAMESRV_ACL_DIR = "/etc/tidemq-namesrv-acl"  # the cluster key's plain_acl.yml (tidemq.operator.clusterkey)
+# The broker's environment variables of the cluster key's account (`tidemq broker --namesrv-access-key`).
+NAMESRV_KEY_ENV = {"TIDEMQ_BROKER_NAMESRV_ACCESS_KEY": "accessKey", "TIDEMQ_BROKER_NAMESRV_SECRET_KEY": "secretKey"}
 TLS_DIR = "/etc/tidemq-tls"  # spec.tls: the Secret (tls.crt, tls.key, ca.crt), mounted whole so renewals reach the files
 BROKER_GRACE_SECONDS = 60
 NAMESRV_GRACE_SECONDS = 30
@@ -122,6 +129,17 @@ def _meta(cluster: dict[str, Any]) -> tuple[str, str]:
         raise ConfigError(f"Cluster name {name!r} must be a DNS label of at most 40 characters starting with a "
                           "letter (it prefixes StatefulSet, Service and pod names)")
     return name, md.get("namespace") or "default"
+
+
+def cluster_identity(cluster: dict[str, Any]) -> tuple[str, str]:
+    """(name, namespace) of a Cluster; ConfigError when the name is not usable."""
+    return _meta(cluster)
+
+
+def owned_metadata(cluster: dict[str, Any], name: str, component: str) -> dict[str, Any]:
+    """Metadata of an object ``name`` the Cluster owns: namespace, labels, owner reference."""
+    c = _defaulted(cluster)
+    return _metadata(c, name, _labels(_meta(c)[0], component))
 
 
 def _owner_ref(cluster: dict[str, Any]) -> dict[str, Any]:
@@ -363,7 +381,21 @@ def broker_config_text(cluster: dict[str, Any], group: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _namesrv_objects(c: dict[str, Any]) -> list[dict[str, Any]]:
+def namesrv_key_secret_name(cluster_name: str) -> str:
+    """The Secret holding the Cluster key (tidemq.operator.clusterkey)."""
+    return f"{cluster_name}-namesrv-acl"
+
+
+def _namesrv_key_env(cluster_name: str) -> list[dict[str, Any]]:
+    """The broker's name-server credentials, from the Cluster key Secret."""
+    secret = namesrv_key_secret_name(cluster_name)
+    return [
+        {"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for env, key in NAMESRV_KEY_ENV.items()
+    ]
+
+
+def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[str, Any]]:
     name, _ns = _meta(c)
     spec = c["spec"]
     n = spec["nameServers"]
@@ -411,6 +443,12 @@ def _namesrv_objects(c: dict[str, Any]) -> list[dict[str, Any]]:
         },
     }
     _add_tls(spec, container, sts["spec"]["template"])
+    if namesrv_acl:  # only the plain_acl.yml of the Secret; owner and fsGroup may read it
+        container["args"] += ["--acl-file", f"{NAMESRV_ACL_DIR}/plain_acl.yml"]
+        container["volumeMounts"].append({"name": "namesrv-acl", "mountPath": NAMESRV_ACL_DIR, "readOnly": True})
+        sts["spec"]["template"]["spec"]["volumes"].append(
+            {"name": "namesrv-acl", "secret": {"secretName": namesrv_key_secret_name(name), "defaultMode": 0o440,
+                                               "items": [{"key": "plain_acl.yml", "path": "plain_acl.yml"}]}})
     return [
         _service(c, namesrv_headless_name(name), labels, selector, ports, headless=True),
         _service(c, namesrv_name(name), labels, selector, [("remoting", port)], headless=False),
@@ -419,7 +457,7 @@ def _namesrv_objects(c: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[dict[str, Any]]:
+def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: bool = True) -> list[dict[str, Any]]:
     name, _ns = _meta(c)
     spec = c["spec"]
     b = spec["brokers"]
@@ -448,7 +486,7 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[di
             "--store", STORE_DIR,
             "--metrics-listen", f"0.0.0.0:{mport}",
         ],
-        "env": _downward_env(),
+        "env": _downward_env() + (_namesrv_key_env(name) if signing else []),
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
         **_probes("metrics", https=_tls(spec)[1]),
         # The broker unregisters from the name servers and flushes on SIGTERM; the sleep first lets
@@ -523,10 +561,13 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str) -> list[di
     ]
 
 
-def desired_objects(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+def desired_objects(cluster: dict[str, Any], namesrv_acl: bool = True, broker_signing: bool = True) -> list[dict[str, Any]]:
     """Every Kubernetes object a Cluster needs, in apply order (see the module docstring).
 
     ``cluster`` is the Cluster custom object (metadata with name, namespace and uid; spec).
+    ``broker_signing``: brokers sign their registrations with the Cluster key (its Secret must
+    exist); ``namesrv_acl``: name servers also require signed writes (only with
+    ``broker_signing``; see :func:`tidemq.operator.clusterkey.namesrv_acl_ready`).
     An external Cluster yields ``[]``. Raises ConfigError when metadata.name or uid is missing.
     """
     c = _defaulted(cluster)
@@ -534,10 +575,10 @@ def desired_objects(cluster: dict[str, Any]) -> list[dict[str, Any]]:
     if spec.get("external"):
         return []
     _owner_ref(c)  # fail early without a uid
-    objs = _namesrv_objects(c)
+    objs = _namesrv_objects(c, namesrv_acl and broker_signing)
     addr = name_server_address(c)
     for group in range(spec["brokers"]["groups"]):
-        objs += _broker_objects(c, group, addr)
+        objs += _broker_objects(c, group, addr, broker_signing)
     return [_stamp(o) for o in objs]
 
 

@@ -301,7 +301,8 @@ def test_rbac_is_least_privilege() -> None:
                for v in rule["verbs"]}
     groups = {g for g, _, _ in granted}
     assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev"}
-    assert ("", "secrets", "get") not in granted and not any(r == "secrets" for _, r, _ in granted)
+    # Secrets: created (each Cluster's key, operator/clusterkey.py), never read, listed or patched
+    assert {v for _, r, v in granted if r == "secrets"} == {"create"}
 
 
 def test_rbac_covers_what_the_operator_creates() -> None:
@@ -317,6 +318,7 @@ def test_rbac_covers_what_the_operator_creates() -> None:
     objs = workloads.desired_objects(cluster)
     kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"]) for o in objs}
     assert kinds == {("", "Service"), ("", "ConfigMap"), ("policy", "PodDisruptionBudget"), ("apps", "StatefulSet")}
+    assert ("", "secrets", "create") in granted  # the Cluster key Secret, created apart (operator/clusterkey.py)
     plural = {"Service": "services", "ConfigMap": "configmaps", "PodDisruptionBudget": "poddisruptionbudgets",
               "StatefulSet": "statefulsets"}
     for group, kind in kinds:
@@ -624,6 +626,49 @@ def test_acl_comes_from_an_existing_secret(rendered) -> None:
     assert "value" not in env["TIDEMQ_OPERATOR_SECRET_KEY"]
     default_op = next(o for o in rendered["default"] if o["kind"] == "Deployment")
     assert "TIDEMQ_OPERATOR_ACCESS_KEY" not in repr(default_op)
+
+
+def _operator(objs: list[dict]) -> dict:
+    return next(o for o in objs if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+
+
+def test_operator_gets_the_master_key_mounted_never_in_the_chart(rendered) -> None:
+    """Name-server write protection (operator/clusterkey.py): the operator creates its master key
+    Secret at its first start; the chart only mounts it (optional, so the first start works) and
+    tells the operator its name and namespace. The chart never renders a Secret."""
+    for which, name in (("default", "tidemq-operator-cluster-key"), ("all", "tidemq-master-key")):
+        pod = _operator(rendered[which])
+        c = pod["containers"][0]
+        assert "--cluster-key-file=/etc/tidemq-cluster-key/masterKey" in c["args"]
+        assert f"--cluster-key-secret={name}" in c["args"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+        assert {"name": "cluster-key", "mountPath": "/etc/tidemq-cluster-key", "readOnly": True} in c["volumeMounts"]
+        [vol] = [v for v in pod["volumes"] if v["name"] == "cluster-key"]
+        assert vol["secret"] == {"secretName": name, "optional": True, "defaultMode": 0o440,
+                                 "items": [{"key": "masterKey", "path": "masterKey"}]}
+        assert not any(o["kind"] == "Secret" for o in rendered[which])
+    # watched namespaces (default: the release's; values-all: all) may create the Cluster key Secrets
+    roles = [o for o in rendered["default"] if o["kind"] == "Role"]
+    assert any({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in r["rules"] for r in roles)
+
+
+def test_master_key_role_where_the_release_namespace_is_not_watched(helm_python, kubeconfig) -> None:
+    objs = render(helm_python, kubeconfig, "keyns", {"operator": {"watchNamespaces": ["apps", "web"]},
+                                                     "cluster": {"enabled": False}})
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs if o["kind"] == "Role"}
+    key_role = roles[("default", "keyns-tidemq-operator-cluster-key")]
+    assert key_role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
+    binding = next(o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["name"] == key_role["metadata"]["name"])
+    assert binding["roleRef"]["name"] == key_role["metadata"]["name"]
+    for ns in ("apps", "web"):
+        assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in roles[(ns, "keyns-tidemq-operator")]["rules"]
+    off = render(helm_python, kubeconfig, "nokey", {"operator": {"watchNamespaces": ["apps"], "clusterKey": {"enabled": False}},
+                                                    "cluster": {"enabled": False}})
+    assert not any("secrets" in repr(o.get("rules")) for o in off if o["kind"] in ("Role", "ClusterRole"))
+    c = _operator(off)["containers"][0]
+    assert not any(a.startswith("--cluster-key") for a in c["args"])
+    assert all(v["name"] != "cluster-key" for v in _operator(off)["volumes"])
 
 
 def test_cluster_pods_get_network_policies_for_exactly_their_ports(rendered) -> None:

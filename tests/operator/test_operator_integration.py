@@ -20,6 +20,9 @@ How the emulator is adapted (kmock 0.8):
   play the StatefulSet controller by patching status (readyReplicas, updatedReplicas,
   observedGeneration, revisions) through the status subresource to "make pods ready".
 - Peering is off (``--standalone``): HA with kopf peering needs the KopfPeering CRD.
+- Name-server write protection is on, as the chart runs it: the operator starts without its master
+  key file and creates the master key Secret; the fixture plays the kubelet and writes the file
+  (the tests' own client sends no token, so its reads are not the operator's).
 """
 
 from __future__ import annotations
@@ -155,12 +158,13 @@ class Operator:
             "contexts:\n- name: emu\n  context:\n    cluster: emu\n    user: emu\n"
         )
         self.log_path = root / "operator.log"
+        self.master_key_file = root / "cluster-key" / "masterKey"
         self.liveness_port = free_port()
         self.metrics_port = free_port()
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Operator":
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1", POD_NAMESPACE=NS)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(tidemq_cmd(
                 "operator", "--all-namespaces", "--standalone",
@@ -168,6 +172,7 @@ class Operator:
                 "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
                 "--timer-interval", "1", "--retry-delay", "1", "--delete-retries", "2",
                 "--admin-timeout", "10",
+                "--cluster-key-file", str(self.master_key_file), "--cluster-key-secret", MASTER_SECRET,
             ), stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
@@ -200,9 +205,26 @@ class Operator:
             return r.read().decode()
 
 
+MASTER_SECRET = "tidemq-operator-cluster-key"
+
+
+def mount_master_key(kube, op: "Operator") -> bytes:
+    """Play the kubelet: once the operator created its master key Secret, project it as a file."""
+    import base64  # noqa: PLC0415
+
+    _, api = kube
+    core = kubernetes.client.CoreV1Api(api)
+    secret = wait_for(op, "the master key Secret", lambda: core.read_namespaced_secret(MASTER_SECRET, NS))
+    key = base64.b64decode(secret.data["masterKey"])
+    op.master_key_file.parent.mkdir(parents=True, exist_ok=True)
+    op.master_key_file.write_bytes(key)
+    return key
+
+
 @pytest.fixture(scope="module")
-def operator(emulator, cluster, tmp_path_factory):
+def operator(emulator, cluster, kube, tmp_path_factory):
     op = Operator(tmp_path_factory.mktemp("operator"), emulator.url).start()
+    op.master_key = mount_master_key(kube, op)
     yield op
     op.stop()
 
@@ -474,6 +496,36 @@ def test_managed_cluster_reconcile_creates_workloads(kube, operator):
     obj = get(kube, "Cluster", "demo")
     assert condition(obj, "Progressing")["status"] == "True"
     assert condition(obj, "Ready")["reason"] == "WaitingForPods"
+
+
+def test_managed_cluster_gets_its_key_once(kube, operator):
+    """Name-server write protection: the Cluster's key Secret (derived from the master key, owned by
+    the Cluster), the name servers' --acl-file, the brokers' credentials; the Secret is created
+    once and never patched, even when someone changes it."""
+    import base64  # noqa: PLC0415
+
+    from tidemq.operator import clusterkey  # noqa: PLC0415
+
+    _, api = kube
+    core, apps = kubernetes.client.CoreV1Api(api), kubernetes.client.AppsV1Api(api)
+    create(kube, "Cluster", "keyed", {"nameServers": {"replicas": 1}, "brokers": {"groups": 1}})
+    secret = wait_for(operator, "the Cluster key Secret", lambda: core.read_namespaced_secret("keyed-namesrv-acl", NS))
+    data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+    assert (data["accessKey"], data["secretKey"]) == clusterkey.derive_credentials(operator.master_key, NS, "keyed")
+    assert "admin: true" in data["plain_acl.yml"]
+    assert secret.metadata.owner_references[0].kind == "Cluster"
+    wait_for(operator, "StatefulSets", lambda: apps.read_namespaced_stateful_set("keyed-broker-0", NS))
+    ns_args = apps.read_namespaced_stateful_set("keyed-namesrv", NS).spec.template.spec.containers[0].args
+    assert "--acl-file" in ns_args  # a new Cluster: protected from the start
+    env = {e.name: e for e in apps.read_namespaced_stateful_set("keyed-broker-0", NS).spec.template.spec.containers[0].env}
+    assert env["TIDEMQ_BROKER_NAMESRV_SECRET_KEY"].value_from.secret_key_ref.name == "keyed-namesrv-acl"
+    wait_for(operator, "status Enforced",
+             lambda: get(kube, "Cluster", "keyed").get("status", {}).get("nameServerWriteProtection") == "Enforced")
+    core.patch_namespaced_secret("keyed-namesrv-acl", NS, {"data": {"secretKey": base64.b64encode(b"changed-by-a-person").decode()}})
+    time.sleep(2.5)  # timer passes
+    kept = core.read_namespaced_secret("keyed-namesrv-acl", NS).data["secretKey"]
+    expect(operator, base64.b64decode(kept) == b"changed-by-a-person", "the operator never patches a key Secret")
+    expect(operator, "applying workloads failed" not in operator.log(), "passes after the Secret exists")
 
 
 # managed Cluster rollout ---------------------------------------------------------------------------

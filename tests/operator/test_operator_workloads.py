@@ -139,7 +139,7 @@ def test_broker_statefulset(objs):
     assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]} == {"data": "/var/lib/tidemq", "config": "/etc/tidemq",
                                                                   "tmp": "/tmp"}
     assert _arg(c, "--store").startswith("/var/lib/tidemq/")
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"] if "fieldRef" in e["valueFrom"]}
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
     pod = spec["template"]["spec"]
     assert pod["volumes"] == [{"name": "config", "configMap": {"name": "demo-broker-1-config"}},

@@ -9,6 +9,7 @@ turns peering off (one replica, or tests).
 from __future__ import annotations
 
 import logging
+import os
 
 import click
 
@@ -49,12 +50,21 @@ log = logging.getLogger("tidemq.cli")
               help="Its secret key (prefer the environment variable to the flag).")
 @click.option("--tls-ca-file", default=None, type=click.Path(dir_okay=False),
               help="Connect to every cluster's name servers and brokers over TLS, verifying them with this CA bundle (ca.crt).")
+@click.option("--cluster-key-file", default=None, envvar="TIDEMQ_OPERATOR_CLUSTER_KEY_FILE",
+              type=click.Path(dir_okay=False),
+              help="The operator's master key (a mounted Secret): every managed Cluster gets a key derived "
+                   "from it, and its name servers accept route changes only when signed with it. "
+                   "Unset: they accept them from anyone.")
+@click.option("--cluster-key-secret", default=None, envvar="TIDEMQ_OPERATOR_CLUSTER_KEY_SECRET",
+              help="Secret (in $POD_NAMESPACE) the operator creates with a new master key when "
+                   "--cluster-key-file is missing: mount it at that path (the chart does).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str,
                  metrics_listen: str, timer_interval: float, retry_delay: float,
                  delete_retries: int, admin_timeout: float, standalone: bool,
                  peering: str | None, priority: int, log_level: str,
                  access_key: str | None = None, secret_key: str | None = None,
-                 tls_ca_file: str | None = None) -> None:
+                 tls_ca_file: str | None = None, cluster_key_file: str | None = None,
+                 cluster_key_secret: str | None = None) -> None:
     """Run the operator (kopf) until SIGINT/SIGTERM."""
     import kopf  # noqa: PLC0415 (optional dependency: pip install 'tidemq[operator]')
 
@@ -74,7 +84,9 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: st
         raise click.UsageError(f"--access-key/--secret-key: {exc}") from None
     config = OperatorConfig(timer_interval=timer_interval, admin_timeout=admin_timeout,
                             retry_delay=retry_delay, delete_retries=delete_retries,
-                            client_config=client_config)
+                            client_config=client_config, cluster_key_file=cluster_key_file or None,
+                            cluster_key_secret=cluster_key_secret or None,
+                            namespace=os.environ.get("POD_NAMESPACE") or None)
     metrics = OperatorMetrics()
     if metrics_listen:
         host, port = parse_listen(metrics_listen, "--metrics-listen")

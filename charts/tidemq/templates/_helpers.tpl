@@ -50,6 +50,11 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* The operator's master key Secret (operator/clusterkey.py): created by the operator, mounted here. */}}
+{{- define "tidemq.clusterKeySecret" -}}
+{{- default (printf "%s-cluster-key" (include "tidemq.operatorName" .) | trunc 63 | trimSuffix "-") .Values.operator.clusterKey.secretName }}
+{{- end }}
+
 {{- define "tidemq.peeringName" -}}
 {{- default (include "tidemq.fullname" .) .Values.operator.peering.name }}
 {{- end }}
@@ -70,6 +75,8 @@ app.kubernetes.io/component: operator
      - the Cluster's workloads (operator/workloads.py, applied by handlers._apply_objects):
        StatefulSets are read, created and patched; Services, ConfigMaps and PodDisruptionBudgets are
        created and patched;
+     - Secrets: each managed Cluster's key Secret (operator/clusterkey.py) is created once; the
+       operator never reads, lists or patches a Secret;
      - Events: kopf posts handler progress and the operator's warnings;
      - kopf.dev peerings when peering is on. */}}
 {{- define "tidemq.operatorRules" -}}
@@ -95,6 +102,12 @@ app.kubernetes.io/component: operator
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["create", "patch"]
+{{- if .Values.operator.clusterKey.enabled }}
+# Each managed Cluster's key Secret: created once, never read back or patched (name-server write protection).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
+{{- end }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
