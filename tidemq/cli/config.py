@@ -37,6 +37,7 @@ ROCKETMQ_KEYS = {
     "maxSubscriptionGroupCount": "max_groups",
     "implicitCreateLimit": "implicit_create_limit",
     "implicitCreateWindowSeconds": "implicit_create_window",
+    "maxMappedQueueFiles": "max_mapped_queue_files",
 }
 # RocketMQ gives these in milliseconds; our options take seconds.
 MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval", "flushIntervalCommitLog"}

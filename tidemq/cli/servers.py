@@ -16,7 +16,7 @@ from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tidemq.broker.quota import CreationLimits
-from tidemq.broker.store.config import FlushMode, StoreConfig
+from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES, FlushMode, StoreConfig
 from tidemq.cli.common import parse_listen, run_async, setup_logging, user_errors, wait_for_signal
 from tidemq.cli.config import load_config_file
 from tidemq.errors import ConfigError
@@ -228,6 +228,7 @@ def broker_options(fn):
         click.option("--transaction-check-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between transaction check rounds."),
         click.option("--transaction-check-max", default=15, show_default=True, type=click.IntRange(min=0), help="Checks before an unresolved half message is discarded."),
         click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1024, 15 * 1024 * 1024), help="Largest message body the broker stores, in bytes (RocketMQ maxMessageSize); larger sends are answered MESSAGE_ILLEGAL. At most 15 MiB (a request frame is at most 16 MiB)."),
+        click.option("--max-mapped-queue-files", default=DEFAULT_MAX_MAPPED_QUEUE_FILES, show_default=True, type=click.IntRange(min=2), help="Most consume-queue files mapped at once; the least recently used is unmapped, so any number of topics fits the open-file and mapping limits (lowered to a quarter of the open-file limit at start on Python < 3.13, where a mapping holds a descriptor)."),
         click.option("--max-pull-bytes", default=256 * 1024, show_default=True, type=click.IntRange(min=4096), help="Most bytes of messages one pull returns (RocketMQ maxTransferBytesOnMessageInMemory; at least one message is always returned)."),
         click.option("--warm-segments/--no-warm-segments", default=False, show_default=True, help="Pre-fault each new CommitLog segment in a worker thread (RocketMQ warmMapedFileEnable): appends take no page faults, but the segment is resident page cache from creation and populating it can stall the broker's allocations on a busy machine."),
         click.option("--register-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between registrations with the name servers."),
@@ -307,8 +308,8 @@ def creation_options(fn):
 def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertise, flush, flush_interval, metrics_listen,
                metrics_queue_lag, auto_create_topic, segment_size, retention_hours, delete_when,
                cleanup_interval, delay_levels, transaction_timeout, transaction_check_interval,
-               transaction_check_max, max_message_size, max_pull_bytes, warm_segments, register_interval, log_level,
-               tls: TlsFlags,
+               transaction_check_max, max_message_size, max_mapped_queue_files, max_pull_bytes, warm_segments,
+               register_interval, log_level, tls: TlsFlags,
                namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
                limits: dict | None = None, creation: CreationLimits = CreationLimits(),
                acl_file: str | None = None, acl_reload_interval: float = 2.0,
@@ -321,6 +322,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
         cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval,
         warm_segments=warm_segments, max_message_size=max_message_size, async_flush_interval=flush_interval,
+        max_mapped_queue_files=max_mapped_queue_files,
         power_loss_shadow=Path(test_power_loss_shadow) if test_power_loss_shadow else None))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
                               max_pull_bytes=max_pull_bytes,

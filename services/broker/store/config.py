@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from tidemq.errors import ConfigError
 
 
+DEFAULT_MAX_MAPPED_QUEUE_FILES = 2048
+
+
 class FlushMode(enum.Enum):
     """ASYNC: acknowledge after the append, flush in the background. SYNC: acknowledge once durable."""
 
@@ -49,6 +52,14 @@ class StoreConfig:
     # creation on, and while the kernel populates it the process's mmap lock is held, so the
     # loop's own allocations can stall behind it (seconds for 1 GiB on a busy machine).
     warm_segments: bool = False
+    # Most consume-queue files mapped at once, store-wide; the least recently used is unmapped
+    # (and mapped again when touched), so topic count never exhausts vm.max_map_count (65530) or,
+    # on Python < 3.13 where a mapping holds a descriptor, RLIMIT_NOFILE. 2048 keeps the tail of
+    # 2048 busy queues (256 topics x 8 queues) mapped, using 3 % of max_map_count; beyond that a
+    # miss costs an munmap + mmap (15-25 us while the file's pages are cached), not an error. The
+    # store lowers it to a quarter of the open-file limit when mappings hold descriptors
+    # (queues.fd_fitted_limit). At least 2: a batch's units may span two files.
+    max_mapped_queue_files: int = DEFAULT_MAX_MAPPED_QUEUE_FILES
     # TEST-ONLY (tidemq.broker.store.faults): shadow every fdatasync into this directory so a test
     # can rewrite the store as a power cut would leave it. None (always, outside tests) = off.
     power_loss_shadow: pathlib.Path | None = None
@@ -70,6 +81,8 @@ class StoreConfig:
             raise ConfigError("flush interval and timeout must be positive")
         if self.max_message_size < 1:
             raise ConfigError("max_message_size must be positive")
+        if self.max_mapped_queue_files < 2:
+            raise ConfigError(f"max_mapped_queue_files {self.max_mapped_queue_files} must be at least 2")
         if any(not 0 <= h <= 23 for h in self.delete_when_hours):
             raise ConfigError(f"delete_when_hours {self.delete_when_hours} must be hours 0..23")
 

@@ -11,17 +11,25 @@ Invariants:
   after old CommitLog segments were deleted).
 - ``min_offset`` advances when the CommitLog's oldest segments go: it is the first unit whose record
   still exists. The last file is never deleted, so ``max_offset`` survives any cleanup.
+- Files are mapped lazily, through the store-wide ``MappedFileCache`` (at most
+  ``max_mapped_queue_files`` mapped, least recently used unmapped first): ``load`` maps only the
+  first and last file to find the offsets, and a file is mapped again when a put or read touches
+  it. Every access fetches ``f.mm`` right before using it, so an eviction in between is harmless.
+- ``_phys_floor`` is a lower bound of every unit's CommitLog offset in [min_offset, max_offset):
+  retention skips a queue it proves untouched without mapping its first file.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import os
 import struct
 from pathlib import Path
 
-from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
+from tidemq.broker.store.mapped_file import MappedFile, MappedFileCache
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +42,11 @@ _ZERO = bytes(_SCAN_CHUNK)
 
 class ConsumeQueue:
     __slots__ = ("dir", "topic", "queue_id", "units_per_file", "file_size", "files", "_starts",
-                 "min_offset", "max_offset", "_tail", "_dirty", "_new_dirs")
+                 "min_offset", "max_offset", "_tail", "_dirty", "_new_dirs", "_mapped", "_lru", "_phys_floor")
 
     def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int,
-                 dirty: set[MappedFile], new_dirs: set[Path] | None = None) -> None:
+                 dirty: set[MappedFile], new_dirs: set[Path] | None = None,
+                 mapped: MappedFileCache | None = None) -> None:
         self.dir = root / topic / str(queue_id)
         self.topic = topic
         self.queue_id = queue_id
@@ -50,11 +59,17 @@ class ConsumeQueue:
         self._tail: MappedFile | None = None
         self._dirty = dirty  # files written since the last logics flush
         self._new_dirs = new_dirs if new_dirs is not None else set()  # dirs to fsync before it
+        # The store's cache (QueueTable); a queue made on its own (tests, tools) gets one of its own.
+        self._mapped = mapped if mapped is not None else MappedFileCache(DEFAULT_MAX_MAPPED_QUEUE_FILES)
+        self._lru = self._mapped.lru  # hot path: f.mm set -> self._lru.move_to_end(f)
+        self._phys_floor = 0
 
     # ------------------------------------------------------------------------------ loading
     def load(self) -> None:
-        """Map the queue's files and find min/max offsets (blocking). Wrong-sized files are
-        logged and set aside (renamed ``.bad``): the queue is rebuilt from the CommitLog."""
+        """Find the queue's files and its min/max offsets (blocking), mapping only the first and
+        the last file (through the cache, which may unmap them again as other queues load).
+        Wrong-sized files are logged and set aside (renamed ``.bad``): the queue is rebuilt from
+        the CommitLog."""
         names = sorted(n for n in os.listdir(self.dir) if len(n) == 20 and n.isdigit())
         for name in names:
             path = self.dir / name
@@ -66,36 +81,38 @@ class ConsumeQueue:
                             path, size, self.file_size, bad.name)
                 os.replace(path, bad)
                 continue
-            self._add_file(MappedFile(path, size, start))
+            self._add_file(MappedFile(path, size, start, lazy=True))
         if not self.files:
             return
         last = self.files[-1]
-        first_used = self._first_used(last)
+        mm = self._map(last)
+        first_used = self._first_used(mm, last.size)
         if first_used is None:  # an empty last file: the queue ends where it starts
             self.max_offset = last.start // UNIT_SIZE
         else:
-            pos = self._first_empty(last, first_used)
+            pos = self._first_empty(mm, last.size, first_used)
             self.max_offset = (last.start + pos) // UNIT_SIZE
             if pos < last.size and last.zero_from(pos):
                 self._dirty.add(last)  # zero_from set last.dirty: put() would not register it
                 log.warning("consume queue %s: cleared stale units after offset %d",
                             self.dir, self.max_offset)
         first = self.files[0]
-        first_used = self._first_used(first)
+        mm = self._map(first)
+        first_used = self._first_used(mm, first.size)
         if first_used is None:
             self.min_offset = self.max_offset
         else:
             self.min_offset = (first.start + first_used) // UNIT_SIZE
+            self._phys_floor = UNIT.unpack_from(mm, first_used)[0]
         self._tail = last
 
     @staticmethod
-    def _first_used(f: MappedFile) -> int | None:
+    def _first_used(mm: mmap.mmap, size: int) -> int | None:
         """Byte position of the first non-empty unit (chunks compared in C, then units)."""
-        mm = f.mm
         chunk = _SCAN_CHUNK
         pos = 0
-        while pos < f.size:
-            n = min(chunk, f.size - pos)
+        while pos < size:
+            n = min(chunk, size - pos)
             if mm[pos : pos + n] != _ZERO[:n]:
                 end = pos + n
                 while pos < end:
@@ -107,22 +124,29 @@ class ConsumeQueue:
         return None
 
     @staticmethod
-    def _first_empty(f: MappedFile, pos: int) -> int:
-        """Byte position of the first empty unit at or after ``pos`` (f.size when full).
+    def _first_empty(mm: mmap.mmap, size: int, pos: int) -> int:
+        """Byte position of the first empty unit at or after ``pos`` (size when full).
 
         Valid units never contain 20 consecutive zero bytes (size > 0, and only the record at
         CommitLog offset 0 has an all-zero offset), so the first such run marks the end."""
-        mm = f.mm
         while True:
             p = mm.find(_ZERO_UNIT, pos)
             if p < 0:
-                return f.size
+                return size
             aligned = -(-p // UNIT_SIZE) * UNIT_SIZE
-            if aligned >= f.size:
-                return f.size
+            if aligned >= size:
+                return size
             if mm[aligned : aligned + UNIT_SIZE] == _ZERO_UNIT:
                 return aligned
             pos = p + 1
+
+    def _map(self, f: MappedFile) -> mmap.mmap:
+        """``f``'s mapping, mapped now when the cache had unmapped it; marks it used."""
+        mm = f.mm
+        if mm is None:
+            return self._mapped.open(f)
+        self._lru.move_to_end(f)
+        return mm
 
     def _add_file(self, f: MappedFile) -> None:
         i = bisect.bisect(self._starts, f.start)
@@ -139,7 +163,8 @@ class ConsumeQueue:
         return None
 
     # ------------------------------------------------------------------------------ writing
-    # Hot path (bench/produce_consume.py): one pack_into per stored message.
+    # Hot path (bench/produce_consume.py): one pack_into per stored message, plus one LRU
+    # move_to_end (a dict lookup) while the file is mapped.
     def put(self, q: int, phys: int, size: int, tags_code: int) -> None:
         f = self._tail
         pos = q * UNIT_SIZE - f.start if f is not None else -1
@@ -148,7 +173,12 @@ class ConsumeQueue:
             pos = q * UNIT_SIZE - f.start
             if f.start >= self._tail_start():
                 self._tail = f
-        UNIT.pack_into(f.mm, pos, phys, size, tags_code)
+        mm = f.mm
+        if mm is None:  # unmapped by the cache since prepare() (only a batch spanning many files)
+            mm = self._mapped.open(f)
+        else:
+            self._lru.move_to_end(f)
+        UNIT.pack_into(mm, pos, phys, size, tags_code)
         if not f.dirty:
             f.dirty = True
             self._dirty.add(f)
@@ -157,17 +187,27 @@ class ConsumeQueue:
                 log.warning("consume queue %s: gap from offset %d to %d", self.dir, self.max_offset, q)
             if self.max_offset == self.min_offset:  # first unit of an empty queue
                 self.min_offset = q
+                self._phys_floor = phys
             self.max_offset = q + 1
+        elif phys < self._phys_floor:  # a unit rewritten by recovery
+            self._phys_floor = phys
 
     def prepare(self, q: int, n: int) -> None:
-        """Create the files units q..q+n-1 need, before anything is appended (may raise OSError)."""
+        """Create and map the files units q..q+n-1 need, before anything is appended (may raise
+        OSError): once the CommitLog holds the records, ``put`` must not fail for want of a file.
+        """
         f = self._tail
         if f is not None and f.start <= q * UNIT_SIZE and (q + n) * UNIT_SIZE <= f.end:
+            if f.mm is None:
+                self._mapped.open(f)
             return
         byte = (q * UNIT_SIZE // self.file_size) * self.file_size
         while byte < (q + n) * UNIT_SIZE:
-            if self._file_for(byte // UNIT_SIZE) is None:
+            f = self._file_for(byte // UNIT_SIZE)
+            if f is None:
                 self._new_file(byte // UNIT_SIZE)
+            elif f.mm is None:
+                self._mapped.open(f)
             byte += self.file_size
 
     def _tail_start(self) -> int:
@@ -178,9 +218,10 @@ class ConsumeQueue:
         # units_per_file messages of a queue (and for a queue's first message).
         start = (q * UNIT_SIZE // self.file_size) * self.file_size
         self.dir.mkdir(parents=True, exist_ok=True)
-        f = MappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False)
+        f = MappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False, lazy=True)
         self._new_dirs.update((self.dir, self.dir.parent, self.dir.parent.parent))
         self._add_file(f)
+        self._mapped.open(f)  # a failure leaves the file known and unmapped: the next touch retries
         return f
 
     def truncate_to(self, q: int) -> list[MappedFile]:
@@ -191,9 +232,11 @@ class ConsumeQueue:
         while self.files and self.files[-1].start >= q * UNIT_SIZE and len(self.files) > 1:
             gone.append(self.files.pop())
             self._starts.pop()
+        self._mapped.forget(gone)
         f = self._file_for(q) or (self.files[-1] if self.files else None)
         if f is not None:
             pos = max(0, q * UNIT_SIZE - f.start)
+            self._map(f)
             f.zero_from(pos)  # sets f.dirty itself: register the file for the next flush regardless
             f.dirty = True
             self._dirty.add(f)
@@ -209,8 +252,9 @@ class ConsumeQueue:
         f = self._file_for(q)
         if f is None:
             return None
-        return UNIT.unpack_from(f.mm, q * UNIT_SIZE - f.start)
+        return UNIT.unpack_from(self._map(f), q * UNIT_SIZE - f.start)
 
+    # Hot path (bench/produce_consume.py, pulls): the slice copies, so no view outlives the call.
     def units(self, q: int, limit: int) -> list[tuple[int, int, int]] | None:
         """Up to ``limit`` units from ``q`` within q's file (None when that file is missing)."""
         f = self._file_for(q)
@@ -220,7 +264,12 @@ class ConsumeQueue:
         n = min(limit, (f.size - pos) // UNIT_SIZE, self.max_offset - q)
         if n <= 0:
             return []
-        return list(UNIT.iter_unpack(f.mm[pos : pos + n * UNIT_SIZE]))
+        mm = f.mm
+        if mm is None:
+            mm = self._mapped.open(f)
+        else:
+            self._lru.move_to_end(f)
+        return list(UNIT.iter_unpack(mm[pos : pos + n * UNIT_SIZE]))
 
     def next_file_offset(self, q: int) -> int:
         """Queue offset of the first unit of the file after the one that would hold ``q``."""
@@ -259,17 +308,21 @@ class ConsumeQueue:
     def detach_below(self, phys_min: int) -> list[MappedFile]:
         """Detach whole files whose records all precede ``phys_min`` (never the last file) and
         advance ``min_offset`` to the first unit whose record still exists."""
+        if self._phys_floor >= phys_min and self.min_offset < self.max_offset:
+            return []  # every unit's record still exists: nothing to map, nothing to move
         gone = []
         while len(self.files) > 1:
             f = self.files[0]
-            phys, size, _tags = UNIT.unpack_from(f.mm, f.size - UNIT_SIZE)
+            phys, size, _tags = UNIT.unpack_from(self._map(f), f.size - UNIT_SIZE)
             if size > 0 and phys >= phys_min:
                 break
             gone.append(self.files.pop(0))
             self._starts.pop(0)
         if gone:
+            self._mapped.forget(gone)
             self.min_offset = max(self.min_offset, self.files[0].start // UNIT_SIZE)
         self.min_offset = self.first_offset_at_or_after(phys_min)
+        self._phys_floor = phys_min  # units from the new min_offset on start at or after it
         return gone
 
     def reset(self) -> list[MappedFile]:
@@ -277,8 +330,11 @@ class ConsumeQueue:
         gone = self.detach_all()
         self._dirty.difference_update(gone)
         self.min_offset = self.max_offset = 0
+        self._phys_floor = 0
         return gone
 
     def detach_all(self) -> list[MappedFile]:
+        """Remove every file from lookups and the mapped-file cache; the caller closes them."""
         gone, self.files, self._starts, self._tail = self.files, [], [], None
+        self._mapped.forget(gone)
         return gone

@@ -8,6 +8,11 @@ Invariants:
   ``mmap.flush``) and ``close``/``destroy`` run on store worker threads, serialised by a lock.
 - Callers detach a file from every lookup structure on the loop thread before closing it in a
   worker thread, so no loop code can touch a closed mapping.
+- A file may be mapped lazily (``lazy=True``: consume-queue files, of which a store can hold
+  hundreds of thousands). Its ``mm`` is None while unmapped; ``map``/``unmap`` run on the loop
+  thread only, through a ``MappedFileCache`` that bounds how many such files are mapped at once.
+  Unmapping loses nothing: pages written through the mapping stay dirty in the page cache and
+  ``flush`` (fdatasync through a descriptor, never msync) still makes them durable.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import errno
 import logging
 import mmap
 import os
+import sys
 import threading
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,10 @@ def set_sync_hooks(on_create: Callable[[Path], None] | None,
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only; elsewhere pages fault on first write
+# CPython's mmap keeps a dup() of the file's descriptor for as long as the mapping lives, unless it
+# is made with trackfd=False (3.13+): below that, every mapped file costs an open descriptor.
+MAPPING_HOLDS_FD = sys.version_info < (3, 13)
+_UNTRACKED: dict[str, bool] = {} if MAPPING_HOLDS_FD else {"trackfd": False}
 
 
 def create_file(path: Path, size: int, preallocate: bool = False, sync_dir: bool = True) -> None:
@@ -92,18 +103,24 @@ class MappedFile:
     __slots__ = ("path", "size", "start", "mm", "dirty", "_fd", "_lock", "_closed", "__weakref__")
 
     def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False,
-                 populate: bool = False) -> None:
+                 populate: bool = False, lazy: bool = False) -> None:
         """Map an existing file. With ``keep_fd`` the descriptor stays open for cheap flushes.
 
         ``populate`` pre-faults the whole mapping (MAP_POPULATE; the mmap call releases the GIL):
         for segments created by a worker thread ahead of use, so the loop's first write to each
-        page does not take a page fault (bench: 2.3 -> 0.35 us per 1 KiB record)."""
+        page does not take a page fault (bench: 2.3 -> 0.35 us per 1 KiB record).
+
+        ``lazy`` opens nothing: ``mm`` stays None until ``map`` (the caller checked the size)."""
         self.path = path
         self.size = size
         self.start = start
         self.dirty = False
         self._lock = threading.Lock()
         self._closed = False
+        self.mm: mmap.mmap | None = None  # None only for a lazy file while unmapped
+        self._fd: int | None = None
+        if lazy:
+            return
         fd = os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
@@ -115,16 +132,16 @@ class MappedFile:
             os.close(fd)
             raise
         if keep_fd:
-            self._fd: int | None = fd
+            self._fd = fd
         else:
             os.close(fd)
-            self._fd = None
 
     @classmethod
     def create(cls, path: Path, size: int, start: int, keep_fd: bool = False,
-               preallocate: bool = False, sync_dir: bool = True, populate: bool = False) -> "MappedFile":
+               preallocate: bool = False, sync_dir: bool = True, populate: bool = False,
+               lazy: bool = False) -> "MappedFile":
         create_file(path, size, preallocate, sync_dir)
-        return cls(path, size, start, keep_fd, populate)
+        return cls(path, size, start, keep_fd, populate, lazy)
 
     @property
     def end(self) -> int:
@@ -133,6 +150,38 @@ class MappedFile:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def map(self) -> mmap.mmap:
+        """Map a lazy file (loop thread; callers go through ``MappedFileCache.open``). An open,
+        an mmap and a close of an existing file: a few syscalls, like the creation of a consume
+        queue file, which also happens on the loop. Without trackfd (Python < 3.13) the mapping
+        holds a descriptor until ``unmap``."""
+        if self._closed:
+            raise ValueError(f"{self.path} was closed; it cannot be mapped again")
+        mm = self.mm
+        if mm is None:
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, **_UNTRACKED)
+            finally:
+                os.close(fd)
+            self.mm = mm
+        return mm
+
+    def unmap(self) -> None:
+        """Drop the mapping but keep the file (loop thread: ``MappedFileCache`` eviction).
+
+        No flush is needed first, and none is done: munmap hands the mapping's dirty pages to
+        the page cache, where ``flush`` (fdatasync through a descriptor) finds them, so a dirty
+        file stays in the store's dirty set and the next logics flush makes it durable. ``flush``
+        never touches ``mm``, so this needs no lock. Readers copy out of ``mm`` (slices,
+        unpack_from) and hold no view across calls, so nothing still points into the mapping."""
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view is still held; the mapping goes with it
+                log.warning("%s is still referenced; it is unmapped when the last view goes", self.path)
 
     def write(self, pos: int, data: bytes) -> None:
         self.mm[pos : pos + len(data)] = data
@@ -176,7 +225,25 @@ class MappedFile:
                 finally:
                     os.close(fd)
             if _on_sync is not None:
-                _on_sync(self)
+                self._report_sync(_on_sync)
+
+    def _report_sync(self, hook: Callable[["MappedFile"], None]) -> None:
+        """TEST-ONLY: hand the power-loss shadow (faults.py) what was just synced. It reads the
+        content through ``mm`` on this worker thread, while the loop may unmap a lazy file's
+        ``mm`` at any moment (cache eviction): it gets a twin with a private read-only mapping."""
+        twin = MappedFile(self.path, self.size, self.start, lazy=True)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            twin.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        try:
+            hook(twin)
+        finally:
+            twin.mm.close()
 
     def close(self) -> None:
         """Unmap and close. Blocking: worker thread, after the file was detached on the loop."""
@@ -185,7 +252,8 @@ class MappedFile:
                 return
             self._closed = True
             try:
-                self.mm.close()
+                if self.mm is not None:
+                    self.mm.close()
             except BufferError:  # a reader still holds a view; the mapping goes with it
                 log.warning("%s is still referenced; it is unmapped when the last view goes", self.path)
             if self._fd is not None:
@@ -200,3 +268,56 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, start={self.start}, size={self.size})"
+
+
+class MappedFileCache:
+    """At most ``limit`` lazy files mapped at once; the least recently used is unmapped first.
+
+    Loop thread only. Invariant: a file is in the cache iff its ``mm`` is not None, so a user
+    checks ``f.mm`` and either calls ``open(f)`` (map, after evicting to make room) or marks it
+    used with ``lru.move_to_end(f)`` -- one dict lookup and relink, the whole cost on the hot
+    path (bench/produce_consume.py). Files detached from their owner are ``forget``-ed on the
+    loop before a worker closes them, so eviction never touches a closed file. The file being
+    opened is never the one evicted, and users read each file right after ``open`` returns it
+    (slices and unpack_from copy), so eviction never pulls a mapping from under a reader.
+    """
+
+    __slots__ = ("limit", "lru", "peak", "maps", "unmaps")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a mapped-file cache holds at least one file, not {limit}")
+        self.limit = limit
+        self.lru: OrderedDict[MappedFile, None] = OrderedDict()  # oldest first
+        self.peak = 0  # most files mapped at once
+        self.maps = 0
+        self.unmaps = 0  # evictions
+
+    def __len__(self) -> int:
+        return len(self.lru)
+
+    def open(self, f: MappedFile) -> mmap.mmap:
+        """``f``'s mapping, mapping it (and unmapping the least recently used) when it has none."""
+        if f.mm is not None:
+            self.lru.move_to_end(f)
+            return f.mm
+        lru = self.lru
+        while len(lru) >= self.limit:  # make room first: the descriptor and mapping are free again
+            old, _ = lru.popitem(last=False)
+            old.unmap()
+            self.unmaps += 1
+        mm = f.map()
+        lru[f] = None
+        self.maps += 1
+        if len(lru) > self.peak:
+            self.peak = len(lru)
+        return mm
+
+    def forget(self, files: Iterable[MappedFile]) -> None:
+        """Stop tracking detached files (their owner closes them, usually in a worker thread)."""
+        pop = self.lru.pop
+        for f in files:
+            pop(f, None)
+
+    def clear(self) -> None:
+        self.lru.clear()

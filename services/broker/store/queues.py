@@ -2,6 +2,10 @@
 
 Invariant: a queue exists in the table iff it has (or had, since load) a directory under
 ``consumequeue/<topic>/<queueId>``; ``delete_topic`` removes a topic's entries before its files go.
+
+Every queue maps its files through the table's one ``MappedFileCache``, so the number of mapped
+consume-queue files (and, on Python < 3.13, the descriptors they hold) is bounded by
+``max_mapped`` whatever the number of topics: a queue costs memory for its bookkeeping only.
 """
 
 from __future__ import annotations
@@ -11,19 +15,48 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
 from tidemq.broker.store.consume_queue import ConsumeQueue
-from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.mapped_file import MAPPING_HOLDS_FD, MappedFile, MappedFileCache
 
 log = logging.getLogger(__name__)
 
 
+def fd_fitted_limit(requested: int, soft_nofile: int | None) -> tuple[int, str | None]:
+    """The mapped-file bound that fits the open-file limit, and a warning when it had to shrink.
+
+    Where a mapping holds a descriptor (Python < 3.13), at most a quarter of the soft limit goes
+    to consume-queue mappings: the rest stays for client connections (remoting keeps 512 for the
+    store), CommitLog segments and index files. ``soft_nofile`` None means no limit."""
+    if not MAPPING_HOLDS_FD or soft_nofile is None:
+        return requested, None
+    room = max(16, soft_nofile // 4)
+    if requested <= room:
+        return requested, None
+    return room, (f"at most {room} consume-queue files are mapped at once, not {requested} "
+                  f"(max_mapped_queue_files): each mapping holds a descriptor on this Python and the "
+                  f"open-file limit is {soft_nofile}. Raise the limit (ulimit -n, LimitNOFILE) for more")
+
+
+def soft_nofile_limit() -> int | None:
+    """The soft RLIMIT_NOFILE now (None: unlimited, or not POSIX)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 class QueueTable:
-    def __init__(self, root: Path, units_per_file: int, dirty: set[MappedFile], new_dirs: set[Path]) -> None:
+    def __init__(self, root: Path, units_per_file: int, dirty: set[MappedFile], new_dirs: set[Path],
+                 max_mapped: int = DEFAULT_MAX_MAPPED_QUEUE_FILES) -> None:
         self.root = root
         self.units_per_file = units_per_file
         self.by_topic: dict[str, dict[int, ConsumeQueue]] = {}
         self._dirty = dirty
         self._new_dirs = new_dirs
+        self.mapped = MappedFileCache(max_mapped)  # shared by every queue of the table
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         qs = self.by_topic.get(topic)
@@ -36,7 +69,8 @@ class QueueTable:
             qs = self.by_topic[topic] = {}
         cq = qs.get(queue_id)
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self._dirty, self._new_dirs)
+            cq = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self._dirty, self._new_dirs,
+                              self.mapped)
             if load:
                 cq.load()
             qs[queue_id] = cq
@@ -50,8 +84,9 @@ class QueueTable:
         return sum(len(qs) for qs in self.by_topic.values())
 
     def load_all(self, has_data: bool) -> bool:
-        """Map every consume queue (blocking). True when one must be rebuilt from the start of
-        the CommitLog: the whole directory, or a queue's files, were deleted while data exists."""
+        """Load every consume queue (blocking; at most ``mapped.limit`` files stay mapped). True
+        when one must be rebuilt from the start of the CommitLog: the whole directory, or a
+        queue's files, were deleted while data exists."""
         rebuild = False
         if not self.root.exists():
             rebuild = has_data
@@ -96,6 +131,8 @@ class QueueTable:
         return files
 
     def close(self) -> None:
+        """Unmap and close every file (blocking: a worker thread at shutdown, or load)."""
+        self.mapped.clear()
         for cq in self:
             for f in cq.files:
                 f.close()

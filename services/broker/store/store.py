@@ -37,7 +37,7 @@ from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSna
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
-from tidemq.broker.store.queues import QueueTable
+from tidemq.broker.store.queues import QueueTable, fd_fitted_limit, soft_nofile_limit
 from tidemq.broker.store.recovery import recover
 from tidemq.broker.store.replay import ScheduleTagsCode, default_schedule_tags_code
 from tidemq.broker.store.results import (  # re-exported: the store's API types
@@ -77,7 +77,7 @@ class MessageStore:
         self._index = IndexService(config.index_dir, config.index_hash_slots, config.index_max_entries,
                                    self._dirty, self._new_dirs)
         self._queues = QueueTable(config.consume_queue_dir, config.consume_queue_units_per_file,
-                                  self._dirty, self._new_dirs)
+                                  self._dirty, self._new_dirs, config.max_mapped_queue_files)
         self._encoder = RecordEncoder(config.max_message_size)
         self._listeners: list[DispatchListener] = []
         self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
@@ -105,6 +105,10 @@ class MessageStore:
         crash = cfg.abort_path.exists()
         cfg.abort_path.touch()
         fsync_dir(cfg.root)
+        mapped = self._queues.mapped
+        mapped.limit, why = fd_fitted_limit(cfg.max_mapped_queue_files, soft_nofile_limit())
+        if why:
+            log.warning("%s", why)
         cl = self._commitlog
         try:
             rec = recover(cfg, crash, cl, self._queues, self._index, self._schedule_tags_code)
@@ -479,6 +483,12 @@ class MessageStore:
             "flush_seconds": self._flusher.seconds,
             "checkpoints": self._logics.checkpoints,
             "queues": len(self._queues),
+            # Consume-queue files mapped now / at most at once (bound: cq_files_mapped_limit).
+            "cq_files_mapped": len(self._queues.mapped),
+            "cq_files_mapped_peak": self._queues.mapped.peak,
+            "cq_files_mapped_limit": self._queues.mapped.limit,
+            "cq_file_maps": self._queues.mapped.maps,
+            "cq_file_unmaps": self._queues.mapped.unmaps,
             "index_files": len(self._index.files),
             "index_entries": self._index.entries_added,
             "disk_usage_ratio": self._disk_ratio,
