@@ -119,3 +119,33 @@ def test_split_is_bounded_by_what_a_name_server_inflates(monkeypatch) -> None:
 def test_nothing_fits_gives_no_bodies() -> None:
     plan = plan_registration(table(3), VERSION, max_body=40)
     assert plan.bodies == () and plan.topics == 3
+
+
+def test_a_registration_that_fits_nowhere_is_an_error_every_round(tmp_path, caplog) -> None:
+    """Never silently out of routing: nothing is sent, and each round says why and what to do."""
+    import asyncio  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tidemq.broker.config import BrokerConfig  # noqa: PLC0415
+    from tidemq.broker.register import NamesrvRegistrar  # noqa: PLC0415
+    from tidemq.broker.store.config import StoreConfig  # noqa: PLC0415
+    from tidemq.broker.topics import TopicConfig, TopicConfigManager  # noqa: PLC0415
+
+    topics = TopicConfigManager(tmp_path / "topics.json")
+    for name in table(50):
+        topics.put(TopicConfig(name, 4, 4))
+    cfg = BrokerConfig(store=StoreConfig(root=tmp_path), namesrv_addrs=("127.0.0.1:1",), register_max_body=100)
+    registrar = NamesrvRegistrar(SimpleNamespace(config=cfg, topics=topics))
+
+    async def rounds() -> list[int]:
+        try:
+            return [await registrar.register_all() for _ in range(2)]
+        finally:
+            await registrar.client.close()
+
+    with caplog.at_level("ERROR", logger="tidemq.broker.register"):
+        assert asyncio.run(rounds()) == [0, 0]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and registrar.rounds_not_sent == 2 and registrar.parts == 0
+    assert "NOT registered" in errors[0] and "50 topics" in errors[0] and "100-byte limit" in errors[0]
+    assert "--register-max-body" in errors[0]
