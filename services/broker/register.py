@@ -230,8 +230,9 @@ class NamesrvRegistrar:
                 if addr in self.registered:
                     log.warning("registration with name server %s failed%s, body %d bytes: %s",
                                 addr, part, len(body), exc)
-                else:
-                    log.info("name server %s not reachable yet: %s", addr, exc)
+                else:  # the size tells a frame-limit refusal (the name server closes) from a down server
+                    log.info("name server %s not reachable yet (registration%s of %d bytes): %s",
+                             addr, part, len(body), exc)
                 self.registered.discard(addr)
                 return False
             if resp.code != ResponseCode.SUCCESS:
