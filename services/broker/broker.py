@@ -45,7 +45,7 @@ from tidemq.broker.topics import TopicConfigManager
 from tidemq.message import pack_host
 from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
 from tidemq.remoting.acl import ACCESS_KEY
-from tidemq.remoting.limits import ServerLimits
+from tidemq.remoting.limits import ServerLimits, raise_open_file_limit
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,7 @@ class Broker:
                 "flush mode ASYNC_FLUSH: acknowledged messages written in the last %.1f s may be lost on power failure",
                 cfg.store.async_flush_interval,
             )
+        raise_open_file_limit()  # before the store fits its mapped-file bound to the limit
         await asyncio.to_thread(self._load)
         self.store.add_dispatch_listener(self.holds.on_dispatch)
         self.store.add_dispatch_listener(self.schedule.on_dispatch)

@@ -73,17 +73,14 @@ class ServerLimits:
 FD_RESERVE = 512  # descriptors kept for store files, the metrics server and outgoing connections
 
 
-def connection_cap(requested: int, reserve: int = FD_RESERVE) -> tuple[int, str]:
-    """The connection cap that fits the process's open-file limit, and a line saying so.
-
-    Raises the soft RLIMIT_NOFILE to the hard limit first (as nginx and the Go runtime do), then
-    keeps ``reserve`` descriptors for everything but client connections: with more connections
-    than the limit allows, accept() fails with EMFILE and the store could not open a new segment.
-    ``requested`` 0 means "no cap of our own": the open-file limit still bounds it."""
+def raise_open_file_limit() -> int | None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as nginx and the Go runtime do); return
+    the soft limit now (-1: unlimited; None: not POSIX). Idempotent: the broker calls it before
+    its store maps files, the server again when it fits its connection cap."""
     try:
         import resource
     except ImportError:  # not POSIX
-        return requested, f"connection cap {requested or 'none'}"
+        return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     if soft != resource.RLIM_INFINITY and soft < want:
@@ -92,7 +89,20 @@ def connection_cap(requested: int, reserve: int = FD_RESERVE) -> tuple[int, str]
             soft = want
         except (ValueError, OSError):
             pass  # e.g. above fs.nr_open: keep the soft limit we have
-    if soft == resource.RLIM_INFINITY:
+    return -1 if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_cap(requested: int, reserve: int = FD_RESERVE) -> tuple[int, str]:
+    """The connection cap that fits the process's open-file limit, and a line saying so.
+
+    Raises the soft RLIMIT_NOFILE to the hard limit first (as nginx and the Go runtime do), then
+    keeps ``reserve`` descriptors for everything but client connections: with more connections
+    than the limit allows, accept() fails with EMFILE and the store could not open a new segment.
+    ``requested`` 0 means "no cap of our own": the open-file limit still bounds it."""
+    soft = raise_open_file_limit()
+    if soft is None:
+        return requested, f"connection cap {requested or 'none'}"
+    if soft == -1:
         return requested, f"connection cap {requested or 'none'} (no open-file limit)"
     room = max(64, soft - reserve)
     if requested and requested <= room:
