@@ -193,6 +193,18 @@ class _BrokerCollector(Collector):
                      limits.max_topics)
         yield _gauge("tidemq_broker_subscription_groups_limit",
                      "Most subscription groups this broker creates (maxSubscriptionGroupCount)", base, limits.max_groups)
+        reg = b.registrar
+        yield _gauge("tidemq_broker_register_body_bytes",
+                     "Bytes of the last registration sent to each name server (all parts, compressed when compressed)",
+                     base, reg.body_bytes)
+        yield _gauge("tidemq_broker_register_parts",
+                     "Requests the last registration took per name server (0: it fit in none, see the log)", base,
+                     reg.parts)
+        not_sent = CounterMetricFamily("tidemq_broker_register_rounds_not_sent",
+                                       "Registration rounds sent to no name server because not even one topic per "
+                                       "request fit the body limit", labels=["cluster", "broker"])
+        not_sent.add_metric(list(base), reg.rounds_not_sent)
+        yield not_sent
         created = CounterMetricFamily("tidemq_broker_implicit_creations",
                                       "Topics and groups created implicitly (first heartbeat, pull, send-back, send)",
                                       labels=["cluster", "broker", "kind"])

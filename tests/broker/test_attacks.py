@@ -216,6 +216,7 @@ def test_implicit_creation_is_bounded_per_account_and_the_broker_restarts(acl_cl
     assert float(re.search(r'tidemq_broker_creation_refusals_total\{[^}]*limit="rate"[^}]*\} ([0-9.]+)',
                            text).group(1)) >= len(refused)
     assert re.search(r"tidemq_broker_subscription_groups_limit\{[^}]*\} 1000", text)
+    assert re.search(r"tidemq_broker_register_parts\{[^}]*\} 1\.0", text)  # the table fits one request
     c.restart_broker()
     still_serves(c)
 
