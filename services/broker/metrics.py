@@ -155,6 +155,14 @@ def _gauge(name: str, doc: str, base: tuple[str, str], value: float) -> GaugeMet
     return g
 
 
+def _counter_by(name: str, doc: str, base: tuple[str, str], label: str,
+                counts: dict[str, int]) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc, labels=["cluster", "broker", label])
+    for value, n in counts.items():
+        c.add_metric([*base, value], n)
+    return c
+
+
 class _BrokerCollector(Collector):
     def __init__(self, broker: "Broker", base: tuple[str, str], queue_lag: bool = False) -> None:
         self.broker = broker
@@ -205,18 +213,12 @@ class _BrokerCollector(Collector):
                                        "request fit the body limit", labels=["cluster", "broker"])
         not_sent.add_metric(list(base), reg.rounds_not_sent)
         yield not_sent
-        created = CounterMetricFamily("tidemq_broker_implicit_creations",
-                                      "Topics and groups created implicitly (first heartbeat, pull, send-back, send)",
-                                      labels=["cluster", "broker", "kind"])
-        for kind, n in b.quota.created.items():
-            created.add_metric([*base, kind], n)
-        yield created
-        refused = CounterMetricFamily("tidemq_broker_creation_refusals",
-                                      "Creations refused: total = a broker limit, rate = a principal's window limit",
-                                      labels=["cluster", "broker", "limit"])
-        for limit, n in b.quota.refused.items():
-            refused.add_metric([*base, limit], n)
-        yield refused
+        yield _counter_by("tidemq_broker_implicit_creations",
+                          "Topics and groups created implicitly (first heartbeat, pull, send-back, send)", base, "kind",
+                          b.quota.created)
+        yield _counter_by("tidemq_broker_creation_refusals",
+                          "Creations refused: total = a broker limit, rate = a principal's window limit", base, "limit",
+                          b.quota.refused)
         yield _gauge("tidemq_broker_delayed_messages", "Scheduled (delay level or delivery time) messages not delivered yet",
                      base, self._delayed())
         yield _gauge("tidemq_broker_half_messages", "Transactional half messages not committed or rolled back yet",
