@@ -43,3 +43,29 @@ def test_name_server_port_forward_lists_the_brokers(kube: Kube, tidemq: Deployed
     for name, addr in masters.items():
         # the advertised address is the pod's stable DNS name on the headless Service
         assert addr == f"{name}-0.{name}-headless.{tidemq.namespace}.svc:{tidemq.broker_port}", addr
+
+
+def test_name_server_refuses_unsigned_writes_and_serves_reads(kube: Kube, tidemq: Deployed) -> None:
+    """Issue 14, item 9: the operator turns on name-server write protection for the Clusters it
+    creates; an anonymous client can still read routes but cannot delete or re-point them."""
+    import asyncio
+
+    from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+    status = get_cluster(kube)["status"]
+    assert status.get("nameServerWriteProtection") == "Enforced", status
+
+    async def go(addr: str):
+        client = RemotingClient()
+        try:
+            delete = await client.invoke(addr, RemotingCommand.request(
+                RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TBW102"}), 10)
+            info = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 10)
+            return delete, info
+        finally:
+            await client.close()
+
+    with port_forward(kube, f"svc/{tidemq.cluster}-namesrv", tidemq.namesrv_port) as port:
+        delete, info = asyncio.run(go(f"127.0.0.1:{port}"))
+    assert delete.code == ResponseCode.SYSTEM_ERROR and "AclException" in (delete.remark or ""), delete
+    assert info.code == ResponseCode.SUCCESS
