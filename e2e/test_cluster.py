@@ -52,8 +52,12 @@ def test_name_server_refuses_unsigned_writes_and_serves_reads(kube: Kube, tidemq
 
     from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
-    status = get_cluster(kube)["status"]
-    assert status.get("nameServerWriteProtection") == "Enforced", status
+    import time
+
+    deadline = time.monotonic() + 180  # fresh install: Pending until the brokers' pods sign
+    while (status := get_cluster(kube)["status"]).get("nameServerWriteProtection") != "Enforced":
+        assert time.monotonic() < deadline, status
+        time.sleep(2)
 
     async def go(addr: str):
         client = RemotingClient()
