@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from tidemq.broker.topics import loggable
+from tidemq.broker.topics import is_holding_topic, loggable
 from tidemq.errors import ConfigError, FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
@@ -341,7 +341,9 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, Perm]:
 
     if code in _SENDS:
         topic = f.get("topic") if code in _LONG_HEADER_SENDS else f.get("b", f.get("topic"))
-        if topic is not None and topic.startswith(RETRY_PREFIX):
+        if not topic:
+            raise ValueError("the send names no topic")
+        if topic.startswith(RETRY_PREFIX):
             # The group is the topic's, never the header's: no header field may skip the check.
             add(topic, Perm.SUB)
         else:
@@ -382,13 +384,14 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, Perm]:
 
 
 def stored_message_topics(topic: str, properties: Mapping[str, str]) -> list[str]:
-    """The topics a stored message belongs to: its own, and the one it was sent to or came from
-    (``REAL_TOPIC`` of a delayed or half message, ``RETRY_TOPIC`` of a retried one)."""
-    out = [topic]
-    for key in ("REAL_TOPIC", "RETRY_TOPIC"):
-        t = properties.get(key)
-        if t and t not in out:
-            out.append(t)
+    """The topics a stored message belongs to: its own, or for a message held in a delay, timer
+    or transaction topic the one it was sent to (``REAL_TOPIC``), and the one a retried message
+    came from (``RETRY_TOPIC``)."""
+    real = properties.get("REAL_TOPIC")
+    out = [real if real and is_holding_topic(topic) else topic]
+    retry = properties.get("RETRY_TOPIC")
+    if retry and retry not in out:
+        out.append(retry)
     return out
 
 
@@ -422,6 +425,10 @@ def authorize(config: AclConfig, cmd: RemotingCommand, host: str) -> tuple[str |
         return ak, None
     if cmd.code in ADMIN_CODES and not acct.admin:
         return ak, f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not"
+    if not acct.admin:
+        held = next((r for r in need if is_holding_topic(r)), None)
+        if held is not None:  # it holds other topics' messages: no default permission reaches it
+            return ak, f"topic:{held} holds other topics' messages; only admin accounts may use it"
     return ak, missing_permission(acct, need)
 
 

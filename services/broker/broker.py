@@ -49,6 +49,7 @@ from tidemq.remoting.limits import ServerLimits, raise_open_file_limit
 
 log = logging.getLogger(__name__)
 
+PERSIST_RETRY = 5.0  # s before a failed topics.json write is tried again
 _SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 
 
@@ -242,10 +243,17 @@ class Broker:
         while self._topics_dirty:
             self._topics_dirty = False
             await asyncio.sleep(0)
+            failed = False
             if self._topics_persist:
                 self._topics_persist = False
-                await self.persist_topics()
+                try:
+                    await self.persist_topics()
+                except OSError as exc:  # e.g. a full disk: keep serving, try again
+                    log.error("writing %s failed (%s); retrying in %.0f s", self.topics.path, exc, PERSIST_RETRY)
+                    failed = self._topics_persist = self._topics_dirty = True
             await self.registrar.register_all()
+            if failed:
+                await asyncio.sleep(PERSIST_RETRY)
 
     def principal(self, conn: Connection, cmd: RemotingCommand) -> str:
         """Who implicit creations are charged to: the (verified) ACL access key, else the host."""

@@ -101,6 +101,14 @@ class ConsumerGroupInfo:
         return [c.client_id for c in self.channels.values()]
 
 
+# Bounds on what heartbeats can make the registry hold (a client names groups and topics freely):
+MAX_HEARTBEAT_GROUPS = 256  # consumer + producer entries in one heartbeat
+MAX_HEARTBEAT_SUBSCRIPTIONS = 1024  # subscriptions of one consumer entry
+MAX_CONNECTION_GROUPS = 256  # groups one connection is registered in
+MAX_REGISTRATIONS = 200_000  # (group, connection) registrations on the broker
+MAX_GROUP_SUBSCRIPTIONS = 4096  # topics a consumer group's subscription table keeps
+
+
 class ClientRegistry:
     def __init__(self, expiry: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.expiry = expiry
@@ -108,6 +116,29 @@ class ClientRegistry:
         self.consumers: dict[str, ConsumerGroupInfo] = {}
         self.producers: dict[str, dict[Connection, ClientChannel]] = {}
         self.notify_enabled: Callable[[str], bool] = lambda _g: True
+        self._per_conn: dict[Connection, int] = {}  # registrations per connection
+        self.registrations = 0
+
+    def room_for(self, conn: Connection, consumer_groups: list[str], producer_groups: list[str]) -> str | None:
+        """Why registering ``conn`` in these groups would pass a bound, else None."""
+        new = sum(1 for g in consumer_groups if conn not in getattr(self.consumers.get(g), "channels", {}))
+        new += sum(1 for g in producer_groups if conn not in self.producers.get(g, {}))
+        mine = self._per_conn.get(conn, 0)
+        if mine + new > MAX_CONNECTION_GROUPS:
+            return (f"this connection would be registered in {mine + new} groups, more than "
+                    f"{MAX_CONNECTION_GROUPS}; use fewer groups per client instance")
+        if self.registrations + new > MAX_REGISTRATIONS:
+            return (f"the broker holds {self.registrations} client registrations, its limit "
+                    f"{MAX_REGISTRATIONS}; retry later")
+        return None
+
+    def _count(self, conn: Connection, delta: int) -> None:
+        n = self._per_conn.get(conn, 0) + delta
+        if n > 0:
+            self._per_conn[conn] = n
+        else:
+            self._per_conn.pop(conn, None)
+        self.registrations += delta
 
     # consumers --------------------------------------------------------------------------------
     def register_consumer(
@@ -134,12 +165,15 @@ class ClientRegistry:
         changed = ch is None
         if ch is None:
             info.channels[conn] = ClientChannel(conn, client_id, language, version, now)
+            self._count(conn, 1)
             log.info("consumer %s joined group %s (%d members)", client_id, group, len(info.channels))
         else:
             ch.last_update = now
             ch.client_id = client_id
         for sub in subscriptions:
             old = info.subscriptions.get(sub.topic)
+            if old is None and len(info.subscriptions) >= MAX_GROUP_SUBSCRIPTIONS:
+                continue  # bounded; the group's real topics were registered long before
             if old is None or old.sub_version < sub.sub_version or old.expression != sub.expression:
                 info.subscriptions[sub.topic] = sub
         if changed:
@@ -150,6 +184,7 @@ class ClientRegistry:
         info = self.consumers.get(group)
         if info is None or info.channels.pop(conn, None) is None:
             return False
+        self._count(conn, -1)
         log.info("a consumer left group %s (%d members)", group, len(info.channels))
         if not info.channels:
             del self.consumers[group]
@@ -162,13 +197,15 @@ class ClientRegistry:
         ch = chans.get(conn)
         if ch is None:
             chans[conn] = ClientChannel(conn, client_id, language, version, self.clock())
+            self._count(conn, 1)
         else:
             ch.last_update = self.clock()
 
     def unregister_producer(self, group: str, conn: Connection) -> None:
         chans = self.producers.get(group)
         if chans is not None:
-            chans.pop(conn, None)
+            if chans.pop(conn, None) is not None:
+                self._count(conn, -1)
             if not chans:
                 del self.producers[group]
 

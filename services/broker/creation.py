@@ -25,6 +25,7 @@ from tidemq.broker.topics import (
     validate_group_name,
 )
 from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import Perm
 
 if TYPE_CHECKING:
     from tidemq.broker.groups import SubscriptionGroupManager
@@ -90,7 +91,7 @@ class ImplicitCreation:
         """Auto-create ``topic`` from ``default`` (TBW102) on a first send; None when the default
         topic does not allow it."""
         tmpl = self.topics.get(default)
-        if tmpl is None:
+        if tmpl is None or not tmpl.perm & Perm.INHERIT:
             return None
         self._admit(principal, "topic", len(self.topics.topics), topic)
         tc = self.topics.create_from_default(topic, default, queue_nums)

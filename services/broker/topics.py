@@ -95,6 +95,17 @@ def loggable(name: object, limit: int = 80) -> str:
     return text.encode("unicode_escape").decode("ascii")
 
 
+# Topics that hold other topics' messages until they are due or committed (delay levels, the timer,
+# transactions): reading them reads those topics, so only admin accounts may (tidemq.broker.acl).
+_HOLDING_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                             "TRANS_CHECK_MAX_TIME_TOPIC"})
+
+
+def is_holding_topic(name: str) -> bool:
+    """Whether ``name`` holds messages of other topics (``REAL_TOPIC`` names theirs)."""
+    return name in _HOLDING_TOPICS or name.startswith("rmq_sys_")
+
+
 def is_system_topic(name: str) -> bool:
     return name in NOT_ALLOWED_SEND or name.startswith("rmq_sys_") or name == DEFAULT_TOPIC
 

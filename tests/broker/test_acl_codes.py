@@ -37,6 +37,14 @@ def test_resource_rules_name_a_resource_for_each_request():
         assert need, f"{RequestCode(code).name} names no resource"
 
 
+def test_a_send_without_a_topic_is_refused_by_the_acl():
+    import pytest
+
+    for fields in ({"a": "g"}, {"b": "", "a": "g"}):
+        with pytest.raises(ValueError, match="names no topic"):
+            needed_resources(RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE_V2, fields))
+
+
 def test_a_retry_topic_send_checks_the_topics_group_not_the_header():
     cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "%RETRY%victim", "a": "mine"})
     assert needed_resources(cmd) == {"%RETRY%victim": Perm.SUB}
@@ -47,6 +55,10 @@ def test_a_retry_topic_send_checks_the_topics_group_not_the_header():
 
 
 def test_a_stored_message_belongs_to_its_real_and_retry_topics():
-    assert stored_message_topics("SCHEDULE_TOPIC_XXXX", {"REAL_TOPIC": "T"}) == ["SCHEDULE_TOPIC_XXXX", "T"]
+    assert stored_message_topics("SCHEDULE_TOPIC_XXXX", {"REAL_TOPIC": "T"}) == ["T"]
+    assert stored_message_topics("rmq_sys_wheel_timer", {"REAL_TOPIC": "T"}) == ["T"]
+    assert stored_message_topics("SCHEDULE_TOPIC_XXXX", {"REAL_TOPIC": "%RETRY%g", "RETRY_TOPIC": "T"}) == [
+        "%RETRY%g", "T"]
+    assert stored_message_topics("T", {"REAL_TOPIC": "X"}) == ["T"]  # only holding topics defer to it
     assert stored_message_topics("%RETRY%g", {"RETRY_TOPIC": "T"}) == ["%RETRY%g", "T"]
     assert stored_message_topics("T", {}) == ["T"]

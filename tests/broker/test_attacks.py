@@ -360,3 +360,72 @@ def test_a_newline_in_a_name_cannot_forge_a_log_line(acl_cluster):
     time.sleep(0.3)
     log = Path(c.root / "broker.log").read_text(errors="replace")
     assert not any(line.startswith(marker) for line in log.splitlines())
+
+
+# ------------------------------------------------------------------ found by the second review
+def test_a_reply_header_naming_two_topics_cannot_split_the_check_from_the_write(acl_cluster):
+    """V2 reply headers with both ``b`` and ``topic`` (or an empty ``b``): the ACL checked one
+    name and the processor wrote to the other."""
+    c = acl_cluster
+    before = total_messages(c, "denyT")
+    props = encode_properties({"REPLY_TO_CLIENT": "nobody@1", "CORRELATION_ID": "c2", "MSG_TYPE": "reply"})
+    for b in ("aclT", ""):
+        cmd = send_v2(b, b"forged", group="appPG", code=RequestCode.SEND_REPLY_MESSAGE_V2)
+        cmd.ext_fields["topic"] = "denyT"
+        cmd.ext_fields["i"] = props
+        call(c.broker_addr, cmd, APP)
+    assert total_messages(c, "denyT") == before
+
+
+@pytest.mark.parametrize("topic", ["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"])
+def test_topics_holding_other_topics_messages_are_admin_only(acl_cluster, topic):
+    """A default topic permission reached the delay, timer and half-message topics: their pulls
+    and key queries returned a DENY topic's messages."""
+    c = acl_cluster
+    key = uuid.uuid4().hex
+    props = {"KEYS": key, "UNIQ_KEY": uuid.uuid4().hex}
+    if topic == "SCHEDULE_TOPIC_XXXX":
+        props["DELAY"] = "5"
+    elif topic == "rmq_sys_wheel_timer":
+        props["TIMER_DELAY_MS"] = "600000"
+    else:
+        props.update({"TRAN_MSG": "true", "PGROUP": "txPG2"})
+    admin_send(c, "denyT", b"held-secret", props, sys_flag=0x4 if "TRAN_MSG" in props else 0)
+    query = RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
+        "topic": topic, "key": key, "maxNum": 32, "beginTimestamp": 0, "endTimestamp": int(time.time() * 1000) + 60_000})
+    pulls = [RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "hogReader", "topic": topic, "queueId": q, "queueOffset": 0, "maxMsgNums": 32,
+        "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+        for q in range(4)]
+    for resp in calls(c.broker_addr, [query, *pulls], HOG):
+        assert acl_refused(resp) and b"held-secret" not in resp.body_bytes(), (resp.code, resp.remark)
+
+
+def test_viewing_your_own_delayed_message_is_allowed(acl_cluster):
+    """The stored-message check looks at the topic a delayed message was sent to, not at the
+    delay topic that holds it (a regression of the first fix)."""
+    c = acl_cluster
+    sent = call(c.broker_addr, send_v2("aclT", b"later", {"DELAY": "5"}, group="appPG"), APP)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    view = call(c.broker_addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {
+        "offset": decode_offset_msg_id(sent.ext_fields["msgId"])[1]}), APP)
+    assert view.code == ResponseCode.SUCCESS, view.remark
+
+
+def test_heartbeats_cannot_grow_the_client_registry_without_bound(acl_cluster):
+    """Producer groups are not ACL-checked (as RocketMQ), so an all-DENY account filled memory
+    with 50,000 producer groups per heartbeat (684 MB after 20)."""
+    c = acl_cluster
+
+    def producers(names: list[str]) -> RemotingCommand:
+        body = {"clientID": f"p@{uuid.uuid4().hex[:6]}", "consumerDataSet": [],
+                "producerDataSet": [{"groupName": n} for n in names]}
+        return RemotingCommand.request(RequestCode.HEART_BEAT, None, orjson.dumps(body))
+
+    big = call(c.broker_addr, producers([f"pg{i}" for i in range(5000)]), DENY_ALL)
+    assert big.code == ResponseCode.SYSTEM_ERROR and "more than 256" in big.remark
+    # one connection, many heartbeats of 200 new groups each: the per-connection bound holds
+    answers = calls(c.broker_addr, [producers([f"pg{j}_{i}" for i in range(200)]) for j in range(3)], DENY_ALL)
+    assert answers[0].code == ResponseCode.SUCCESS
+    assert all(a.code == ResponseCode.SYSTEM_ERROR and "groups" in a.remark for a in answers[1:])
+    still_serves(c)

@@ -10,6 +10,8 @@ import orjson
 
 from tidemq.broker.clients import (
     CONSUME_FROM,
+    MAX_HEARTBEAT_GROUPS,
+    MAX_HEARTBEAT_SUBSCRIPTIONS,
     CONSUME_TYPES,
     MESSAGE_MODELS,
     Subscription,
@@ -17,6 +19,7 @@ from tidemq.broker.clients import (
     enum_name,
     parse_tag_expression,
 )
+from tidemq.broker.processors.common import refused
 from tidemq.broker.topics import RETRY_PREFIX, loggable, validate_group_name
 from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import Connection, LanguageCode, RemotingCommand, RequestCode, ResponseCode
@@ -81,8 +84,19 @@ class ConsumerManageProcessor:
         client_id = str(data.get("clientID") or conn.peer)
         consumers = [cd for cd in _list(data.get("consumerDataSet")) if isinstance(cd, dict) and cd.get("groupName")]
         producers = [pd for pd in _list(data.get("producerDataSet")) if isinstance(pd, dict) and pd.get("groupName")]
+        if len(consumers) + len(producers) > MAX_HEARTBEAT_GROUPS:
+            raise refused(ResponseCode.SYSTEM_ERROR, f"a heartbeat names {len(consumers) + len(producers)} groups, "
+                          f"more than {MAX_HEARTBEAT_GROUPS}")
         for d in (*consumers, *producers):  # nothing registered or created unless every name is valid
             b.creation.check_group_name(str(d["groupName"]))
+        for cd in consumers:
+            if len(_list(cd.get("subscriptionDataSet"))) > MAX_HEARTBEAT_SUBSCRIPTIONS:
+                raise refused(ResponseCode.SYSTEM_ERROR, f"consumer group {loggable(cd['groupName'])} subscribes "
+                              f"more than {MAX_HEARTBEAT_SUBSCRIPTIONS} topics in one heartbeat")
+        full = b.clients.room_for(conn, [str(cd["groupName"]) for cd in consumers],
+                                  [str(pd["groupName"]) for pd in producers])
+        if full is not None:
+            raise refused(ResponseCode.SYSTEM_ERROR, full)
         principal = b.principal(conn, cmd)
         created_topic = False
         for cd in consumers:
@@ -140,6 +154,8 @@ class ConsumerManageProcessor:
             except asyncio.TimeoutError:
                 log.info("heartbeat answered before the name servers confirmed the new retry topic "
                          "(registration still running after %.1f s)", HEARTBEAT_REGISTER_WAIT)
+            except Exception as exc:  # the consumer is registered; the next round registers the topic
+                log.warning("heartbeat answered although registering its new retry topic failed: %s", exc)
         return cmd.response(ResponseCode.SUCCESS)
 
     def unregister(self, conn: Connection, cmd: RemotingCommand):

@@ -28,6 +28,7 @@ from tidemq.broker.topics import (
     Perm,
     TopicConfig,
     group_of,
+    loggable,
     validate_topic_name,
 )
 from tidemq.errors import BrokerError, CodecError
@@ -72,8 +73,14 @@ _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
 def long_names(fields: dict[str, str]) -> dict[str, str]:
-    """A V2 send header with its one-letter names replaced by the long ones."""
-    return {V2_NAMES.get(k, k): v for k, v in fields.items()}
+    """A V2 send header with its one-letter names replaced by the long ones. Where a header has
+    both (``b`` and ``topic``), the one-letter value wins, as everywhere else a V2 header is read
+    (the ACL included): a second name can never point a check and a write at different topics."""
+    out = dict(fields)
+    for short, long in V2_NAMES.items():
+        if short in fields:
+            out[long] = out.pop(short)
+    return out
 
 
 # Header names by long name, for SEND_MESSAGE (long) and V2/batch (one letter): the hot path
@@ -237,8 +244,12 @@ class SendProcessor:
             cmd.ext_fields = long_names(cmd.ext_fields)  # rare path: read the long names below
         principal = b.principal(conn, cmd)
         group = group_of(topic)
-        if group is not None:  # %RETRY%/%DLQ%<group>: only of a group that exists (or may be made)
-            find_group(b, group, principal)
+        if group is not None:  # %RETRY%<group> of a group that exists (or may be made); %DLQ%<group> of one that exists
+            if topic.startswith(RETRY_PREFIX):
+                find_group(b, group, principal)
+            elif b.groups.get(group) is None:
+                raise refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                              f"subscription group [{loggable(group)}] of {loggable(topic)} does not exist")
             tc = b.creation.retry_topic(topic, principal)
         elif b.config.auto_create_topic:
             default = cmd.get_str("defaultTopic") or ""
