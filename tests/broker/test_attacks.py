@@ -429,3 +429,50 @@ def test_heartbeats_cannot_grow_the_client_registry_without_bound(acl_cluster):
     assert answers[0].code == ResponseCode.SUCCESS
     assert all(a.code == ResponseCode.SYSTEM_ERROR and "groups" in a.remark for a in answers[1:])
     still_serves(c)
+
+
+def test_pipelined_big_compressed_batches_do_not_stall_other_clients(cluster_factory):
+    """Sixteen 1.8 KB compressed batches of 32,767 messages each, sent at once on one connection: they
+    were inflated, decoded and stored in one loop turn (a 2.8 s stall with 40 of them). Now each
+    is prepared in slices, one at a time, and another client's requests are answered meanwhile."""
+    import zlib
+
+    from tidemq.message import encode_batch
+
+    c = cluster_factory()
+    assert call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "bigB", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), None).code == 0
+    body = zlib.compress(encode_batch([(0, b"x", "")] * 32_767))
+    header = {"a": "pg", "b": "bigB", "c": "TBW102", "d": 4, "e": 0, "f": 1, "g": 0, "h": 0, "i": "", "j": 0,
+              "m": "true"}
+
+    async def go():
+        sender, other = RemotingClient(), RemotingClient()
+        try:
+            await other.invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
+                "topic": "bigB", "queueId": 0}), 10)
+            waits: list[float] = []
+
+            async def ping():
+                for _ in range(60):
+                    t = time.perf_counter()
+                    await other.invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
+                        "topic": "bigB", "queueId": 0}), 30)
+                    waits.append(time.perf_counter() - t)
+                    await asyncio.sleep(0.01)
+
+            pinger = asyncio.create_task(ping())
+            await asyncio.sleep(0.05)
+            answers = await asyncio.gather(*[sender.invoke(c.broker_addr, RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE, header, body), 60) for _ in range(16)])
+            await pinger
+            return answers, waits
+        finally:
+            await sender.close()
+            await other.close()
+
+    answers, waits = asyncio.run(go())
+    stored = sum(1 for a in answers if a.code == ResponseCode.SUCCESS)
+    assert stored >= 1 and all(a.code in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY) for a in answers)
+    assert max_offset(c, "bigB", 0) == stored * 32_767  # whole batches only
+    assert max(waits) < 0.8, f"another client waited {max(waits):.2f} s"

@@ -32,7 +32,7 @@ from tidemq.broker.topics import (
     validate_topic_name,
 )
 from tidemq.errors import BrokerError, CodecError
-from tidemq.message import Prop, SysFlag, decode_batch, decode_properties, inflate
+from tidemq.message import Prop, SysFlag, count_batch, decode_batch, decode_properties, inflate
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.command import field_int
 
@@ -113,6 +113,7 @@ class SendProcessor:
         self.bytes_in = 0
         self.errors = 0
         self._valid_topics: set[str] = set()
+        self._big_batches = asyncio.Lock()  # one batch of more than BATCH_SLICE messages at a time
 
     def handlers(self) -> dict[int, object]:
         return {
@@ -209,29 +210,51 @@ class SendProcessor:
             result = b.store.put(req)
             return self._respond(cmd, result, queue_id, wait, len(body), topic)
 
-        if sys_flag & _COMPRESSED:
-            body = inflate(body, cfg.store.max_message_size * 4)
-            sys_flag &= ~_COMPRESSED
         if transactional:
             raise refused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
+        compressed = bool(sys_flag & _COMPRESSED)
+        put = _BatchPut(topic, queue_id, header_props, sys_flag & ~_COMPRESSED, born_ts, host, b.store_host,
+                        reconsume, cfg.store.max_message_size)
+        if compressed or (len(body) > _SLICE_BYTES and count_batch(body, BATCH_SLICE) > BATCH_SLICE):
+            # A big batch (or one whose size is unknown until inflated) is decoded and prepared
+            # off this loop turn, in slices: frames read together must not stall it together.
+            return self._send_big_batch(cmd, put, body, compressed)
         items = decode_batch(body)
-        put = _BatchPut(topic, queue_id, header_props, sys_flag, born_ts, host, b.store_host, reconsume,
-                        cfg.store.max_message_size)
-        if len(items) > BATCH_SLICE:  # a big batch is prepared in slices, other requests in between
-            return self._send_big_batch(cmd, put, items)
         put.add(items)
         return self._respond(cmd, b.store.put_batch(put.reqs), queue_id, put.wait, put.size, topic)
 
-    async def _send_big_batch(self, cmd: RemotingCommand, put: "_BatchPut", items: list) -> RemotingCommand:
-        try:
-            for i in range(0, len(items), BATCH_SLICE):
-                if i:
+    async def _send_big_batch(self, cmd: RemotingCommand, put: "_BatchPut", body: bytes,
+                              compressed: bool) -> RemotingCommand:
+        """A compressed batch or one of more than BATCH_SLICE messages: inflated, decoded, checked
+        and prepared for the store one step per loop turn, one such batch at a time (others wait
+        without using the loop), then appended whole. Other requests are served between steps."""
+        store = self.broker.store
+        pending: list = []
+        total = 0
+        async with self._big_batches:
+            try:
+                await asyncio.sleep(0)
+                if compressed:
+                    body = inflate(body, self.broker.config.store.max_message_size * 4)
                     await asyncio.sleep(0)
-                put.add(items[i:i + BATCH_SLICE])
-        except BrokerError as exc:
-            self.errors += 1
-            return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
-        result = self.broker.store.put_batch(put.reqs)  # one append: all of the batch or nothing
+                items = decode_batch(body)
+                for i in range(0, len(items), BATCH_SLICE):
+                    if i:
+                        await asyncio.sleep(0)
+                    start = len(put.reqs)
+                    put.add(items[i:i + BATCH_SLICE])
+                    prepared = store.prepare_batch(put.reqs[start:])
+                    if isinstance(prepared, PutResult):
+                        return self._respond(cmd, prepared, put.queue_id, put.wait, put.size, put.topic)
+                    pending += prepared[0]
+                    total += prepared[1]
+            except BrokerError as exc:
+                self.errors += 1
+                return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+            except CodecError as exc:
+                self.errors += 1
+                return _error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad message body: {exc}")
+            result = store.put_prepared(pending, total)  # one append: all of the batch or nothing
         answer = self._respond(cmd, result, put.queue_id, put.wait, put.size, put.topic)
         return await answer if isinstance(answer, asyncio.Future) else answer
 
@@ -310,6 +333,7 @@ def _answer_durable(answer: asyncio.Future, durable: asyncio.Future, cmd: Remoti
 
 
 BATCH_SLICE = 2048  # messages of a batch prepared between two yields to the event loop
+_SLICE_BYTES = BATCH_SLICE * 22  # a body this short cannot hold more than BATCH_SLICE messages
 
 
 class _BatchPut:

@@ -225,14 +225,23 @@ class MessageStore:
 
     def put_batch(self, reqs: list[PutRequest]) -> PutResult:
         """Store several messages of one topic and queue in one segment, all or nothing."""
+        prepared = self.prepare_batch(reqs)
+        if isinstance(prepared, PutResult):
+            return prepared
+        return self.put_prepared(*prepared)
+
+    def prepare_batch(self, reqs: list[PutRequest]) -> tuple[list[Pending], int] | PutResult:
+        """Validate and prepare a batch (or a slice of one) without writing anything: a caller
+        may prepare a big batch slice by slice, concatenate the pending lists and sum the totals,
+        then store it whole with :meth:`put_prepared`."""
+        return self._encoder.prepare_batch(reqs)
+
+    def put_prepared(self, pending: list[Pending], total: int) -> PutResult:
+        """Store a prepared batch in one segment, all or nothing."""
         if self._refuse is not None or self._flusher.error is not None:
             self._update_refusal()
             if self._refuse is not None:
                 return self._refused()
-        prepared = self._encoder.prepare_batch(reqs)
-        if isinstance(prepared, PutResult):
-            return prepared
-        pending, total = prepared
         if not self._commitlog.fits_one_segment(total):
             return illegal(PutStatus.MESSAGE_ILLEGAL,
                            f"batch of {total} bytes does not fit one commitlog segment "
