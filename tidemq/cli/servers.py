@@ -373,12 +373,14 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
 @click.option("--auto-create-topic/--no-auto-create-topic", default=False, show_default=True)
 @click.option("--segment-size", default=1 << 30, show_default=True, type=click.IntRange(min=64 * 1024),
               help="CommitLog segment size in bytes (each segment and the next one are preallocated on disk).")
+@click.option("--metrics-queue-lag/--no-metrics-queue-lag", default=False, show_default=True,
+              help="Also export consumer lag per queue (one series per group, topic and queue).")
 @click.option("--demo", is_flag=True, help="Create topic 'demo', send and consume a few messages.")
 @click.option("--exit-after-demo", is_flag=True, help="Stop after the demo instead of serving.")
 @click.option("--log-level", default="INFO", show_default=True)
 @user_errors
 def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_create_topic, segment_size, demo,
-              exit_after_demo, log_level) -> None:
+              exit_after_demo, log_level, metrics_queue_lag: bool = False) -> None:
     """Run a name server and a broker in one process (the embedded cluster)."""
     setup_logging(log_level)
     data_dir = Path(data).expanduser().resolve()
@@ -390,6 +392,7 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
             f"{host}:{ns_port}", f"{host}:{broker_port}", str(data_dir / "store"), "DefaultCluster",
             "broker-a", None, flush, auto_create_topic, segment_size, 72.0,
         )
+        cfg = dataclasses.replace(cfg, metrics_queue_lag=metrics_queue_lag)
         broker = Broker(cfg)
         try:
             _h, b_port = await broker.start()
