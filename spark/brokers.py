@@ -192,9 +192,11 @@ def read_slice(opts: SourceOptions, part: Slice) -> Iterator[object]:
             offset = max(last, min(res.next_begin_offset, part.end))
         elif res.status is PullStatus.NO_MATCHED_MSG:
             offset = res.next_begin_offset
-        else:  # NO_NEW_MSG below the planned end: the messages were there at planning time
-            raise SourceError(f"{mq}: the broker has no messages at {offset} although the plan "
-                              f"reaches {part.end}; was the topic deleted and recreated?")
+        else:  # NO_NEW_MSG below the planned end: the driver saw these messages when planning
+            raise SourceError(f"{mq}: the queue now ends at {res.max_offset}, before offset "
+                              f"{offset}, although it reached {part.end} when the read was "
+                              "planned; was the topic deleted and recreated, or the broker's "
+                              "store replaced?")
         if len(cols) >= ROWS_PER_BATCH:
             yield to_batch(cols, part.topic, part.broker, part.queue_id)
             cols = Columns(props=[] if opts.include_properties else None)

@@ -121,6 +121,25 @@ def data_loss_message(lost: dict[QueueKey, int], start: Offsets) -> str:
             "carry on, set the source option failOnDataLoss to false.")
 
 
+def past_end(offsets: Offsets, ranges: dict[QueueKey, QueueRange]) -> Offsets:
+    """Queues whose offset in ``offsets`` lies beyond the queue's end (its next offset)."""
+    return {k: off for k, off in offsets.items() if k in ranges and off > ranges[k].max_offset}
+
+
+def past_end_message(past: Offsets, ranges: dict[QueueKey, QueueRange], what: str) -> str:
+    items = "; ".join(f"offset {off} of {k}, which ends at {ranges[k].max_offset}"
+                      for k, off in sorted(past.items())[:5])
+    more = f" (and {len(past) - 5} more queues)" if len(past) > 5 else ""
+    if what == "endingOffsets":
+        how = ('to read to the end of every queue, set endingOffsets "latest" (the default) or '
+               "leave it out, or name offsets no larger than those ends (-1 is latest)")
+    else:
+        how = ('a read starts at most at a queue\'s end: set startingOffsets "earliest", or name '
+               "offsets no larger than those ends (-2 is earliest)")
+    return (f"{what} asks for {items}{more} (a queue ends at the offset its next message will "
+            f"get); {how}.")
+
+
 def limit_rows(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     """The end offsets that admit at most ``max_rows`` messages, shared across queues in
     proportion to their backlog (Kafka's rule) with the remainder going to the largest

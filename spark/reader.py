@@ -12,7 +12,16 @@ from collections.abc import Iterator
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tidemq.spark.brokers import SourceError, TopicView, check_start, read_slice
-from tidemq.spark.offsets import Offsets, QueueKey, QueueRange, Slice, plan, resolve
+from tidemq.spark.offsets import (
+    Offsets,
+    QueueKey,
+    QueueRange,
+    Slice,
+    past_end,
+    past_end_message,
+    plan,
+    resolve,
+)
 from tidemq.spark.options import SourceOptions
 
 
@@ -59,6 +68,11 @@ class BatchReader(DataSourceReader):
                 end = resolve(self.opts.ending, ranges, "endingOffsets", missing="latest")
         finally:
             view.close()
+        # a batch read ends where the queues end now: an offset beyond it would never arrive
+        for offsets, what in ((start, "startingOffsets"), (end, "endingOffsets")):
+            past = past_end(offsets, ranges)
+            if past:
+                raise SourceError(past_end_message(past, ranges, what))
         behind = sorted(str(k) for k in end if end[k] < start.get(k, 0))
         if behind:
             raise SourceError(f"endingOffsets lie before startingOffsets on {', '.join(behind)}; "

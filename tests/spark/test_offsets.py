@@ -20,6 +20,8 @@ from tidemq.spark.offsets import (
     data_loss_message,
     from_json,
     limit_rows,
+    past_end,
+    past_end_message,
     plan,
     resolve,
     to_json,
@@ -251,3 +253,18 @@ def test_plan_covers_every_range_exactly_once(se, min_parts, max_records):
         assert len(slices) >= min_parts
     if total == 0:
         assert slices == []
+
+
+def test_past_end_names_each_queue_with_its_end_and_the_way_to_read_to_the_end():
+    ranges = {A0: QueueRange(0, 31), A1: QueueRange(5, 5)}
+    assert past_end({A0: 31, A1: 5}, ranges) == {}
+    past = past_end({A0: 1000, A1: 6}, ranges)
+    assert past == {A0: 1000, A1: 6}
+    text = past_end_message(past, ranges, "endingOffsets")
+    assert text.startswith("endingOffsets asks for offset 1000 of orders/broker-a/0, which ends at "
+                           "31; offset 6 of orders/broker-a/1, which ends at 5")
+    assert 'endingOffsets "latest"' in text
+    assert 'startingOffsets "earliest"' in past_end_message(past, ranges, "startingOffsets")
+    many = {QueueKey("t", "b", q): 9 for q in range(7)}
+    text = past_end_message(many, {k: QueueRange(0, 1) for k in many}, "endingOffsets")
+    assert "(and 2 more queues)" in text and "t/b/5" not in text

@@ -56,6 +56,28 @@ def test_starting_and_ending_offsets_as_json(spark, cluster):
     assert got == sorted([(0, o) for o in range(5, 15)] + [(1, o) for o in range(20)])
 
 
+def test_offsets_past_a_queues_end_name_the_end_and_latest(spark, cluster):
+    """Issue 15: endingOffsets 1000 on a queue holding 31 messages failed in a task with "the
+    broker has no messages at 31 ...; was the topic deleted and recreated?"."""
+    topic = make_topic(cluster, "spark-batch-past-end", 1)
+    send(cluster, topic, 31, queues=1)
+    with pytest.raises(Exception) as info:
+        read(spark, cluster, subscribe=topic,
+             endingOffsets=json.dumps({topic: {"broker-a": {"0": 1000}}})).collect()
+    text = str(info.value)
+    assert f"endingOffsets asks for offset 1000 of {topic}/broker-a/0, which ends at 31" in text
+    assert 'endingOffsets "latest"' in text and "deleted and recreated" not in text
+    with pytest.raises(Exception) as info:
+        read(spark, cluster, subscribe=topic,
+             startingOffsets=json.dumps({topic: {"broker-a": {"0": 40}}})).collect()
+    text = str(info.value)
+    assert f"startingOffsets asks for offset 40 of {topic}/broker-a/0, which ends at 31" in text
+    assert "lie before" not in text
+    at_end = read(spark, cluster, subscribe=topic,
+                  endingOffsets=json.dumps({topic: {"broker-a": {"0": 31}}}))
+    assert at_end.count() == 31 == read(spark, cluster, subscribe=topic, endingOffsets="latest").count()
+
+
 def test_starting_offsets_latest_is_refused_for_batch(spark, cluster):
     topic = make_topic(cluster, "spark-batch-latest", 1)
     with pytest.raises(Exception, match="'latest' is not allowed"):
