@@ -57,7 +57,8 @@ class ImplicitCreation:
         if not self.auto_create_group:
             raise refused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{name}] does not exist; create it with `tidemq admin updateSubGroup -g {name}`",
+                f"subscription group [{name}] does not exist; create it with "
+                f"`tidemq admin updateSubGroup -n NAMESRV_ADDR -c CLUSTER -g {name}`",
             )
         self._admit(principal, "group", len(self.groups.groups), name)
         g = SubscriptionGroupConfig(name)

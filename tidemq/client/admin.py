@@ -30,7 +30,7 @@ from tidemq.client.admin_protocol import (
 )
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.client.base import ClientBase
-from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.config import ClientConfig, make_config, namesrv_arg
 from tidemq.client.instance import ClientInstance
 from tidemq.client.response import broker_error, check, header_int
 from tidemq.client.route import ClusterInfo, Perm, TopicRouteData
@@ -181,7 +181,8 @@ class Admin(ClientBase):
         if route is None:
             raise AdminError(
                 f"topic {topic} does not exist on the name server: create it with "
-                f"`tidemq admin updateTopic -t {topic} -c DefaultCluster`"
+                f"`tidemq admin updateTopic -n {namesrv_arg(inst.config.name_servers)} -c DefaultCluster "
+                f"-t {topic}`"
             )
         inst.routes.update(topic, route)
         return route

@@ -42,6 +42,13 @@ def parse_name_servers(value: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def namesrv_arg(name_servers: Iterable[str]) -> str:
+    """The ``-n`` argument naming these name servers in a `tidemq admin` hint, quoted when it is a
+    list (unquoted, a shell would end the command at the ``;``)."""
+    joined = ";".join(name_servers)
+    return f'"{joined}"' if ";" in joined else joined
+
+
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     """Settings of one client instance. Times are seconds, sizes bytes.

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from tidemq.client.base import ClientBase
-from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.config import ClientConfig, make_config, namesrv_arg
 from tidemq.client.heartbeat import CLUSTERING, CONSUME_ACTIVELY, ConsumerData, Subscription
 from tidemq.client.instance import ClientInstance
 from tidemq.client.pull import (
@@ -88,8 +88,9 @@ class PullConsumer(ClientBase):
         route = await inst.get_route(topic)
         if route is None:
             raise ClientError(
-                f"no route for topic {topic}: create it with `tidemq admin updateTopic -t {topic} "
-                "-c DefaultCluster` and check the name server address"
+                f"no route for topic {topic}: create it with `tidemq admin updateTopic "
+                f"-n {namesrv_arg(inst.config.name_servers)} -c DefaultCluster -t {topic}` and check "
+                "the name server address"
             )
         await self._subscribe(inst, topic, self._subscriptions.get(topic, Subscription(topic)).expression)
         return route.subscribe_queues(topic)

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from tidemq.client.base import ClientBase
 from tidemq.client.batching import BATCH_LOG_OVERHEAD, split_batches
-from tidemq.client.config import ClientConfig, make_config
+from tidemq.client.config import ClientConfig, make_config, namesrv_arg
 from tidemq.client.fault import FaultStrategy, busy_backoff
 from tidemq.client.instance import ClientInstance
 from tidemq.client.request_reply import (
@@ -110,10 +110,11 @@ def _abandon(entries: list[_Pending]) -> None:
                 "closed before the broker answered; it may or may not have been stored"))
 
 
-def no_route_error(topic: str) -> ClientError:
+def no_route_error(topic: str, name_servers: Sequence[str]) -> ClientError:
     return ClientError(
-        f"no route for topic {topic}: create it with `tidemq admin updateTopic -t {topic} "
-        "-c DefaultCluster` (or Admin.create_topic) and check the name server address"
+        f"no route for topic {topic}: create it with `tidemq admin updateTopic "
+        f"-n {namesrv_arg(name_servers)} -c DefaultCluster -t {topic}` (or Admin.create_topic) and "
+        "check the name server address"
     )
 
 
@@ -259,7 +260,7 @@ class Producer(ClientBase):
         if mq is None:
             mq = self.fault.select(msg.topic, await self._route_queues(inst, msg.topic))
             if mq is None:
-                raise no_route_error(msg.topic)
+                raise no_route_error(msg.topic, self.config.name_servers)
         out = self._prepare(inst, msg)
         addr = await inst.master_addr(msg.topic, mq.broker_name)
         cmd = build_send_request(self.group, out, mq.queue_id, inst.now_ms(), oneway=True)
@@ -475,7 +476,7 @@ class Producer(ClientBase):
         if route is None:
             route = await _auto_create_route(inst, topic)
         if route is None:
-            raise no_route_error(topic)
+            raise no_route_error(topic, self.config.name_servers)
         queues = inst.routes.publish_queues(topic)
         if not queues:
             raise ClientError(
@@ -533,7 +534,7 @@ class Producer(ClientBase):
                 queues = inst.routes.publish_queues(topic)
             mq = fixed or fault.select(topic, queues, last_broker)  # type: ignore[arg-type]
             if mq is None:
-                raise no_route_error(topic)
+                raise no_route_error(topic, self.config.name_servers)
             made += 1
             started = fault.now()
             try:

@@ -16,9 +16,11 @@ _HINTS: dict[int, str] = {
         "the broker cannot write now (shutting down, disk full or slave); retry later"
     ),
     ResponseCode.NO_PERMISSION: "the topic, group or broker permissions forbid this",
-    ResponseCode.TOPIC_NOT_EXIST: "create the topic with `tidemq admin updateTopic -t TOPIC -c CLUSTER`",
+    ResponseCode.TOPIC_NOT_EXIST: (
+        "create the topic with `tidemq admin updateTopic -n NAMESRV_ADDR -c CLUSTER -t TOPIC`"
+    ),
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: (
-        "create the group with `tidemq admin updateSubGroup -g GROUP -c CLUSTER`"
+        "create the group with `tidemq admin updateSubGroup -n NAMESRV_ADDR -c CLUSTER -g GROUP`"
     ),
     ResponseCode.SUBSCRIPTION_PARSE_FAILED: "check the tag expression (e.g. 'TagA || TagB' or '*')",
     ResponseCode.CONSUMER_NOT_ONLINE: "no consumer of that group is connected to the broker",

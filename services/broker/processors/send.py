@@ -102,6 +102,13 @@ def send_fields(msg_id: str, queue_id: int, queue_offset: int, region: str) -> d
     }
 
 
+def _namesrv_arg(addrs: tuple[str, ...]) -> str:
+    """The ``-n`` argument of a `tidemq admin` hint: this broker's name servers, quoted when a list
+    (a shell ends an unquoted command at the ``;``)."""
+    joined = ";".join(addrs) or "NAMESRV_ADDR"
+    return f'"{joined}"' if ";" in joined else joined
+
+
 def _error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
     return cmd.response(code, remark, send_fields("", 0, 0, "DefaultRegion"))
 
@@ -280,7 +287,8 @@ class SendProcessor:
         if tc is None:
             raise refused(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please! (create it with `tidemq admin updateTopic`)",
+                f"topic[{topic}] not exist, apply first please! (create it with `tidemq admin updateTopic "
+                f"-n {_namesrv_arg(b.config.namesrv_addrs)} -c {b.config.cluster_name} -t {topic}`)",
             )
         return tc
 
