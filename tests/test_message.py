@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tidemq.errors import CodecError
 from tidemq.message import (
     MAX_BATCH_MESSAGES,
+    SysFlag,
     count_batch,
     decode_batch,
     decode_offset_msg_id,
@@ -201,3 +202,19 @@ def test_corrupted_vector_raises_only_codec_error(pos, junk):
         decode_record(bytes(data))
     except CodecError:
         pass
+
+
+def test_decoded_compressed_records_keep_the_stored_sys_flag():
+    """As RocketMQ's MessageDecoder: the body is inflated, the sysFlag reported as stored (the
+    admin tool shows "System Flag: 1" for a compressed message); the single-record decoder the
+    broker re-stores from keeps the body compressed, so body and flag stay consistent there."""
+    big = b"abc" * 5000
+    stored = zlib.compress(big)
+    flags = int(SysFlag.COMPRESSED | SysFlag.MULTI_TAGS)
+    rec = _record(body=stored, sys_flag=flags)
+    [m] = decode_records(rec)
+    assert m.body == big and m.sys_flag == flags
+    [raw] = decode_records(rec, decompress=False)
+    assert raw.body == stored and raw.sys_flag == flags
+    one = decode_record(rec)
+    assert one.body == stored and one.sys_flag == flags

@@ -562,7 +562,11 @@ _COMPRESSED = int(SysFlag.COMPRESSED)
 
 def decode_records(buf: bytes | memoryview, decompress: bool = True,
                    extra_properties: dict[str, str] | None = None) -> list[MessageExt]:
-    """Decode a pull-response body: records back to back. Compressed bodies are inflated.
+    """Decode a pull-response body: records back to back. With ``decompress``, compressed bodies
+    are inflated while ``sys_flag`` stays as stored (COMPRESSED still set, as RocketMQ's
+    MessageDecoder keeps it), so the flag no longer tells whether ``body`` is compressed: code
+    that stores or sends such a body again computes its own flag (tidemq.client.send does); the
+    broker re-stores records decoded by :func:`decode_record`, which never inflates.
     ``extra_properties`` are added to every message (a pull's MIN_OFFSET/MAX_OFFSET), still
     without parsing the stored properties.
 
@@ -613,7 +617,6 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True,
         pos += msg.store_size
         if decompress and msg.sys_flag & _COMPRESSED:
             msg.body = inflate(msg.body)
-            msg.sys_flag &= ~_COMPRESSED
         append(msg)
     return out
 

@@ -248,3 +248,31 @@ def test_send_back_ladder_then_dead_letter_with_a_short_delay_table(cluster_fact
                     raise
                 time.sleep(0.1)
         assert [q.read_queue_nums for q in route.queue_datas] == [1]
+
+
+def test_a_compressed_message_goes_back_compressed_with_its_flag_and_pulls_inflated(tmp_path):
+    """Decoders keep the COMPRESSED bit as stored (issue 15): the broker re-stores the stored body
+    (still compressed) with the bit, so a retry or dead letter is inflated once by the consumer."""
+    import zlib
+
+    from tidemq.message import SysFlag
+
+    big = b"compress me " * 1000
+
+    async def go():
+        async with broker(tmp_path) as (b, c, addr):
+            await put_original(b, c, addr)  # creates the topic
+            cmd = send_cmd("Orig", zlib.compress(big), 0, {"TAGS": "Z", "UNIQ_KEY": "UNIQ-Z"})
+            cmd.ext_fields["f"] = str(int(SysFlag.COMPRESSED))  # V2 header: f = sysFlag
+            assert (await c.invoke(addr, cmd, 3)).code == 0
+            [orig] = [m for m in stored(b, "Orig") if m.properties.get("UNIQ_KEY") == "UNIQ-Z"]
+            assert orig.sys_flag & SysFlag.COMPRESSED and zlib.decompress(orig.body) == big
+            for level, topic, qid in ((0, SCHEDULE_TOPIC, 2), (-1, "%DLQ%gz", 0)):
+                r = await c.invoke(addr, send_back(orig.commit_log_offset, "gz", delay_level=level, version=63), 3)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                [again] = stored(b, topic, qid)
+                assert again.sys_flag & SysFlag.COMPRESSED and zlib.decompress(again.body) == big
+            r = await c.invoke(addr, pull_cmd("%DLQ%gz", 0, 0, group="gz"), 3)
+            [pulled] = decode_records(r.body_bytes())
+            assert pulled.body == big and pulled.sys_flag & SysFlag.COMPRESSED
+    asyncio.run(go())
