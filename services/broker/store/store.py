@@ -103,6 +103,7 @@ class MessageStore:
         if cfg.power_loss_shadow is not None:  # TEST-ONLY fault injection (faults.py)
             faults.install(cfg.root, cfg.power_loss_shadow)
         crash = cfg.abort_path.exists()
+        new = not crash and not cfg.checkpoint_path.exists()  # never loaded before (for the log)
         cfg.abort_path.touch()
         fsync_dir(cfg.root)
         mapped = self._queues.mapped
@@ -125,12 +126,15 @@ class MessageStore:
         self._probe_disk()
         self._stats["recovered_messages"] = rec.scanned
         self._stats["crash_recoveries"] = int(crash)
-        log.info(
-            "store %s loaded after a %s: commitlog [%d, %d) in %d segment(s), %d queue(s); validated %d "
-            "record(s) from offset %d, replayed %d consume-queue unit(s) and %d index record(s)",
-            cfg.root, "crash" if crash else "clean shutdown", cl.min_offset, end, len(cl.segments),
-            len(self._queues), rec.scanned, rec.walk_from, rec.units_written, rec.indexed,
-        )
+        if new and end == 0:
+            log.info("store %s is new: created empty (nothing to recover)", cfg.root)
+        else:
+            log.info(
+                "store %s loaded after a %s: commitlog [%d, %d) in %d segment(s), %d queue(s); validated %d "
+                "record(s) from offset %d, replayed %d consume-queue unit(s) and %d index record(s)",
+                cfg.root, "crash" if crash else "clean shutdown", cl.min_offset, end, len(cl.segments),
+                len(self._queues), rec.scanned, rec.walk_from, rec.units_written, rec.indexed,
+            )
         self._state = "loaded"
         self._update_refusal()
 

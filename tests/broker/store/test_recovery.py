@@ -490,3 +490,18 @@ async def test_torn_units_at_the_end_whose_records_were_lost_are_dropped_not_ser
     assert [m.body for m in read_queue(again, "T", 0)] == [b"x%d" % i for i in range(6)]
     assert again.put(req(topic="T", body=b"next")).queue_offset == 6
     again.close_abruptly()
+
+
+@async_test
+async def test_a_new_store_says_it_is_new_not_loaded_after_a_clean_shutdown(tmp_path, caplog):
+    caplog.set_level("INFO", logger="tidemq.broker.store.store")
+    store = open_store(config(tmp_path))
+    await store.start()
+    await store.shutdown()
+    first = [r.getMessage() for r in caplog.records if " is new" in r.getMessage() or "loaded after" in r.getMessage()]
+    assert first == [f"store {tmp_path} is new: created empty (nothing to recover)"]
+    caplog.clear()
+    store = open_store(config(tmp_path))  # the second start has a checkpoint: a clean shutdown
+    await store.shutdown()
+    assert any(f"store {tmp_path} loaded after a clean shutdown" in r.getMessage() for r in caplog.records)
+    assert not any(" is new" in r.getMessage() for r in caplog.records)
