@@ -141,7 +141,7 @@ class Broker:
             log.info("flush mode SYNC_FLUSH: a send is acknowledged once it is on disk")
         else:
             log.info(
-                "flush mode ASYNC_FLUSH: acknowledged messages written in the last %.1f s may be lost on power failure",
+                "flush mode ASYNC_FLUSH: acknowledged messages written in the last %g s may be lost on power failure",
                 cfg.store.async_flush_interval,
             )
         raise_open_file_limit()  # before the store fits its mapped-file bound to the limit

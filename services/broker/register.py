@@ -45,6 +45,7 @@ from tidemq.errors import TideMQError
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.acl import AclSigner
 from tidemq.remoting.tls import client_context
+from tidemq.remoting.transport import TLS_MAYBE_NOT_SERVED, TLS_MAYBE_REQUIRED
 
 if TYPE_CHECKING:
     from tidemq.broker.broker import Broker
@@ -227,7 +228,13 @@ class NamesrvRegistrar:
             try:
                 resp = await self.client.invoke(addr, cmd, self.broker.config.register_timeout)
             except TideMQError as exc:
-                if addr in self.registered:
+                if TLS_MAYBE_REQUIRED in str(exc) or TLS_MAYBE_NOT_SERVED in str(exc):
+                    log.warning("registration%s with name server %s (%d bytes) failed: %s; %s", part, addr,
+                                len(body), exc,
+                                "if that name server requires TLS, start this broker with --namesrv-tls "
+                                "(verified with --tls-ca-file)" if TLS_MAYBE_REQUIRED in str(exc) else
+                                "for a plaintext name server, start this broker without --namesrv-tls")
+                elif addr in self.registered:
                     log.warning("registration with name server %s failed%s, body %d bytes: %s",
                                 addr, part, len(body), exc)
                 else:  # the size tells a frame-limit refusal (the name server closes) from a down server

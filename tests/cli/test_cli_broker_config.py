@@ -70,8 +70,10 @@ def test_rocketmq_broker_conf_is_honoured(namesrv, start_broker, tmp_path):
         "brokerClusterName = ConfCluster\n"
         "brokerName = conf-broker\n"
         "brokerId = 0\n"
-        "deleteWhen = 04\n"  # RocketMQ keys TideMQ does not use are accepted
-        "brokerRole = ASYNC_MASTER\n"
+        "deleteWhen = 04\n"
+        "brokerRole = ASYNC_MASTER\n"  # a RocketMQ key TideMQ does not use: ignored, and said so
+        "flushDiskTyp = ASYNC_FLUSH\n"  # typos: ignored, and said so with the closest key
+        "brokerNmae = typo-broker\n"
         f"namesrvAddr = {namesrv}\n"
         f"listenPort = {port}\n"
         "flushDiskType = SYNC_FLUSH\n"
@@ -81,7 +83,16 @@ def test_rocketmq_broker_conf_is_honoured(namesrv, start_broker, tmp_path):
     broker = start_broker("--config", str(conf))
     assert ["ConfCluster", "conf-broker", "0", f"127.0.0.1:{port}"] in cluster_rows(namesrv)
     assert (store / "commitlog").is_dir()
-    assert "flush mode SYNC_FLUSH" in broker.log()
+    log = broker.log()
+    assert "flush mode SYNC_FLUSH" in log
+    assert f"{conf}: unknown key flushDiskTyp ignored; did you mean flushDiskType?" in log
+    assert f"{conf}: unknown key brokerNmae ignored; did you mean brokerName?" in log
+    assert f"{conf}: brokerRole=ASYNC_MASTER ignored: TideMQ brokers do not replicate" in log
+    assert "deleteWhen ignored" not in log and "deleteWhen=04 ignored" not in log  # --delete-when
+    # listenPort alone: every interface, advertised on loopback: logged, with a warning
+    assert f"listening on 0.0.0.0:{port}, advertised as 127.0.0.1:{port}" in log
+    assert (f"the broker listens on every interface (0.0.0.0:{port}) but advertises 127.0.0.1:{port}"
+            in log and "brokerIP1=HOST" in log)
     tidemq("admin", "updateTopic", "-n", namesrv, "-c", "ConfCluster", "-t", "ConfTopic").ok()
     with SyncProducer("conf-pg", namesrv, ClientConfig(request_timeout=5.0)) as p:
         assert p.send(Message("ConfTopic", b"x" * 2048)).status is SendStatus.SEND_OK
@@ -123,11 +134,63 @@ def test_toml_file_then_environment_then_flag(namesrv, start_broker, tmp_path):
 
 
 def test_rocketmq_flush_interval_sets_the_async_loss_window(namesrv, start_broker, tmp_path):
-    """flushIntervalCommitLog is in milliseconds (RocketMQ); the broker logs the resulting window."""
+    """flushIntervalCommitLog is in milliseconds (RocketMQ); the broker logs the window as set
+    (250 ms was logged as "0.2 s"). brokerIP1 sets the advertised host, on the listen port."""
+    port = free_port()
     conf = tmp_path / "async.conf"
     conf.write_text(
-        f"namesrvAddr = {namesrv}\nlistenPort = {free_port()}\nbrokerName = async-broker\n"
-        f"storePathRootDir = {tmp_path / 'async-store'}\nflushDiskType = ASYNC_FLUSH\nflushIntervalCommitLog = 200\n"
+        f"namesrvAddr = {namesrv}\nlistenPort = {port}\nbrokerName = async-broker\nbrokerIP1 = 127.0.0.1\n"
+        f"storePathRootDir = {tmp_path / 'async-store'}\nflushDiskType = ASYNC_FLUSH\nflushIntervalCommitLog = 250\n"
     )
     broker = start_broker("--config", str(conf))
-    assert "acknowledged messages written in the last 0.2 s may be lost on power failure" in broker.log()
+    log = broker.log()
+    assert "acknowledged messages written in the last 0.25 s may be lost on power failure" in log
+    assert f"{conf}: 7 setting(s) applied" in log and "ignored" not in log
+    assert "listens on every interface" not in log  # brokerIP1 given: the advertised host is a choice
+
+
+def test_rocketmq_keys_that_map_onto_options(tmp_path):
+    """deleteWhen, cleanResourceInterval, registerNameServerPeriod (ms), warmMapedFileEnable,
+    maxTransferBytesOnMessageInMemory and brokerId set the options they name; brokerIP1 alone
+    advertises that host on the listen port."""
+    from tidemq.cli.servers import broker_cmd, build_broker_config
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("deleteWhen=05;17\ncleanResourceInterval=2500\nregisterNameServerPeriod=15000\n"
+                    "warmMapedFileEnable=true\nmaxTransferBytesOnMessageInMemory=65536\nbrokerId=0\n"
+                    "listenPort=10999\nbrokerIP1=10.1.2.3\n")
+    p = broker_cmd.make_context("broker", ["--config", str(conf)]).params
+    assert p["delete_when"] == (5, 17) and p["cleanup_interval"] == 2.5 and p["register_interval"] == 15.0
+    assert p["warm_segments"] is True and p["max_pull_bytes"] == 65536 and p["broker_id"] == 0
+    cfg = build_broker_config(p["namesrv"], p["listen"], str(tmp_path / "s"), p["cluster"], p["broker_name"],
+                              p["advertise"], p["flush"], False, 1 << 20, 1.0)
+    assert (cfg.listen_host, cfg.listen_port, cfg.advertise_addr) == ("0.0.0.0", 10999, "10.1.2.3:10999")
+
+
+def test_config_notes_name_the_closest_known_key(tmp_path):
+    from tidemq.cli.config import config_notes, read_config_file
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("listenPort=9876\nbrokerIP1=10.0.0.1\nrocketmqHome=/opt/rocketmq\nlisten-prot=1\n")
+    notes = dict((msg, level) for level, msg in config_notes(read_config_file(str(conf)), {"listen", "metrics_listen", "log_level"}))
+    assert notes[f"{conf}: unknown key brokerIP1 ignored (neither an option of this command nor a RocketMQ key it maps)"] == 30
+    assert f"{conf}: unknown key listen-prot ignored; did you mean listen-port?" not in notes  # no such option
+    assert f"{conf}: unknown key listen-prot ignored; did you mean listenPort?" in notes
+    assert f"{conf}: 1 setting(s) applied (listenPort), 3 ignored" in notes
+
+
+def test_namesrv_logs_the_unknown_keys_of_its_config_file(tmp_path):
+    """The name server's --config gets the same treatment (real process)."""
+    port, mport = free_port(), free_port()
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"listenPort = {port}\nrocketmqHome = /opt/rocketmq\nlog-levle = DEBUG\n")
+    ns = ServerProcess(tidemq_cmd("namesrv", "--config", str(conf), "--metrics-listen", f"127.0.0.1:{mport}"),
+                       tmp_path / "namesrv.log", f"http://127.0.0.1:{mport}/readyz")
+    ns.start()
+    try:
+        log = ns.log()
+        assert f"{conf}: unknown key log-levle ignored; did you mean log-level?" in log
+        assert f"{conf}: unknown key rocketmqHome ignored" in log
+        assert f"{conf}: 1 setting(s) applied (listenPort), 2 ignored" in log
+    finally:
+        ns.stop()

@@ -4,6 +4,8 @@ concurrently (each is a real `tidemq` process)."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.cli.clirun import assert_clean_failure, tidemq_parallel
@@ -12,8 +14,9 @@ from tests.procs import free_port
 NS = "127.0.0.1:9"  # never contacted: these fail while parsing flags
 
 
-def _cases(tmp) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+def _cases(tmp, held: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    busy = f"127.0.0.1:{held}"  # another process holds this port
     store = str(tmp / "store")  # in case a broker ever got as far as opening its store
     (tmp / "no-equals.conf").write_text("brokerName broker-x\n")
     (tmp / "broken.toml").write_text("broker-name = [\n")
@@ -39,13 +42,28 @@ def _cases(tmp) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         "config-bad-toml": (("broker", "--config", str(tmp / "broken.toml"), "--store", store), ("--config", "not valid TOML")),
         "config-bad-port": (("broker", "--config", str(tmp / "bad-port.conf"), "--store", store), ("--listen", "abc")),
         "config-missing": (("broker", "--config", missing, "--store", store), ("--config", "cannot read", "No such file")),
+        # a port in use names the option that picks another
+        "namesrv-port-in-use": (("namesrv", "--listen", busy), (f"cannot listen on {busy} (--listen)", "pick a free port with --listen")),
+        "namesrv-metrics-port-in-use": (("namesrv", "--listen", f"127.0.0.1:{free_port()}", "--metrics-listen", busy),
+                                        ("(--metrics-listen)", "pick a free port with --metrics-listen")),
+        "broker-port-in-use": (("broker", "--listen", busy, "--store", str(tmp / "busy-store"), "--segment-size", str(1 << 20),
+                                "--namesrv", dead), ("(--listen)", "pick a free port with --listen")),
+        "local-namesrv-port-in-use": (("local", "--data", str(tmp / "local-a"), "--namesrv-port", str(held), "--broker-port", "0",
+                                       "--metrics-port", "0", "--segment-size", str(1 << 20)), ("pick a free port with --namesrv-port",)),
+        "local-broker-port-in-use": (("local", "--data", str(tmp / "local-b"), "--namesrv-port", "0", "--broker-port", str(held),
+                                      "--metrics-port", "0", "--segment-size", str(1 << 20)), ("pick a free port with --broker-port",)),
+        "local-metrics-port-in-use": (("local", "--data", str(tmp / "local-c"), "--namesrv-port", "0", "--broker-port", "0",
+                                       "--metrics-port", str(held), "--segment-size", str(1 << 20)), ("pick a free port with --metrics-port",)),
     }
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    cases = _cases(tmp_path_factory.mktemp("cli-errors"))
-    results = tidemq_parallel(*(args for args, _ in cases.values()), env={"NAMESRV_ADDR": None}, timeout=30)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        cases = _cases(tmp_path_factory.mktemp("cli-errors"), holder.getsockname()[1])
+        results = tidemq_parallel(*(args for args, _ in cases.values()), env={"NAMESRV_ADDR": None}, timeout=30)
     return {name: (run, cases[name][1]) for name, run in zip(cases, results)}
 
 
@@ -54,6 +72,8 @@ NAMES = [
     "missing-namesrv", "namesrv-bad-listen", "broker-bad-listen", "broker-bad-namesrv",
     "unknown-admin-command", "unknown-command", "unreachable-namesrv", "unreachable-namesrv-send",
     "send-empty-body", "config-not-key-value", "config-bad-toml", "config-bad-port", "config-missing",
+    "namesrv-port-in-use", "namesrv-metrics-port-in-use", "broker-port-in-use", "local-namesrv-port-in-use",
+    "local-broker-port-in-use", "local-metrics-port-in-use",
 ]
 
 

@@ -105,6 +105,34 @@ def test_enforcing_serves_tls_and_closes_plaintext(pki):
     asyncio.run(main())
 
 
+def test_a_tls_mismatch_says_the_peer_may_require_tls_or_not_serve_it(pki):
+    """A plaintext client on a TLS-only port used to get "connection ... closed"; a TLS client on a
+    plaintext port "cannot connect to ...: " with an empty reason. Both now name TLS."""
+    from tidemq.remoting.transport import TLS_MAYBE_NOT_SERVED, TLS_MAYBE_REQUIRED
+
+    async def main():
+        tls_server, tls_addr = await serve("enforcing", pki)
+        plain_server, plain_addr = await serve("disabled", pki)
+        plain, tls = RemotingClient(connect_timeout=2.0), tls_client(pki["ca_file"])
+        try:
+            with pytest.raises(ConnectError) as to_tls:
+                await ping(plain, tls_addr, timeout=10.0)
+            with pytest.raises(ConnectError) as to_plain:
+                await ping(tls, plain_addr, timeout=10.0)
+        finally:
+            await plain.close()
+            await tls.close()
+            await tls_server.stop()
+            await plain_server.stop()
+        return str(to_tls.value), str(to_plain.value)
+
+    for loop_kind in ("asyncio", "uvloop"):
+        to_tls, to_plain = run_on(loop_kind, main)
+        assert TLS_MAYBE_REQUIRED in to_tls and "closed before any answer" in to_tls, to_tls
+        assert TLS_MAYBE_NOT_SERVED in to_plain and "TLS handshake with" in to_plain, to_plain
+        assert "()" not in to_plain and not to_plain.rstrip().endswith(":"), to_plain
+
+
 def test_disabled_closes_tls_and_serves_plaintext(pki):
     async def main():
         server, addr = await serve("disabled", pki)
@@ -407,6 +435,7 @@ def test_real_processes_enforcing_namesrv_and_broker(pki, tmp_path):
         assert got.rc == 0 and "over tls" in got.out and "cli over tls" in got.out, got.err
         plain = tidemq("admin", "clusterList", "-n", ns_addr, env={"TIDEMQ_TLS": None}, timeout=60)
         assert plain.rc != 0 and "Traceback" not in plain.err
+        assert "may require TLS" in plain.err and "set TIDEMQ_TLS=1" in plain.err, plain.err
         bad = tidemq("admin", "clusterList", "-n", ns_addr, env={"TIDEMQ_TLS_CA_FILE": pki["ca_file"]})
         assert bad.rc == 2 and "TIDEMQ_TLS=1" in bad.err
         # a plaintext client gets nothing from either port
@@ -415,6 +444,21 @@ def test_real_processes_enforcing_namesrv_and_broker(pki, tmp_path):
                 plain.topic_list()
         metrics = urllib.request.urlopen(f"https://127.0.0.1:{b_metrics}/metrics", timeout=3, context=ctx).read()
         assert b"tidemq_broker" in metrics
+        # a broker registering in plaintext is told how to turn TLS on
+        plain_broker = ServerProcess(tidemq_cmd(
+            "broker", "--namesrv", ns_addr, "--listen", f"127.0.0.1:{free_port()}", "--broker-name", "broker-plain",
+            "--store", str(tmp_path / "plain-store"), "--segment-size", str(1 << 20), "--register-interval", "1"),
+            tmp_path / "plain-broker.log")
+        try:
+            plain_broker.start()
+            deadline = time.monotonic() + 30
+            while "--namesrv-tls" not in plain_broker.log():
+                assert time.monotonic() < deadline and plain_broker.proc.poll() is None, plain_broker.log()[-2000:]
+                time.sleep(0.1)
+            line = next(x for x in plain_broker.log().splitlines() if "--namesrv-tls" in x)
+            assert "WARNING" in line and "may require TLS" in line and "--tls-ca-file" in line, line
+        finally:
+            plain_broker.stop()
     finally:
         broker.stop()
         ns.stop()

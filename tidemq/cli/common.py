@@ -26,6 +26,14 @@ log = logging.getLogger("tidemq.cli")
 
 # Control characters (and Unicode line breaks) a message may carry from a client-supplied name.
 _CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    # No codec lookup ("unicode_escape"): records logged while the interpreter shuts down (an
+    # asyncio "Task exception was never retrieved") must still format.
+    c = m.group()
+    return _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
 class OneLineFormatter(logging.Formatter):
@@ -34,8 +42,7 @@ class OneLineFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         if _CONTROL.search(record.message):
-            record.message = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
-                                          record.message)
+            record.message = _CONTROL.sub(_escape, record.message)
         return super().formatMessage(record)
 
 
@@ -75,6 +82,18 @@ def parse_listen(value: str, what: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def _tls_hint(message: str) -> str:
+    """How to turn TLS on or off for the tidemq CLI, when ``message`` suspects a mismatch."""
+    from tidemq.remoting.transport import TLS_MAYBE_NOT_SERVED, TLS_MAYBE_REQUIRED  # noqa: PLC0415
+
+    tls_on = os.environ.get("TIDEMQ_TLS", "").strip().lower() in ("1", "true", "yes")
+    if TLS_MAYBE_REQUIRED in message and not tls_on:
+        return " (to use TLS, set TIDEMQ_TLS=1, and TIDEMQ_TLS_CA_FILE=ca.crt when a private CA signed the servers)"
+    if TLS_MAYBE_NOT_SERVED in message and tls_on:
+        return " (for a plaintext server, unset TIDEMQ_TLS)"
+    return ""
+
+
 def user_errors(fn: Callable[..., T]) -> Callable[..., T]:
     """Turn TideMQ errors into one line on stderr and exit code 1 (never a traceback)."""
 
@@ -83,11 +102,31 @@ def user_errors(fn: Callable[..., T]) -> Callable[..., T]:
         try:
             return fn(*args, **kwargs)
         except TideMQError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(str(exc) + _tls_hint(str(exc))) from None
         except OSError as exc:
             raise click.ClickException(f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".rstrip(": ")) from None
 
     return wrapper
+
+
+async def listening(option: str, start: Awaitable[T], address: str | None = None) -> T:
+    """Await a server's ``start``; an address it cannot bind becomes one line that names
+    ``option``, the flag that sets it (remoting's ListenError, or the OSError of an aiohttp site
+    such as /metrics, listening on ``address``)."""
+    from tidemq.remoting.transport import ListenError  # noqa: PLC0415
+
+    try:
+        return await start
+    except ListenError as exc:
+        raise click.ClickException(f"cannot listen on {exc.host}:{exc.port} ({option}): {exc.reason}; "
+                                   f"{exc.advice(option)}") from None
+    except OSError as exc:
+        if address is None:
+            raise
+        host, _, port = address.rpartition(":")
+        err = ListenError(host, int(port), exc)
+        raise click.ClickException(f"cannot listen on {address} ({option}): {err.reason}; "
+                                   f"{err.advice(option)}") from None
 
 
 def client_config() -> "ClientConfig":

@@ -17,8 +17,8 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tidemq.broker.quota import CreationLimits
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES, FlushMode, StoreConfig
-from tidemq.cli.common import parse_listen, run_async, setup_logging, user_errors, wait_for_signal
-from tidemq.cli.config import load_config_file
+from tidemq.cli.common import listening, parse_listen, run_async, setup_logging, user_errors, wait_for_signal
+from tidemq.cli.config import config_notes, log_config_notes, read_config_file
 from tidemq.errors import ConfigError
 from tidemq.monitoring import MetricsServer
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
@@ -30,9 +30,11 @@ log = logging.getLogger("tidemq.cli")
 
 
 def _config_callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    defaults = load_config_file(value)
-    if defaults:
-        ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    cfg = read_config_file(value)
+    if cfg.values:
+        ctx.default_map = {**(ctx.default_map or {}), **cfg.values}
+    # logged by the command once logging is set up (log_config_notes)
+    ctx.meta["tidemq.config_notes"] = config_notes(cfg, {p.name for p in ctx.command.params if p.name})
     return value
 
 
@@ -49,6 +51,10 @@ config_option = click.option(
 def _advertise_default(listen_host: str, port: int) -> str:
     host = listen_host if listen_host not in ("0.0.0.0", "", "::") else os.environ.get("POD_IP", "127.0.0.1")
     return f"{host}:{port}"
+
+
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 def build_broker_config(
@@ -68,9 +74,16 @@ def build_broker_config(
     if lport == 0:  # the advertised port (and offset message ids) must be the real one: pick it now
         lport = free_port(lhost)
     adv = advertise or _advertise_default(lhost, lport)
+    if ":" not in adv:  # HOST alone (broker.conf brokerIP1): the listen port
+        adv = f"{adv}:{lport}"
     ahost, aport = parse_listen(adv, "--advertise")
     if ahost in ("0.0.0.0", "::"):
         raise click.BadParameter("the advertised address must be one clients can reach", param_hint="--advertise")
+    if advertise is None and lhost in ("0.0.0.0", "", "::") and _is_loopback(ahost):
+        log.warning(
+            "the broker listens on every interface (%s:%d) but advertises %s:%d to the name servers, "
+            "so clients on other hosts are sent to their own loopback: set --advertise HOST[:PORT] "
+            "(broker.conf brokerIP1=HOST) to an address they reach", lhost, lport, ahost, aport)
     addrs = tuple(a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip())
     for a in addrs:
         parse_listen(a, "--namesrv")
@@ -147,6 +160,7 @@ def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, l
                 tls: TlsFlags, acl_file: str | None = None, acl_reload_interval: float = 2.0) -> None:
     """Run a name server."""
     setup_logging(log_level)
+    log_config_notes(click.get_current_context())
     host, port = parse_listen(listen, "--listen")
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
     cfg = NamesrvConfig(
@@ -159,12 +173,12 @@ def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, l
 
     async def main() -> None:
         server = NamesrvServer(cfg, write_acl=write_acl)
-        await server.start()
+        await listening("--listen", server.start())
         freeze_startup_objects()
         metrics = None
         if mhost_port:
             metrics = MetricsServer([namesrv_registry(server)], tls=tls.metrics)
-            await metrics.start(*mhost_port)
+            await listening("--metrics-listen", metrics.start(*mhost_port), metrics_listen)
         try:
             await wait_for_signal()
         finally:
@@ -213,7 +227,7 @@ def broker_options(fn):
         click.option("--cluster", default="DefaultCluster", show_default=True),
         click.option("--broker-name", default="broker-a", show_default=True),
         click.option("--broker-id", default=0, show_default=True, type=click.IntRange(min=0), hidden=True),
-        click.option("--advertise", default=None, help="HOST:PORT clients use to reach this broker (default: the listen address, or $POD_IP)."),
+        click.option("--advertise", default=None, help="HOST[:PORT] clients use to reach this broker (default: the listen address, or $POD_IP; PORT defaults to the listen port)."),
         click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True, help="ASYNC_FLUSH or SYNC_FLUSH."),
         click.option("--flush-interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01, max=60), help="ASYNC_FLUSH: seconds between CommitLog fdatasyncs, the power-loss window (RocketMQ flushIntervalCommitLog)."),
         click.option("--metrics-listen", default=None, help="HOST:PORT for /metrics, /healthz, /readyz."),
@@ -317,6 +331,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                compressed_register: bool = False, register_max_body: int = 16 * 1024 * 1024 - 64 * 1024) -> None:
     """Run a broker."""
     setup_logging(log_level)
+    log_config_notes(click.get_current_context())
     cfg = build_broker_config(namesrv, listen, store, cluster, broker_name, advertise, flush,
                               auto_create_topic, segment_size, retention_hours, broker_id)
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
@@ -346,14 +361,14 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
 
     async def main() -> None:
         broker = Broker(cfg)
-        await broker.start()
+        await listening("--listen", broker.start())
         freeze_startup_objects()
         metrics = None
         try:
             if mhost_port:
                 broker.metrics.attach(broker)
                 metrics = MetricsServer([broker.metrics.registry], ready=lambda: broker.ready, tls=tls.metrics)
-                await metrics.start(*mhost_port)
+                await listening("--metrics-listen", metrics.start(*mhost_port), metrics_listen)
             await wait_for_signal()
         finally:
             if metrics:
@@ -387,7 +402,7 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
 
     async def main() -> None:
         ns = NamesrvServer(NamesrvConfig(listen_host=host, listen_port=namesrv_port))
-        ns_host, ns_port = await ns.start()
+        ns_host, ns_port = await listening("--namesrv-port", ns.start())
         cfg = build_broker_config(
             f"{host}:{ns_port}", f"{host}:{broker_port}", str(data_dir / "store"), "DefaultCluster",
             "broker-a", None, flush, auto_create_topic, segment_size, 72.0,
@@ -395,7 +410,7 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
         cfg = dataclasses.replace(cfg, metrics_queue_lag=metrics_queue_lag)
         broker = Broker(cfg)
         try:
-            _h, b_port = await broker.start()
+            _h, b_port = await listening("--broker-port", broker.start())
         except BaseException:
             await ns.stop()
             raise
@@ -404,7 +419,13 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
         broker.metrics.attach(broker)
         registries = [namesrv_registry(ns), broker.metrics.registry]
         metrics = MetricsServer(registries, ready=lambda: broker.ready)
-        m_host, m_port = await metrics.start(host, metrics_port)
+        try:
+            m_host, m_port = await listening("--metrics-port", metrics.start(host, metrics_port),
+                                             f"{host}:{metrics_port}")
+        except BaseException:  # stop cleanly: the next start must not recover from a "crash"
+            await broker.stop()
+            await ns.stop()
+            raise
         ns_addr = f"{host}:{ns_port}"
         click.echo("TideMQ local is running.")
         click.echo(f"  name server : {ns_addr}   (export NAMESRV_ADDR={ns_addr})")

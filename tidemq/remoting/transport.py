@@ -25,8 +25,10 @@ silent mid-frame.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -52,6 +54,30 @@ class RequestHandler(Protocol):
 
 _opaque_counter = itertools.count(1)
 _NEVER = float("inf")
+
+# Said when a peer's behaviour points at a TLS mismatch; the edges (CLI, broker) look for these
+# words to add how to turn TLS on or off there.
+TLS_MAYBE_REQUIRED = "the server may require TLS (this connection is plaintext)"
+TLS_MAYBE_NOT_SERVED = "the server may not serve TLS on this port (this connection uses TLS)"
+
+
+class ListenError(ConnectError):
+    """A server cannot bind its address. ``errno`` tells why (in use, not permitted, not local);
+    the message says what to change, and a front-end can name its own option for it."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        self.host, self.port, self.errno = host, port, exc.errno
+        self.reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+        super().__init__(f"cannot listen on {host}:{port}: {self.reason}; {self.advice()}")
+
+    def advice(self, option: str | None = None) -> str:
+        """What to change, naming ``option`` (the flag that sets this address) when given."""
+        where = f" with {option}" if option else ""
+        if self.errno == errno.EACCES:
+            return f"ports below 1024 need privileges: pick a port above 1023{where}"
+        if self.errno == errno.EADDRNOTAVAIL:
+            return f"{self.host} is not an address of this machine: listen on one of its addresses or 0.0.0.0{where}"
+        return f"another process holds the port: pick a free port{where}"
 
 
 def next_opaque() -> int:
@@ -99,6 +125,8 @@ class Connection(asyncio.Protocol):
         self._timer_at = _NEVER
         self._tasks: set[asyncio.Task] = set()
         self.attrs: dict[str, object] = {}
+        self._answered = False  # any byte arrived: a close before that may be a TLS mismatch
+        self._tls = False
 
     # asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,9 +134,11 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        self._tls = transport.get_extra_info("ssl_object") is not None
 
     def data_received(self, data: bytes) -> None:
         self.activity += 1
+        self._answered = True
         self._in_read = True
         try:
             self._read(data)
@@ -192,7 +222,12 @@ class Connection(asyncio.Protocol):
         if self._budget is not None:
             charged, self._charged = self._charged, 0
             self._budget.release(self, charged)
-        err = ConnectError(f"connection to {self.peer} closed")
+        if self._pending and not self._answered and not self._tls:
+            # A TLS-only server drops a plaintext client's first frame without a byte in reply.
+            err = ConnectError(f"connection to {self.peer} closed before any answer: {TLS_MAYBE_REQUIRED}, "
+                               "or it refused the connection")
+        else:
+            err = ConnectError(f"connection to {self.peer} closed")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -411,9 +446,7 @@ class RemotingServer:
                 self._server = SniffingServer(register_after_handshake(factory, self.connections), self.tls)
                 await self._server.start(host, port)
         except OSError as exc:
-            raise ConnectError(
-                f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick a free port"
-            ) from None
+            raise ListenError(host, port, exc) from None
         if self.tls is not None:
             self.tls.start_watching()
         if self.limits.idle_timeout:
@@ -549,8 +582,16 @@ class RemotingClient:
             )
         except ssl.SSLCertVerificationError as exc:
             raise ConnectError(f"TLS certificate of {addr} not accepted: {exc.verify_message or exc}") from None
+        except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            if self.ssl_context is None:
+                raise ConnectError(f"cannot connect to {addr}: {str(exc) or type(exc).__name__}") from None
+            # A plaintext server closes on the ClientHello (it reads it as a frame length).
+            raise ConnectError(f"TLS handshake with {addr} failed ({str(exc) or 'the server closed the connection'}): "
+                               f"{TLS_MAYBE_NOT_SERVED}") from None
         except (OSError, asyncio.TimeoutError) as exc:
-            raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from None
+            reason = str(exc) or (f"timed out after {self.connect_timeout:g} s"
+                                  if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else type(exc).__name__)
+            raise ConnectError(f"cannot connect to {addr}: {reason}") from None
         return conn
 
     def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> Awaitable[RemotingCommand]:
