@@ -173,15 +173,17 @@ def test_query_message_by_key_by_offset_id_and_by_unique_key(cluster):
     status, uniq, offset_id, qid, qoff = SEND_RESULT.search(r.out).groups()
     assert status == "SEND_OK"
 
-    by_key, by_offset, by_uniq = tidemq_parallel(
+    by_key, by_offset, by_uniq, by_uniq_anywhere = tidemq_parallel(
         admin_args(cluster, "queryMsgByKey", "-t", "AdmQuery", "-k", "order-42"),
         admin_args(cluster, "queryMsgById", "-i", offset_id),
         admin_args(cluster, "queryMsgById", "-t", "AdmQuery", "-i", uniq),
+        admin_args(cluster, "queryMsgById", "-i", uniq),  # the unique key without -t: every topic searched
     )
     lines = by_key.ok().lines()
     assert lines[0].split() == ["#Message", "ID", "#QID", "#Offset"]
     assert [line.split() for line in lines[1:]] == [[uniq, qid, qoff]]
-    for out in (by_offset.ok().out, by_uniq.ok().out):
+    assert "found in topic AdmQuery" in by_uniq_anywhere.ok().err
+    for out in (by_offset.ok().out, by_uniq.ok().out, by_uniq_anywhere.out):
         assert f"OffsetID:            {offset_id}" in out
         assert "Topic:               AdmQuery" in out
         assert "Tags:                [TQ]" in out
@@ -191,6 +193,22 @@ def test_query_message_by_key_by_offset_id_and_by_unique_key(cluster):
         assert f"Store Host:          {cluster.broker_addr}" in out
         assert "Message Body:        'find me'" in out
         assert f"'UNIQ_KEY': '{uniq}'" in out
+        assert "System Flag:         0" in out
+
+
+def test_a_compressed_message_shows_its_stored_system_flag(cluster):
+    """RocketMQ's decoder keeps the COMPRESSED bit (1) after inflating; ours cleared it ("0")."""
+    create(cluster, "AdmCompressed", 1)
+    body = "compressible " * 800  # over the producer's 4 KiB compression threshold
+    r = tidemq("send", "-n", cluster.namesrv_addr, "-t", "AdmCompressed", "-b", body).ok()
+    _status, uniq, offset_id, _qid, _qoff = SEND_RESULT.search(r.out).groups()
+    for run in tidemq_parallel(admin_args(cluster, "queryMsgById", "-i", offset_id),
+                               admin_args(cluster, "queryMsgById", "-i", uniq)):
+        assert "System Flag:         1" in run.ok().out
+        assert "Message Body:        'compressible compressible" in run.out  # inflated
+    consumed = tidemq("consume", "-n", cluster.namesrv_addr, "-t", "AdmCompressed", "-g", "AdmCompressedG",
+                      "--from-beginning", "-c", "1").ok()
+    assert consumed.out.rstrip("\n").endswith(body)
 
 
 ERRORS = {
@@ -200,8 +218,10 @@ ERRORS = {
     "unknown-cluster": (("updateTopic", "-c", "NoSuchCluster", "-t", "AdmX"), ("NoSuchCluster",)),
     "illegal-topic-name": (("updateTopic", "-c", "DefaultCluster", "-t", "bad topic!"), ("bad topic!", "illegal")),
     "progress-unknown-group": (("consumerProgress", "-g", "AdmNeverConsumed"), ("AdmNeverConsumed",)),
-    "bad-msg-id": (("queryMsgById", "-i", "not-an-id"), ("not an offset message id",)),
-    "uniq-key-without-topic": (("queryMsgById", "-i", "7F0000012AAF3B72290270E614240001"), ("give the topic",)),
+    "bad-msg-id": (("queryMsgById", "-i", "not-an-id"), ("'not-an-id' is not a message id", "32 hexadecimal digits")),
+    "unknown-uniq-key-without-topic": (("queryMsgById", "-i", "7F0000012AAF3B72290270E614240001"),
+                                       ("no message with id or unique key 7F0000012AAF3B72290270E614240001 in any of the",
+                                        "topics of the cluster")),
 }
 
 

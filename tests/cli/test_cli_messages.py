@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tests.cli.clirun import SEND_RESULT, tidemq, tidemq_parallel
 
 
@@ -70,3 +72,12 @@ def test_consume_count_stops_early_and_commits_only_what_was_printed(cluster):
     rest = consumed(tidemq(*consume(cluster, "MsgCount", "MsgCountGroup", "--wait", "0.3")))
     assert [pos for _, pos, _, _ in first] == [f"{cluster.broker_name}/0@{i}" for i in (0, 1)]
     assert [pos for _, pos, _, _ in rest] == [f"{cluster.broker_name}/0@{i}" for i in (2, 3, 4)]
+
+
+def test_send_count_shows_counts_and_rate(cluster):
+    """`send -c N` labelled its progress bare "sending"; it says how many, how big, where, and
+    ends with the count, the time and the rate."""
+    cluster.create_topic("MsgCount", queues=2)
+    r = tidemq("send", "-n", cluster.namesrv_addr, "-t", "MsgCount", "-b", "twelve bytes", "-c", "40").ok()
+    assert "sending 40 messages of 12 bytes to MsgCount" in r.err, r.err
+    assert re.fullmatch(r"sent 40 messages to MsgCount in \d+\.\d\d s \([\d,]+ msg/s\)", r.out.strip()), r.out

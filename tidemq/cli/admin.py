@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import string
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -11,6 +13,8 @@ import orjson
 
 from tidemq.cli.common import client_config, run_async, user_errors
 from tidemq.client import Admin
+from tidemq.client.validation import DLQ_GROUP_TOPIC_PREFIX, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
+from tidemq.errors import AdminError, ClientError, TideMQError
 
 T = TypeVar("T")
 
@@ -225,12 +229,61 @@ def query_msg_by_key(namesrv, topic, key, max_num, begin, end) -> None:
         click.echo(f"{m.msg_id:<34}{m.queue_id:>5}  {m.queue_offset}")
 
 
+# A unique key without -t is looked up topic by topic (its index entries are keyed by topic, as
+# RocketMQ's queryMsgByUniqueKey): bounded, so a cluster with very many topics asks for -t instead.
+MAX_SEARCHED_TOPICS = 2000
+SEARCH_CONCURRENCY = 16
+_ID_LENGTHS = (32, 56)  # 16 or 28 bytes: IPv4 or IPv6 offset ids and unique keys
+
+
+async def _find_anywhere(admin: Admin, msg_id: str):
+    """(message, topics searched) for an offset id or a unique key, without its topic."""
+    try:
+        return await admin.query_msg_by_id(None, msg_id), 0
+    except (ClientError, AdminError) as exc:  # not an offset id, or nothing at the broker it names
+        first = exc
+    if len(msg_id.strip()) not in _ID_LENGTHS or any(c not in string.hexdigits for c in msg_id.strip()):
+        raise ClientError(f"{msg_id!r} is not a message id: an offset message id or a unique key "
+                          "(the msgId tidemq send prints) is 32 hexadecimal digits (56 with IPv6 hosts)")
+    names = [t for t in await admin.topic_list() if t not in NOT_ALLOWED_SEND_TOPICS]
+    # the topic a producer sent to first; retry and dead-letter copies keep the key too
+    topics = sorted(names, key=lambda t: (t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)), t))
+    if len(topics) > MAX_SEARCHED_TOPICS:
+        raise ClientError(f"{msg_id} is not found as an offset message id ({first}); the cluster has "
+                          f"{len(topics)} topics, too many to search for a unique key: give its topic "
+                          "with -t TOPIC")
+    failures: list[str] = []
+
+    async def look(topic: str):
+        try:
+            return await admin.query_msg_by_id(topic, msg_id)
+        except AdminError:
+            return None  # not in this topic
+        except TideMQError as exc:
+            failures.append(f"{topic}: {exc}")
+            return None
+
+    for i in range(0, len(topics), SEARCH_CONCURRENCY):
+        for m in await asyncio.gather(*(look(t) for t in topics[i:i + SEARCH_CONCURRENCY])):
+            if m is not None:
+                return m, i + SEARCH_CONCURRENCY
+    failed = f"; {len(failures)} lookup(s) failed, e.g. {failures[0]}" if failures else ""
+    raise AdminError(f"no message with id or unique key {msg_id.strip().upper()} in any of the "
+                     f"{len(topics)} topics of the cluster{failed}")
+
+
 @admin_group.command("queryMsgById")
 @namesrv_option
-@click.option("-t", "--topic", default=None, help="Topic (needed for unique keys set by producers).")
+@click.option("-t", "--topic", default=None,
+              help="Topic of a unique key (the msgId tidemq send prints); without it every topic is searched.")
 @click.option("-i", "--msgId", "msg_id", required=True)
 @user_errors
 def query_msg_by_id(namesrv, topic, msg_id) -> None:
     """Show one message by offset message id or unique key."""
-    m = _with_admin(namesrv, lambda a: a.query_msg_by_id(topic, msg_id))
+    if topic is not None:
+        m = _with_admin(namesrv, lambda a: a.query_msg_by_id(topic, msg_id))
+    else:
+        m, searched = _with_admin(namesrv, lambda a: _find_anywhere(a, msg_id))
+        if searched:
+            click.echo(f"found in topic {m.topic} (looked up as a unique key topic by topic)", err=True)
     _print_message(m)

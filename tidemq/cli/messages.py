@@ -34,15 +34,27 @@ def send_cmd(namesrv, topic, body, tags, keys, count, group) -> None:
 
     async def main() -> None:
         async with Producer(group, name_servers=_addrs(namesrv), config=client_config()) as producer:
-            with click.progressbar(length=count, label="sending", file=sys.stderr) if count > 1 else _null() as bar:
+            started = time.monotonic()
+            sent = 0
+
+            def rate(_item: object) -> str:
+                elapsed = time.monotonic() - started
+                return f"{sent / elapsed:,.0f} msg/s" if sent and elapsed > 0 else ""
+
+            label = f"sending {count:,} messages of {len(data):,} bytes to {topic}"
+            with click.progressbar(length=count, label=label, file=sys.stderr, show_pos=True,
+                                   item_show_func=rate) if count > 1 else _null() as bar:
                 for i in range(count):
                     r = await producer.send(Message(topic, data, tags=tags, keys=keys))
                     if count == 1:
                         click.echo(f"SendResult [sendStatus={r.status.name}, msgId={r.msg_id}, offsetMsgId={r.offset_msg_id}, queueId={r.message_queue.queue_id}, queueOffset={r.queue_offset}]")
                     else:
+                        sent += 1
                         bar.update(1)
+            elapsed = time.monotonic() - started
         if count > 1:
-            click.echo(f"sent {count} messages to {topic}")
+            click.echo(f"sent {count:,} messages to {topic} in {elapsed:.2f} s "
+                       f"({count / max(elapsed, 1e-9):,.0f} msg/s)")
 
     run_async(main)
 
