@@ -4,16 +4,22 @@ Settings come from flags or TIDEMQ_OPERATOR_* environment variables (read here, 
 HA: run two or more replicas with ``--peering NAME`` (needs kopf's ClusterKopfPeering/KopfPeering
 CRD); replicas with a lower ``--priority`` pause while a higher one is alive. ``--standalone``
 turns peering off (one replica, or tests).
+
+kopf's liveness endpoint is on by default (``--liveness``, http://0.0.0.0:8080/healthz), as the
+operator runs in a pod whose liveness probe needs it; ``--liveness ''`` turns it off. Before kopf
+starts, the Kubernetes API is located and probed (tidemq.cli.kube), so a missing or unreachable
+cluster ends in one line, not tracebacks.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from urllib.parse import urlsplit
 
 import click
 
-from tidemq.cli.common import parse_listen, setup_logging
+from tidemq.cli.common import parse_listen, run_async, setup_logging
 
 log = logging.getLogger("tidemq.cli")
 
@@ -24,7 +30,13 @@ log = logging.getLogger("tidemq.cli")
 @click.option("-A", "--all-namespaces", is_flag=True, envvar="TIDEMQ_OPERATOR_ALL_NAMESPACES",
               help="Watch every namespace (cluster-wide).")
 @click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
-              envvar="TIDEMQ_OPERATOR_LIVENESS", help="kopf liveness endpoint URL ('' to disable).")
+              envvar="TIDEMQ_OPERATOR_LIVENESS",
+              help="kopf's liveness endpoint (/healthz), on by default for the pod's liveness probe "
+                   "(the Helm chart's probe uses it); '' turns it off.")
+@click.option("--api-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              envvar="TIDEMQ_OPERATOR_API_WAIT",
+              help="Seconds to wait at start for the Kubernetes API server to accept connections "
+                   "before giving up with an error.")
 @click.option("--metrics-listen", default="0.0.0.0:9090", show_default=True,
               envvar="TIDEMQ_OPERATOR_METRICS_LISTEN", help="Prometheus /metrics HOST:PORT ('' off).")
 @click.option("--timer-interval", type=float, default=30.0, show_default=True,
@@ -58,7 +70,7 @@ log = logging.getLogger("tidemq.cli")
 @click.option("--cluster-key-secret", default=None, envvar="TIDEMQ_OPERATOR_CLUSTER_KEY_SECRET",
               help="Secret (in $POD_NAMESPACE) the operator creates with a new master key when "
                    "--cluster-key-file is missing: mount it at that path (the chart does).")
-def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str,
+def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, api_wait: float,
                  metrics_listen: str, timer_interval: float, retry_delay: float,
                  delete_retries: int, admin_timeout: float, standalone: bool,
                  peering: str | None, priority: int, log_level: str,
@@ -71,9 +83,12 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: st
     from tidemq.operator.handlers import OperatorConfig, register  # noqa: PLC0415
     from tidemq.operator.metrics import OperatorMetrics  # noqa: PLC0415
 
+    from tidemq.cli.kube import connection_error, find_api, install_log_filter, wait_for_api  # noqa: PLC0415
+
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("give --namespace (one or more) or --all-namespaces")
     setup_logging(log_level)
+    install_log_filter()
     from tidemq.client.config import ClientConfig  # noqa: PLC0415
     from tidemq.errors import ConfigError  # noqa: PLC0415
 
@@ -87,19 +102,43 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: st
                             client_config=client_config, cluster_key_file=cluster_key_file or None,
                             cluster_key_secret=cluster_key_secret or None,
                             namespace=os.environ.get("POD_NAMESPACE") or None)
+    api = find_api()
+    run_async(lambda: wait_for_api(api, api_wait))
     metrics = OperatorMetrics()
     if metrics_listen:
         host, port = parse_listen(metrics_listen, "--metrics-listen")
-        metrics.serve(host, port)
+        try:
+            metrics.serve(host, port)
+        except OSError as exc:
+            raise click.ClickException(_cannot_listen(metrics_listen, "--metrics-listen", exc)) from None
     registry = register(kopf.OperatorRegistry(), config, metrics)
-    log.info("tidemq operator: %s, timer every %.1f s", "all namespaces" if all_namespaces
-             else ", ".join(namespaces), timer_interval)
-    kopf.run(
-        registry=registry,
-        clusterwide=all_namespaces,
-        namespaces=list(namespaces),
-        standalone=standalone or None,
-        peering_name=peering,
-        priority=priority,
-        liveness_endpoint=liveness or None,
-    )
+    log.info("tidemq operator: %s, timer every %.1f s, Kubernetes API %s (from %s), liveness %s",
+             "all namespaces" if all_namespaces else ", ".join(namespaces), timer_interval,
+             api.server, api.source, liveness or "off")
+    try:
+        kopf.run(
+            registry=registry,
+            clusterwide=all_namespaces,
+            namespaces=list(namespaces),
+            standalone=standalone or None,
+            peering_name=peering,
+            priority=priority,
+            liveness_endpoint=liveness or None,
+        )
+    except Exception as exc:  # noqa: BLE001 (kopf ends with whatever stopped it)
+        err = connection_error(exc)
+        if err is None:
+            raise
+        if liveness and isinstance(err, OSError) and "bind" in str(err):
+            u = urlsplit(liveness)
+            raise click.ClickException(_cannot_listen(f"{u.hostname}:{u.port}", "--liveness", err)) from None
+        raise click.ClickException(f"the Kubernetes API at {api.server} (from {api.source}) failed: "
+                                   f"{err}; the operator stopped (in a pod it is restarted)") from None
+
+
+def _cannot_listen(address: str, option: str, exc: OSError) -> str:
+    from tidemq.remoting.transport import ListenError  # noqa: PLC0415
+
+    host, _, port = address.rpartition(":")
+    err = ListenError(host, int(port or 0), exc)
+    return f"cannot listen on {address} ({option}): {err.reason}; {err.advice(option)}"
