@@ -121,7 +121,7 @@ def test_request_with_callback_and_a_compressed_reply(cluster):
                                                done.set_exception, timeout=10)
                 reply = await asyncio.wait_for(done, 12)
                 assert await task is reply
-        assert reply.body == big + b"!" and not reply.sys_flag & SysFlag.COMPRESSED
+        assert reply.body == big + b"!" and reply.sys_flag & SysFlag.COMPRESSED  # inflated, flag as sent
 
     run(main)
 
@@ -255,7 +255,7 @@ def test_compressed_push_is_inflated_and_garbage_is_a_codec_error():
     cmd = build_push(_send_fields(sysFlag=str(int(SysFlag.COMPRESSED))), {}, zlib.compress(body),
                      "a:1", "b:2", 5)
     msg = decode_reply(decode_frame(encode_frame(cmd)), 6)
-    assert msg.body == body and msg.sys_flag == 0
+    assert msg.body == body and msg.sys_flag == SysFlag.COMPRESSED
     bad = build_push(_send_fields(sysFlag="1"), {}, b"not zlib", "a:1", "b:2", 5)
     with pytest.raises(CodecError):
         decode_reply(bad, 6)

@@ -105,9 +105,8 @@ def decode_reply(cmd: RemotingCommand, arrive_ms: int) -> MessageExt:
         raise CodecError("reply push without topic")
     sys_flag = _int_field(cmd, "sysFlag", 0, 32)
     body = cmd.body_bytes()
-    if sys_flag & SysFlag.COMPRESSED:
+    if sys_flag & SysFlag.COMPRESSED:  # the flag stays as sent (RocketMQ's decoder keeps it too)
         body = inflate(body)  # bounded; CodecError when not zlib
-        sys_flag &= ~SysFlag.COMPRESSED
     props = decode_properties(cmd.get_str("properties") or "")
     props[Prop.ARRIVE_TIME] = str(arrive_ms)
     return MessageExt(
