@@ -30,7 +30,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import logging
 import os
@@ -42,11 +41,11 @@ from pathlib import Path
 
 import yaml
 
-from tidemq.broker.topics import is_holding_topic, loggable
+from tidemq.broker.topics import is_holding_topic
 from tidemq.errors import ConfigError, FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
-from tidemq.remoting.acl import ACCESS_KEY, SIGNATURE, signature
+from tidemq.remoting.acl import ACCESS_KEY, RefusalLog, check_account, loggable, peer_host
 
 log = logging.getLogger(__name__)
 
@@ -404,19 +403,9 @@ def _printable(resource: str) -> str:
 def authorize(config: AclConfig, cmd: RemotingCommand, host: str) -> tuple[str | None, str | None]:
     """``(access_key, None)`` when ``cmd`` from ``host`` is allowed, else ``(access_key, reason)``
     with RocketMQ 4.9.8's wording where it has one."""
-    fields = cmd.ext_fields
-    ak = fields.get(ACCESS_KEY)
-    if not ak:  # the C++ client without credentials sends an empty AccessKey
-        return None, "No accessKey is configured"
-    acct = config.accounts.get(ak)
+    ak, acct, reason = check_account(config.accounts, cmd, host)
     if acct is None:
-        return ak, f"No acl config for {ak}"
-    if acct.white_remote_address is not None and not acct.white_remote_address.match(host):
-        return ak, f"Remote address {host} is not in the whiteRemoteAddress of accessKey={ak}"
-    given = fields.get(SIGNATURE)
-    expected = signature(fields, cmd.body_bytes(), acct.secret_key)
-    if given is None or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("ascii")):
-        return ak, f"Check signature failed for accessKey={ak}"
+        return ak, reason
     try:
         need = needed_resources(cmd)
     except ValueError as exc:
@@ -447,11 +436,6 @@ def missing_permission(acct: Account, need: Mapping[str, Perm]) -> str | None:
     return None
 
 
-def _host(peer: str) -> str:
-    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
-    return host.strip("[]")
-
-
 def _stamp(path: Path) -> tuple[int, int, int, int]:
     st = os.stat(path)  # follows symlinks: a Kubernetes Secret update swaps ..data, a new inode
     return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
@@ -470,18 +454,17 @@ class AclService:
         self.refused = 0
         self.reloads = 0
         self.reload_errors = 0
-        self._log_window = 0.0
-        self._logged = 0
+        self._refusals = RefusalLog(log, clock=clock)
         log.info("ACL enabled from %s: %d account(s) %s", path, len(self.config.accounts),
                  ", ".join(sorted(self.config.accounts)))
 
     def check(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """None when allowed; else the refusal to send back (RocketMQ's SYSTEM_ERROR)."""
-        ak, reason = authorize(self.config, cmd, _host(conn.peer))
+        ak, reason = authorize(self.config, cmd, peer_host(conn.peer))
         if reason is None:
             return None
         self.refused += 1
-        self._log_refusal(conn.peer, cmd.code, ak, reason)
+        self._refusals.refused(f"request code {cmd.code}", conn.peer, ak, reason)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
 
     def check_resources(self, conn: Connection, cmd: RemotingCommand,
@@ -495,19 +478,8 @@ class AclService:
         if reason is None:
             return None
         self.refused += 1
-        self._log_refusal(conn.peer, cmd.code, ak, reason)
+        self._refusals.refused(f"request code {cmd.code}", conn.peer, ak, reason)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
-
-    def _log_refusal(self, peer: str, code: int, ak: str | None, reason: str) -> None:
-        now = self.clock()
-        if now - self._log_window >= 10.0:
-            if self._logged > 20:
-                log.warning("ACL: %d more refusals not logged in the last window", self._logged - 20)
-            self._log_window, self._logged = now, 0
-        self._logged += 1
-        if self._logged <= 20:  # reason names the access key at most, never the secret
-            log.warning("ACL refused request code %d from %s (accessKey=%s): %s", code, peer,
-                        loggable(ak), loggable(reason, 300))
 
     def poll(self) -> AclConfig | None:
         """Blocking (run in a worker thread): the new config when the file changed, else None.

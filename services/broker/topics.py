@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
+from tidemq.remoting.acl import loggable  # noqa: F401  (re-exported for the broker)
 from tidemq.remoting.codes import Perm
 
 log = logging.getLogger(__name__)
@@ -82,17 +83,6 @@ def group_of(topic: str) -> str | None:
         if topic.startswith(prefix):
             return topic[len(prefix):]
     return None
-
-
-def loggable(name: object, limit: int = 80) -> str:
-    """A client-supplied name made safe for a log line or a remark: control characters and
-    non-ASCII escaped (a newline cannot forge a log line), cut to ``limit`` characters."""
-    text = str(name)
-    if len(text) > limit:
-        text = f"{text[:limit]}...({len(text)} chars)"
-    if text.isascii() and text.isprintable():
-        return text
-    return text.encode("unicode_escape").decode("ascii")
 
 
 # Topics that hold other topics' messages until they are due or committed (delay levels, the timer,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from tidemq.remoting import Connection, RemotingCommand, ResponseCode
-from tidemq.remoting.acl import ACCESS_KEY, verify
+from tidemq.remoting.acl import RefusalLog, check_account, peer_host
 
 log = logging.getLogger(__name__)
 
@@ -63,32 +63,12 @@ class AccountSource(Protocol):
 def authorize_write(accounts: Mapping[str, Account], cmd: RemotingCommand, host: str) -> tuple[str | None, str | None]:
     """``(access_key, None)`` when ``cmd`` from ``host`` may change the name server's state, else
     ``(access_key, reason)`` in RocketMQ's words."""
-    ak = cmd.ext_fields.get(ACCESS_KEY)
-    if not ak:
-        return None, "No accessKey is configured"
-    acct = accounts.get(ak)
+    ak, acct, reason = check_account(accounts, cmd, host)
     if acct is None:
-        return ak, f"No acl config for {ak}"
-    if acct.white_remote_address is not None and not acct.white_remote_address.match(host):
-        return ak, f"Remote address {host} is not in the whiteRemoteAddress of accessKey={ak}"
-    if not verify(cmd, acct.secret_key):
-        return ak, f"Check signature failed for accessKey={ak}"
+        return ak, reason
     if not acct.admin:
         return ak, f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not"
     return ak, None
-
-
-def _printable(text: str | None, limit: int = 80) -> str | None:
-    """A client-supplied value made safe for a log line (no forged lines), cut to ``limit``."""
-    if text is None:
-        return None
-    cut = text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
-    return cut if cut.isascii() and cut.isprintable() else cut.encode("unicode_escape").decode("ascii")
-
-
-def _host(peer: str) -> str:
-    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
-    return host.strip("[]")
 
 
 class WriteGuard:
@@ -98,26 +78,13 @@ class WriteGuard:
         self.source = source
         self.clock = clock
         self.refused = 0
-        self._window = float("-inf")
-        self._logged = 0
+        self._refusals = RefusalLog(log, LOG_WINDOW, LOG_PER_WINDOW, clock)
 
     def check(self, conn: Connection, cmd: RemotingCommand, what: str) -> RemotingCommand | None:
         """None when allowed; else the refusal to answer with."""
-        ak, reason = authorize_write(self.source.config.accounts, cmd, _host(conn.peer))
+        ak, reason = authorize_write(self.source.config.accounts, cmd, peer_host(conn.peer))
         if reason is None:
             return None
         self.refused += 1
-        self._log(conn.peer, what, ak, reason)
+        self._refusals.refused(what, conn.peer, ak, reason)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
-
-    def _log(self, peer: str, what: str, ak: str | None, reason: str) -> None:
-        now = self.clock()
-        if now - self._window >= LOG_WINDOW:
-            if self._logged > LOG_PER_WINDOW:
-                log.warning("ACL: %d more refused name-server writes not logged in the last %g s",
-                            self._logged - LOG_PER_WINDOW, LOG_WINDOW)
-            self._window, self._logged = now, 0
-        self._logged += 1
-        if self._logged <= LOG_PER_WINDOW:
-            log.warning("ACL refused %s from %s (accessKey=%s): %s", what, peer, _printable(ak),
-                        _printable(reason, 300))

@@ -20,7 +20,7 @@ from tidemq.broker.clients import (
     parse_tag_expression,
 )
 from tidemq.broker.processors.common import refused
-from tidemq.broker.topics import RETRY_PREFIX, loggable, validate_group_name
+from tidemq.broker.topics import RETRY_PREFIX, loggable
 from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import Connection, LanguageCode, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
@@ -178,9 +178,10 @@ class ConsumerManageProcessor:
     def query_offset(self, conn: Connection, cmd: RemotingCommand):
         b = self.broker
         group = cmd.get_str("consumerGroup") or ""
-        problem = validate_group_name(group) if b.groups.get(group) is None else None
-        if problem:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, problem)
+        try:
+            b.creation.check_group_name(group)
+        except BrokerError as exc:
+            return cmd.response(exc.code, exc.remark)
         topic = cmd.get_str("topic") or ""
         queue_id = cmd.get_int("queueId", bits=32)
         offset = b.offsets.query(group, topic, queue_id)
