@@ -38,14 +38,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from tidemq.broker.topics import is_holding_topic
-from tidemq.errors import ConfigError, FrameError
+from tidemq.errors import BrokerError, ConfigError, FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
 from tidemq.remoting.acl import ACCESS_KEY, RefusalLog, check_account, loggable, peer_host
+
+if TYPE_CHECKING:
+    from tidemq.broker.messaging.context import Caller
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +484,18 @@ class AclService:
         self.refused += 1
         self._refusals.refused(f"request code {cmd.code}", conn.peer, ak, reason)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
+
+    def check_stored(self, caller: "Caller", need: Mapping[str, Perm]) -> None:
+        """:class:`tidemq.broker.messaging.context.StoredAccess`: raise the refusal when the
+        caller's (already verified) account may not use ``need``."""
+        ak = caller.access_key or ""
+        acct = self.config.accounts.get(ak)
+        reason = "No accessKey is configured" if acct is None else missing_permission(acct, need)
+        if reason is None:
+            return
+        self.refused += 1
+        self._refusals.refused(f"request code {caller.code}", caller.peer, ak, reason)
+        raise BrokerError(f"AclException: {reason}", ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
 
     def poll(self) -> AclConfig | None:
         """Blocking (run in a worker thread): the new config when the file changed, else None.
