@@ -4,6 +4,7 @@ refusals of bad specs, and the CEL rules (evaluated with cel-python, as the API 
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,12 +55,22 @@ def test_crd_is_a_valid_apiextensions_v1_object(kind):
     assert version["subresources"]["status"] == {}
 
 
-def test_the_operator_folder_does_not_shadow_the_stdlib_operator():
-    code = "import operator, tidemq.operator as t; print(operator.__file__); print(t.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    std, ours = out.splitlines()
-    assert Path(std).parent != ROOT / "operator" and std.endswith("operator.py")
-    assert Path(ours) == ROOT / "operator" / "__init__.py"
+def test_the_repository_root_on_sys_path_does_not_shadow_the_stdlib_operator():
+    """operator/ holds no __init__.py (the package is operator/tidemq_operator/): with the root first
+    on sys.path it is at most a namespace portion, and the standard library's module wins."""
+    code = ("import sys, operator; operator.eq; print(operator.__file__)\n"
+            "import tidemq, tidemq.operator; print(tidemq.operator.__file__)\n"
+            "print(sys.path[1])")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    std, ours, path1 = proc.stdout.splitlines()
+    assert Path(path1) == ROOT  # PYTHONPATH: the root comes before the standard library
+    assert not Path(std).is_relative_to(ROOT) and std.endswith("operator.py")
+    assert Path(ours) == ROOT / "operator" / "tidemq_operator" / "__init__.py"
+    assert not (ROOT / "operator" / "__init__.py").exists()
 
 
 def test_crd_files_are_the_ones_on_disk():

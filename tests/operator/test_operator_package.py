@@ -41,12 +41,6 @@ def test_importing_the_package_registers_the_handlers_in_kopfs_default_registry(
     assert any("configure" in a for a in found["activities"])
 
 
-def test_the_operator_folder_is_not_the_stdlib_operator_module():
-    import operator  # noqa: PLC0415
-
-    assert hasattr(operator, "itemgetter")
-
-
 def test_pure_modules_import_without_kopf():
     probe = ("import sys; sys.modules['kopf'] = None  # import kopf now raises ImportError\n"
              "import tidemq.operator, tidemq.operator.workloads, tidemq.operator.rollout\n"

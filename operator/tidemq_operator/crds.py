@@ -31,9 +31,10 @@ PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumerg
 
 
 def crd_dir() -> Path:
-    """The folder holding the CRD manifests (the repository's ``crds/``)."""
+    """The folder holding the CRD manifests: the repository's ``crds/`` (this file is
+    ``operator/tidemq_operator/crds.py``), or, installed, the copy the Dockerfile puts next to it."""
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "crds", here / "crds"):
+    for candidate in (here.parents[1] / "crds", here / "crds"):
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"no crds/ folder next to {here}")
@@ -56,11 +57,6 @@ def _load(kind: str) -> dict[str, Any]:
 def load_crd(kind: str) -> dict[str, Any]:
     """The CRD manifest of ``kind`` as a dict (a fresh copy)."""
     return copy.deepcopy(_load(kind))
-
-
-def load_crds() -> dict[str, dict[str, Any]]:
-    """Every TideMQ CRD manifest, by kind."""
-    return {kind: load_crd(kind) for kind in KINDS}
 
 
 def openapi_schema(kind: str, version: str = VERSION) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The TideMQ Kubernetes operator (kopf), imported as ``tidemq.operator``.
 
-The folder ``operator/`` is mapped into the ``tidemq`` namespace by pyproject.toml and is never
-importable as the top-level ``operator`` (that name stays the standard library's). Kubernetes
+The folder ``operator/tidemq_operator/`` is mapped into the ``tidemq`` namespace by pyproject.toml.
+``operator/`` itself holds no ``__init__.py``: with the repository root on ``sys.path`` it is at most
+a namespace-package portion, which never wins over the standard library's ``operator``. Kubernetes
 objects are built by pure functions (:mod:`tidemq.operator.workloads`); the CRDs live in ``crds/``
 (:mod:`tidemq.operator.crds`). The operator reaches brokers only through ``tidemq.client.Admin``.
 """
