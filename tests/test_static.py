@@ -261,12 +261,9 @@ def e2e_scripts() -> list[Path]:
 
 
 def child_env() -> dict[str, str]:
-    """Environment for a child pytest: the repository root off sys.path (its operator/ folder
-    would shadow the standard library's), and none of the parent run's options (CI sets
-    PYTEST_ADDOPTS with --junitxml/--basetemp, which a child must not share)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
-    env["PYTHONSAFEPATH"] = "1"
-    return env
+    """Environment for a child pytest: none of the parent run's options (CI sets PYTEST_ADDOPTS
+    with --junitxml/--basetemp, which a child must not share)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
 
 
 # ---- shell scripts ---------------------------------------------------------------------------
@@ -676,7 +673,7 @@ _IMPORT_ALL = """
 import importlib, json, pathlib, sys, traceback
 root = pathlib.Path(sys.argv[1])
 package = (root / "e2e" / "__init__.py").is_file()
-sys.path.append(str(root))  # appended: the root's operator/ folder must not shadow the stdlib
+sys.path.append(str(root))
 if not package:
     sys.path.append(str(root / "e2e"))
 result = {}
@@ -694,7 +691,7 @@ print("RESULT " + json.dumps(result))
 def e2e_imports() -> dict[str, str | None]:
     if not E2E.is_dir():
         pytest.fail("the e2e/ folder is missing")
-    proc = run_tool([sys.executable, "-P", "-c", _IMPORT_ALL, str(ROOT), *e2e_modules()], env=child_env())
+    proc = run_tool([sys.executable, "-c", _IMPORT_ALL, str(ROOT), *e2e_modules()], env=child_env())
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, f"importing the e2e modules failed:\n{output(proc)}"
     return json.loads(line[len("RESULT "):])
@@ -715,7 +712,7 @@ def test_e2e_module_imports(module: str, e2e_imports):
 @pytest.mark.parametrize("rel", e2e_scripts(), ids=str)
 def test_e2e_script_help(rel: Path):
     """A program the suite runs in the cluster starts and parses its arguments (`--help`)."""
-    proc = run_tool([sys.executable, "-P", str(rel), "--help"], env=child_env(), timeout=60)
+    proc = run_tool([sys.executable, str(rel), "--help"], env=child_env(), timeout=60)
     assert proc.returncode == 0 and "usage" in proc.stdout.lower(), f"python {rel} --help:\n{output(proc)}"
 
 

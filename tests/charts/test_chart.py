@@ -89,7 +89,7 @@ def helm_python() -> Path:
 
 def lint(helm_python: Path, chart: Path) -> list[dict]:
     """Helm lint messages of ``chart`` (a folder)."""
-    proc = subprocess.run([str(helm_python), "-P", "-c", LINT, str(chart)], capture_output=True,
+    proc = subprocess.run([str(helm_python), "-c", LINT, str(chart)], capture_output=True,
                           text=True, timeout=120, cwd=chart.parent)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -478,7 +478,7 @@ def render(helm_python: Path, kubeconfig: Path, release: str, values: dict) -> l
     import os  # noqa: PLC0415
 
     proc = subprocess.run(
-        [str(helm_python), "-P", "-c", INSTALL, str(kubeconfig), release, str(CHART), json.dumps(values)],
+        [str(helm_python), "-c", INSTALL, str(kubeconfig), release, str(CHART), json.dumps(values)],
         capture_output=True, text=True, timeout=120, cwd=CHART.parent,
         env=dict(os.environ, HELM_DRIVER="memory"))
     assert proc.returncode == 0, proc.stderr[-3000:]

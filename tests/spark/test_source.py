@@ -201,9 +201,9 @@ def test_format_resolves_without_register_through_pyspark_tidemq(cluster, tmp_pa
         f".option('subscribe', '{topic}').load().count()\n"
         "print('COUNT', n)\n"
         "spark.stop()\n")
-    # The wheel installs pyspark_tidemq at the top level; an editable install hides it from
-    # Spark's path scan, so the test puts its folder on the path (the root must not be: the
-    # operator/ folder would shadow the standard library's operator module).
+    # The wheel installs pyspark_tidemq at the top level; an editable install maps it with an
+    # import hook, which Spark's path scan (pkgutil.iter_modules) does not see, so the test puts
+    # its folder on the path (as dev.py's .pth does for the venv).
     env = dict(os.environ, PYTHONPATH=str(ROOT / "spark" / "discovery"),
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
