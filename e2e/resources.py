@@ -1,6 +1,6 @@
 """The tidemq.io objects the scenarios apply, and what "ready" means for them (pure functions).
 
-Readiness as the operator writes it (operator/handlers.py):
+Readiness as the operator writes it (operator/tidemq_operator/handlers.py):
 - Cluster: condition Ready=True (reason AllReady: every StatefulSet settled with the desired spec
   hash) for the current ``metadata.generation`` (conditions carry ``observedGeneration``);
 - Topic: Ready=True (reason Reconciled) with ``status.observedGeneration`` = generation; while a

@@ -301,12 +301,12 @@ def test_rbac_is_least_privilege() -> None:
                for v in rule["verbs"]}
     groups = {g for g, _, _ in granted}
     assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev"}
-    # Secrets: created (each Cluster's key, operator/clusterkey.py), never read, listed or patched
+    # Secrets: created (each Cluster's key, operator/tidemq_operator/clusterkey.py), never read, listed or patched
     assert {v for _, r, v in granted if r == "secrets"} == {"create"}
 
 
 def test_rbac_covers_what_the_operator_creates() -> None:
-    """Every kind the operator applies for a Cluster (operator/workloads.py) may be created and
+    """Every kind the operator applies for a Cluster (operator/tidemq_operator/workloads.py) may be created and
     patched; StatefulSets also read; the custom resources watched and their status patched."""
     from tidemq.operator import workloads  # noqa: PLC0415
 
@@ -318,7 +318,7 @@ def test_rbac_covers_what_the_operator_creates() -> None:
     objs = workloads.desired_objects(cluster)
     kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"]) for o in objs}
     assert kinds == {("", "Service"), ("", "ConfigMap"), ("policy", "PodDisruptionBudget"), ("apps", "StatefulSet")}
-    assert ("", "secrets", "create") in granted  # the Cluster key Secret, created apart (operator/clusterkey.py)
+    assert ("", "secrets", "create") in granted  # the Cluster key Secret, created apart (operator/tidemq_operator/clusterkey.py)
     plural = {"Service": "services", "ConfigMap": "configmaps", "PodDisruptionBudget": "poddisruptionbudgets",
               "StatefulSet": "statefulsets"}
     for group, kind in kinds:
@@ -633,7 +633,7 @@ def _operator(objs: list[dict]) -> dict:
 
 
 def test_operator_gets_the_master_key_mounted_never_in_the_chart(rendered) -> None:
-    """Name-server write protection (operator/clusterkey.py): the operator creates its master key
+    """Name-server write protection (operator/tidemq_operator/clusterkey.py): the operator creates its master key
     Secret at its first start; the chart only mounts it (optional, so the first start works) and
     tells the operator its name and namespace. The chart never renders a Secret."""
     for which, name in (("default", "tidemq-operator-cluster-key"), ("all", "tidemq-master-key")):

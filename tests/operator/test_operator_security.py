@@ -1,4 +1,4 @@
-"""Pod hardening (matrix row S4): every pod template the operator renders (operator/workloads.py) and
+"""Pod hardening (matrix row S4): every pod template the operator renders (operator/tidemq_operator/workloads.py) and
 the chart's operator Deployment run non-root, read-only, without privilege escalation or
 capabilities, with RuntimeDefault seccomp; broker and name-server pods get no API token.
 

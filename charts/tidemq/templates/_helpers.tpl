@@ -50,7 +50,7 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* The operator's master key Secret (operator/clusterkey.py): created by the operator, mounted here. */}}
+{{/* The operator's master key Secret (operator/tidemq_operator/clusterkey.py): created by the operator, mounted here. */}}
 {{- define "tidemq.clusterKeySecret" -}}
 {{- default (printf "%s-cluster-key" (include "tidemq.operatorName" .) | trunc 63 | trimSuffix "-") .Values.operator.clusterKey.secretName }}
 {{- end }}
@@ -72,10 +72,10 @@ app.kubernetes.io/component: operator
      - tidemq.io resources: kopf lists and watches them and patches them (annotations, finalizers,
        status through the status subresource); blockOwnerDeletion on owner references of the
        Cluster's workloads needs update on clusters/finalizers;
-     - the Cluster's workloads (operator/workloads.py, applied by handlers._apply_objects):
+     - the Cluster's workloads (operator/tidemq_operator/workloads.py, applied by handlers._apply_objects):
        StatefulSets are read, created and patched; Services, ConfigMaps and PodDisruptionBudgets are
        created and patched;
-     - Secrets: each managed Cluster's key Secret (operator/clusterkey.py) is created once; the
+     - Secrets: each managed Cluster's key Secret (operator/tidemq_operator/clusterkey.py) is created once; the
        operator never reads, lists or patches a Secret;
      - Events: kopf posts handler progress and the operator's warnings;
      - kopf.dev peerings when peering is on. */}}
