@@ -18,7 +18,6 @@ and an offsets array instead of one Python ``bytes`` per body.
 
 from __future__ import annotations
 
-import struct
 from array import array
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -39,6 +38,8 @@ from pyspark.sql.types import (
 from tidemq.errors import CodecError
 from tidemq.message import (
     MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    RECORD_FIXED_V4,
     SysFlag,
     decode_properties,
     encode_offset_msg_id,
@@ -75,10 +76,9 @@ def arrow_schema(include_properties: bool = False) -> pa.Schema:
     return pa.schema(fields)
 
 
-# Fixed part of a record with IPv4 hosts, through bodyLength (88 bytes): totalSize, magic,
-# bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp, bornHost,
-# bornPort, storeTimestamp, storeHost, storePort, reconsumeTimes, preparedTxOffset, bodyLength.
-_REC4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
+# Records are decoded with tidemq.message's layout: RECORD_FIXED_V4 is the fixed part with IPv4
+# hosts, TOTALSIZE through BODYLENGTH; IPv6 hosts (rare) go through decode_record.
+_FIXED_SIZE = RECORD_FIXED_V4.size
 _V6 = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)  # plain ints: IntFlag & costs ~1 us
 _COMPRESSED = int(SysFlag.COMPRESSED)
 
@@ -129,18 +129,18 @@ def collect(body: bytes, cols: Columns, end_offset: int, tags_filter: frozenset[
     n = len(body)
     pos = 0
     last = -1
-    unpack = _REC4.unpack_from
+    unpack = RECORD_FIXED_V4.unpack_from
     want_props = cols.props is not None
     wanted = None if tags_filter is None else {t.encode("utf-8") for t in tags_filter}
     add_body, add_offset, add_key = cols.bodies.append, cols.offsets.append, cols.keys.append
     add_tag, add_id, add_born = cols.tags.append, cols.msg_ids.append, cols.born.append
     add_stored, add_reconsume = cols.stored.append, cols.reconsume.append
     while pos < n:
-        if pos + 88 > n:
+        if pos + _FIXED_SIZE > n:
             raise CodecError(f"pull response truncated at byte {pos}")
         (total, magic, _crc, _qid, _flag, qoff, phys, sys_flag, born_ts, _bh, _bp, store_ts,
          store_host, store_port, reconsume, _prep, blen) = unpack(body, pos)
-        if magic != MESSAGE_MAGIC or total < 91 or pos + total > n:
+        if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or pos + total > n:
             raise CodecError(f"bad record at byte {pos} of a pull response")
         if qoff >= end_offset:
             break
@@ -152,8 +152,8 @@ def collect(body: bytes, cols: Columns, end_offset: int, tags_filter: frozenset[
             reconsume, store_ts, born_ts = m.reconsume_times, m.store_timestamp, m.born_timestamp
             store_id = m.offset_msg_id
         else:
-            p = pos + 88
-            if not 0 <= blen <= total - 91:
+            p = pos + _FIXED_SIZE
+            if not 0 <= blen <= total - MIN_RECORD_SIZE:
                 raise CodecError(f"bad body length {blen} at byte {pos} of a pull response")
             b = mv[p:p + blen]
             p += blen

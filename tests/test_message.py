@@ -3,6 +3,7 @@ batches, message ids, tag hashes; round trips and random bytes."""
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import pytest
@@ -12,6 +13,12 @@ from hypothesis import strategies as st
 from tidemq.errors import CodecError
 from tidemq.message import (
     MAX_BATCH_MESSAGES,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    QUEUE_OFFSET_POS,
+    RECORD_FIXED_V4,
+    STORE_TIMESTAMP_POS,
+    SYS_FLAG_POS,
     SysFlag,
     count_batch,
     decode_batch,
@@ -27,6 +34,7 @@ from tidemq.message import (
     inflate,
     java_hash,
     make_uniq_id,
+    record_fixed,
 )
 
 A6 = bytes.fromhex(
@@ -55,6 +63,29 @@ def test_record_matches_the_reference_vector():
     assert (m.topic, m.body, m.tags, m.store_host, m.born_host) == ("TopicTest", b"hello", "TagA", "127.0.0.1:10911", "127.0.0.1:50000")
     assert m.offset_msg_id == "7F00000100002A9F0000000000000000"
     assert m.body_crc == 907060870 and m.store_size == 137
+
+
+def test_the_one_record_layout_names_the_reference_vector_fields():
+    fields = RECORD_FIXED_V4.unpack_from(A6)
+    assert RECORD_FIXED_V4.size == 88 and MIN_RECORD_SIZE == 91
+    assert fields == (137, 0xDAA320A7, 907060870, 0, 0, 0, 0, 0, 1700000000000, LOCAL, 50000,
+                      1700000000123, LOCAL, 10911, 0, 0, 5)
+    raw = _record(queue_offset=7, physical_offset=4096, sys_flag=int(SysFlag.MULTI_TAGS))
+    assert struct.unpack_from(">q", raw, QUEUE_OFFSET_POS) == (7,)
+    assert struct.unpack_from(">q", raw, PHYSICAL_OFFSET_POS) == (4096,)
+    assert struct.unpack_from(">i", raw, SYS_FLAG_POS) == (int(SysFlag.MULTI_TAGS),)
+    assert struct.unpack_from(">q", raw, STORE_TIMESTAMP_POS) == (1700000000123,)
+
+
+def test_ipv6_layouts_move_the_fields_after_each_host():
+    v6 = bytes(range(16))
+    raw = _record(born_host=v6, store_host=LOCAL)
+    fields = record_fixed(True, False).unpack_from(raw)
+    assert fields[9:14] == (v6, 50000, 1700000000123, LOCAL, 10911)
+    assert record_fixed(True, True).size == RECORD_FIXED_V4.size + 24
+    m = decode_record(_record(born_host=LOCAL, store_host=v6))
+    assert (m.born_host, m.store_timestamp, m.body) == ("127.0.0.1:50000", 1700000000123, b"hello")
+    assert m.store_host.startswith("[") and m.sys_flag & SysFlag.STOREHOST_V6
 
 
 def test_java_hash_matches_reference_values():

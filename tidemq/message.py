@@ -4,17 +4,14 @@ Pure functions only: bytes in, values out (and back), no sockets, files or clock
 generator takes its clock and counter as arguments). Every decoder raises
 :class:`tidemq.errors.CodecError` and nothing else on bad input.
 
-Stored record layout (RocketMQ 4.x CommitLog, also the pull-response body element), big-endian:
-``totalSize i32 | magic u32 | bodyCRC i32 | queueId i32 | flag i32 | queueOffset i64 |
-physicalOffset i64 | sysFlag i32 | bornTimestamp i64 | bornHost (4+4 or 16+4) | storeTimestamp i64 |
-storeHost (4+4 or 16+4) | reconsumeTimes i32 | preparedTransactionOffset i64 |
-bodyLength i32 + body | topicLength i8 + topic | propertiesLength i16 + properties``.
+The stored record layout (RocketMQ 4.x CommitLog, also the pull-response body element) is defined
+once, field by field, in the "stored records" section (``RECORD_HEAD``, ``record_fixed``); the
+store's writer and the Spark decoder use those definitions, never a struct of their own.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import struct
 import zlib
@@ -286,13 +283,6 @@ class MessageExt:
         self._properties = value
         self._props_text = None
 
-    def set_property_lazily(self, name: str, value: str) -> None:
-        """``properties[name] = value`` without parsing the properties now (hot path)."""
-        if self._properties is None:
-            self._props_text = f"{self._props_text}{PROPERTY_SEP}{name}{NAME_VALUE_SEP}{value}"
-        else:
-            self._properties[name] = value
-
     @property
     def born_host(self) -> str:
         host = self._born_host
@@ -394,16 +384,59 @@ _new_ext = object.__new__
 # ---------------------------------------------------------------------------------------------
 # stored records
 
-# fixed part with IPv4 hosts, up to and including bodyLength (88 bytes)
-_REC4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
-_HEAD = struct.Struct(">iIiiiqqiq")  # through bornTimestamp (48 bytes)
-QUEUE_OFFSET_POS = 20
-PHYSICAL_OFFSET_POS = 28
-STORE_TIMESTAMP_POS = 56  # IPv4 born host
+# The layout, field by field (RocketMQ's CommitLog names), big-endian. Every reader and writer of
+# stored records (this module, the store's writer, spark/arrow.py, the CommitLog's checks) uses
+# these definitions. The hosts are 4 bytes (IPv4) or 16 (IPv6: SysFlag.BORNHOST_V6 and
+# STOREHOST_V6), so the fields after a host move with it; ``record_fixed`` gives each variant.
+_HEAD_FORMAT = (
+    ">i"  # TOTALSIZE: the whole record, this field included
+    "I"  # MAGICCODE: MESSAGE_MAGIC (BLANK_MAGIC starts a segment's end filler instead)
+    "i"  # BODYCRC: zlib.crc32(body) & 0x7FFFFFFF
+    "i"  # QUEUEID
+    "i"  # FLAG: the producer's flag
+    "q"  # QUEUEOFFSET: position in the consume queue (a ConsumeQueue unit index)
+    "q"  # PHYSICALOFFSET: the record's own position in the CommitLog
+    "i"  # SYSFLAG: SysFlag bits (compression, transaction state, IPv6 hosts)
+    "q"  # BORNTIMESTAMP: ms, set by the producer
+)
+_HOST_V4, _HOST_V6 = "4s", "16s"  # BORNHOST / STOREHOST: the address bytes
+_BORN_TAIL_FORMAT = (
+    "i"  # BORNPORT
+    "q"  # STORETIMESTAMP: ms, set by the broker
+)
+_STORE_TAIL_FORMAT = (
+    "i"  # STOREPORT
+    "i"  # RECONSUMETIMES
+    "q"  # PREPAREDTRANSACTIONOFFSET
+    "i"  # BODYLENGTH, followed by BODY, TOPICLENGTH (i8) + TOPIC, PROPERTIESLENGTH (i16) + PROPERTIES
+)
+RECORD_HEAD = struct.Struct(_HEAD_FORMAT)  # through BORNTIMESTAMP (48 bytes), the same in every variant
+_BORN_TAIL = struct.Struct(">" + _BORN_TAIL_FORMAT)
+_STORE_TAIL = struct.Struct(">" + _STORE_TAIL_FORMAT)
+_FIXED = {
+    (born_v6, store_v6): struct.Struct(
+        _HEAD_FORMAT + (_HOST_V6 if born_v6 else _HOST_V4) + _BORN_TAIL_FORMAT
+        + (_HOST_V6 if store_v6 else _HOST_V4) + _STORE_TAIL_FORMAT)
+    for born_v6 in (False, True) for store_v6 in (False, True)
+}
+# The fixed part with IPv4 hosts, TOTALSIZE through BODYLENGTH (88 bytes): one unpack_from per
+# record on the decoding hot paths (bench/produce_consume.py pull, bench/spark_read.py).
+RECORD_FIXED_V4 = _FIXED[False, False]
+_TEXT_LENGTHS = 1 + 2  # TOPICLENGTH (i8) + PROPERTIESLENGTH (i16)
+MIN_RECORD_SIZE = RECORD_FIXED_V4.size + _TEXT_LENGTHS  # 91: IPv4 hosts, empty body, topic, properties
+QUEUE_OFFSET_POS = struct.calcsize(">iIiii")  # 20
+PHYSICAL_OFFSET_POS = QUEUE_OFFSET_POS + 8  # 28
+SYS_FLAG_POS = PHYSICAL_OFFSET_POS + 8  # 36
+STORE_TIMESTAMP_POS = RECORD_HEAD.size + 4 + 4  # 56 with an IPv4 born host, 12 more with IPv6
+
+
+def record_fixed(born_v6: bool, store_v6: bool) -> struct.Struct:
+    """The fixed part, TOTALSIZE through BODYLENGTH, for the given host address families."""
+    return _FIXED[born_v6, store_v6]
 
 
 def record_size(body_len: int, topic_len: int, props_len: int, v6_hosts: int = 0) -> int:
-    return 91 + body_len + topic_len + props_len + 12 * v6_hosts
+    return MIN_RECORD_SIZE + body_len + topic_len + props_len + 12 * v6_hosts
 
 
 def encode_record(
@@ -441,14 +474,11 @@ def encode_record(
     if crc is None:
         crc = body_crc(body)
     parts = [
-        _HEAD.pack(
+        record_fixed(len(born_host) == 16, len(store_host) == 16).pack(
             total, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-            born_timestamp,
+            born_timestamp, born_host, born_port, store_timestamp, store_host, store_port,
+            reconsume_times, prepared_transaction_offset, len(body),
         ),
-        born_host,
-        struct.pack(">iq", born_port, store_timestamp),
-        store_host,
-        struct.pack(">iiqi", store_port, reconsume_times, prepared_transaction_offset, len(body)),
         body,
         struct.pack(">b", len(topic)),
         topic,
@@ -509,20 +539,18 @@ def decode_record_header(buf: bytes | memoryview, pos: int = 0, end: int | None 
     total, magic = struct.unpack_from(">iI", mv, pos)
     if magic != MESSAGE_MAGIC:
         raise CodecError(f"bad magic code 0x{magic:08X} at byte {pos}")
-    if total < 91 or pos + total > end:
+    if total < MIN_RECORD_SIZE or pos + total > end:
         raise CodecError(f"record at byte {pos} claims {total} bytes, {end - pos} available")
     rend = pos + total
-    crc, queue_id, _flag, queue_offset, physical_offset, sys_flag = struct.unpack_from(
-        ">iiiqqi", mv, pos + 8
-    )
-    p = pos + 48
-    p += (16 if sys_flag & SysFlag.BORNHOST_V6 else 4) + 4
-    _need(mv, p, 8, rend)
-    (store_ts,) = struct.unpack_from(">q", mv, p)
-    p += 8 + (16 if sys_flag & SysFlag.STOREHOST_V6 else 4) + 4 + 4 + 8
-    _need(mv, p, 4, rend)
-    (body_len,) = struct.unpack_from(">i", mv, p)
-    p += 4
+    (_total, _magic, crc, queue_id, _flag, queue_offset, physical_offset, sys_flag,
+     _born_ts) = RECORD_HEAD.unpack_from(mv, pos)
+    p = pos + RECORD_HEAD.size + (16 if sys_flag & SysFlag.BORNHOST_V6 else 4)
+    _need(mv, p, _BORN_TAIL.size, rend)
+    (_born_port, store_ts) = _BORN_TAIL.unpack_from(mv, p)
+    p += _BORN_TAIL.size + (16 if sys_flag & SysFlag.STOREHOST_V6 else 4)
+    _need(mv, p, _STORE_TAIL.size, rend)
+    (_store_port, _reconsume, _prepared, body_len) = _STORE_TAIL.unpack_from(mv, p)
+    p += _STORE_TAIL.size
     _need(mv, p, body_len, rend)
     body_start = p
     p += body_len
@@ -541,15 +569,9 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, end: int | None = None)
     if end is None:
         end = len(mv)
     h = decode_record_header(mv, pos, end)
-    (_t, _m, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(mv, pos)
-    p = pos + 48
-    blen = 16 if sys_flag & SysFlag.BORNHOST_V6 else 4
-    born = bytes(mv[p : p + blen])
-    (born_port, store_ts) = struct.unpack_from(">iq", mv, p + blen)
-    p += blen + 12
-    slen = 16 if sys_flag & SysFlag.STOREHOST_V6 else 4
-    store = bytes(mv[p : p + slen])
-    (store_port, reconsume, prepared) = struct.unpack_from(">iiq", mv, p + slen)
+    (_t, _m, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = RECORD_HEAD.unpack_from(mv, pos)
+    fixed = record_fixed(bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
+    (*_, born, born_port, store_ts, store, store_port, reconsume, prepared, _blen) = fixed.unpack_from(mv, pos)
     body = bytes(mv[pos + h.body_start : pos + h.body_start + h.body_length])
     return _lazy_ext(h.topic, body, queue_id, queue_offset, phys, h.total_size, flag, sys_flag,
                      born_ts, store_ts, reconsume, prepared, h.properties, crc,
@@ -578,21 +600,22 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True,
     end = len(data)
     out: list[MessageExt] = []
     append = out.append
-    unpack = _REC4.unpack_from
+    unpack = RECORD_FIXED_V4.unpack_from
+    fixed_size = RECORD_FIXED_V4.size
     topics: dict[bytes, str] = {}
     extra = "".join(f"{PROPERTY_SEP}{k}{NAME_VALUE_SEP}{v}" for k, v in extra_properties.items()) \
         if extra_properties else ""
     pos = 0
     while pos < end:
         msg = None
-        if end - pos >= 91:
+        if end - pos >= MIN_RECORD_SIZE:
             (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born,
              born_port, store_ts, store, store_port, reconsume, prepared, blen) = unpack(data, pos)
             rend = pos + total
-            b = pos + 88
+            b = pos + fixed_size
             e = b + blen
-            if (magic == MESSAGE_MAGIC and total >= 91 and rend <= end and not sys_flag & _V6_HOSTS
-                    and blen >= 0 and e + 3 <= rend):
+            if (magic == MESSAGE_MAGIC and total >= MIN_RECORD_SIZE and rend <= end
+                    and not sys_flag & _V6_HOSTS and blen >= 0 and e + 3 <= rend):
                 tlen = data[e]
                 t1 = e + 1 + tlen
                 if tlen < 128 and t1 + 2 <= rend:
@@ -752,6 +775,3 @@ def local_ip_bytes() -> bytes:
     except OSError:
         return b"\x7f\x00\x00\x01"
 
-
-def random_bytes(n: int) -> bytes:
-    return os.urandom(n)

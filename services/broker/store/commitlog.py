@@ -22,17 +22,25 @@ import struct
 from pathlib import Path
 
 from tidemq.errors import StoreCorruptError
-from tidemq.message import BLANK_MAGIC, MESSAGE_MAGIC, SysFlag
+from tidemq.message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    STORE_TIMESTAMP_POS,
+    SYS_FLAG_POS,
+    SysFlag,
+)
 
 from tidemq.broker.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
 BLANK = struct.Struct(">iI")
-# totalSize, magic, physicalOffset (at byte 28)
-CHECK = struct.Struct(">iI20xq")
-# sysFlag (byte 36) and storeTimestamp (byte 56 with an IPv4 born host)
-SYSFLAG_STORE_TS = struct.Struct(">36xi16xq")
+# Fields of a record's header at their positions in tidemq.message's layout: TOTALSIZE, MAGICCODE
+# and PHYSICALOFFSET; SYSFLAG and STORETIMESTAMP (IPv4 born host; 12 bytes later with IPv6).
+CHECK = struct.Struct(f">iI{PHYSICAL_OFFSET_POS - 8}xq")
+SYSFLAG_STORE_TS = struct.Struct(f">{SYS_FLAG_POS}xi{STORE_TIMESTAMP_POS - SYS_FLAG_POS - 4}xq")
 _Q = struct.Struct(">q")
 FILLER_MIN = 8
 
@@ -45,7 +53,7 @@ def store_timestamp_in(buf, pos: int) -> int:
     """The STORETIMESTAMP of the record at ``pos`` of ``buf`` (handles an IPv6 born host)."""
     sys_flag, ts = SYSFLAG_STORE_TS.unpack_from(buf, pos)
     if sys_flag & SysFlag.BORNHOST_V6:
-        (ts,) = _Q.unpack_from(buf, pos + 68)
+        (ts,) = _Q.unpack_from(buf, pos + STORE_TIMESTAMP_POS + 12)
     return ts
 
 
@@ -200,7 +208,7 @@ class CommitLog:
     def read(self, offset: int, size: int) -> bytes | None:
         """The record at ``offset`` if it is whole, ``size`` bytes long and really starts there."""
         seg = self.segment_for(offset)
-        if seg is None or size < 91 or offset + size > self.write_pos:
+        if seg is None or size < MIN_RECORD_SIZE or offset + size > self.write_pos:
             return None
         rel = offset - seg.start
         if rel + size > seg.size:
@@ -229,7 +237,7 @@ class CommitLog:
         if seg is None or offset + size > self.write_pos:
             return -1
         rel = offset - seg.start
-        if rel + size > seg.size or size < 91:
+        if rel + size > seg.size or size < MIN_RECORD_SIZE:
             return -1
         total, magic, phys = CHECK.unpack_from(seg.mm, rel)
         if total != size or magic != MESSAGE_MAGIC or phys != offset:
@@ -241,7 +249,7 @@ class CommitLog:
         if seg.start >= self.write_pos:
             return None
         total, magic, _phys = CHECK.unpack_from(seg.mm, 0)
-        if magic != MESSAGE_MAGIC or total < 91:
+        if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE:
             return None
         return store_timestamp_in(seg.mm, 0)
 

@@ -275,11 +275,6 @@ class ConsumeQueue:
         """Queue offset of the first unit of the file after the one that would hold ``q``."""
         return (q * UNIT_SIZE // self.file_size + 1) * self.units_per_file
 
-    def last_phys_end(self) -> int:
-        """CommitLog offset just past the record of the last unit (0 when empty)."""
-        u = self.unit(self.max_offset - 1)
-        return u[0] + u[1] if u else 0
-
     def first_offset_at_or_after(self, phys: int) -> int:
         """Smallest queue offset in [min, max] whose record starts at or after ``phys``."""
         lo, hi = self.min_offset, self.max_offset

@@ -39,6 +39,7 @@ from tidemq.errors import CodecError, StoreCorruptError
 from tidemq.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     TRANSACTION_MASK,
     RecordHeader,
     SysFlag,
@@ -58,19 +59,18 @@ from tidemq.broker.store.retention import destroy_all
 log = logging.getLogger(__name__)
 
 _MAGIC_BYTES = struct.pack(">I", MESSAGE_MAGIC)
-_MIN_RECORD = 91
 PAGE = mmap.PAGESIZE
 
 
 def validate_record(seg: MappedFile, rel: int, check_crc: bool) -> RecordHeader | str:
     """The header of the valid record at ``rel`` of ``seg``, or why there is none."""
     remaining = seg.size - rel
-    if rel < 0 or remaining < _MIN_RECORD + FILLER_MIN:
+    if rel < 0 or remaining < MIN_RECORD_SIZE + FILLER_MIN:
         return "no room for a record"
     total, magic = BLANK.unpack_from(seg.mm, rel)
     if magic != MESSAGE_MAGIC:
         return f"bad magic code 0x{magic:08X}" if total or magic else "zero bytes (end of data)"
-    if total < _MIN_RECORD or total + FILLER_MIN > remaining:
+    if total < MIN_RECORD_SIZE or total + FILLER_MIN > remaining:
         return f"record size {total} does not fit the segment"
     raw = seg.mm[rel : rel + total]
     try:

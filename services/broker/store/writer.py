@@ -3,7 +3,8 @@
 ``prepare`` validates a request and computes everything that does not depend on where the record
 lands (sizes, CRC, encoded topic/properties/hosts); ``encode_into`` then writes the record straight
 into the mapped CommitLog segment with one ``pack_into`` for the fixed part and two slice
-assignments (body, topic + properties). Records use the RocketMQ 4.x V1 layout (tidemq.message).
+assignments (body, topic + properties). Records use the RocketMQ 4.x V1 layout as
+tidemq.message defines it (``RECORD_FIXED_V4``, ``record_fixed``); nothing here restates it.
 
 Invariant: ``prepare`` never touches the CommitLog, so a batch can be validated completely before
 anything is written (all-or-nothing).
@@ -16,17 +17,17 @@ import re
 import struct
 import zlib
 
-from tidemq.errors import CodecError
 from tidemq.message import (
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC,
+    RECORD_FIXED_V4,
     TRANSACTION_MASK,
     Prop,
     SysFlag,
     encode_properties,
-    encode_record,
     pack_host,
+    record_fixed,
     tags_code,
 )
 
@@ -34,8 +35,10 @@ from tidemq.broker.store.results import PutRequest, PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
-# Fixed part with IPv4 born and store hosts, through bodyLength (88 bytes).
-FIXED4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
+# The fixed part and the TOPICLENGTH byte (in a topic tail) and PROPERTIESLENGTH (i16), with
+# IPv4 hosts: a record's size is this plus its body, topic, properties and 12 bytes per IPv6 host.
+_SIZE_BUT_TEXTS = RECORD_FIXED_V4.size + 2
+_FIXED_V4_SIZE = RECORD_FIXED_V4.size
 _H = struct.Struct(">h")
 _BORN_V6 = int(SysFlag.BORNHOST_V6)  # plain ints: IntFlag arithmetic is slow on the hot path
 _STORE_V6 = int(SysFlag.STOREHOST_V6)
@@ -118,8 +121,8 @@ class RecordEncoder:
         p.store = store
         p.store_port = req.store_host[1]
         p.sys_flag = (req.sys_flag & ~_HOST_V6_FLAGS) | host_flags
-        # 91 fixed bytes = 88 + topic length byte + 2 properties length bytes; topic_tail has the byte.
-        p.total = 90 + len(body) + len(topic_tail) + len(props) + extra
+        # topic_tail holds TOPICLENGTH's byte, so it is not in _SIZE_BUT_TEXTS
+        p.total = _SIZE_BUT_TEXTS + len(body) + len(topic_tail) + len(props) + extra
         p.crc = zlib.crc32(body) & 0x7FFFFFFF
         if req.tags_code is not None:
             p.tags_code = req.tags_code
@@ -192,26 +195,17 @@ class RecordEncoder:
         req = p.req
         body = req.body
         if len(p.born) == 4 and len(p.store) == 4:
-            FIXED4.pack_into(
-                mm, pos, p.total, MESSAGE_MAGIC, p.crc, req.queue_id, req.flag, queue_offset, phys,
-                p.sys_flag, req.born_timestamp, p.born, p.born_port, store_ts, p.store, p.store_port,
-                req.reconsume_times, req.prepared_transaction_offset, len(body),
-            )
-            b = pos + 88
-            e = b + len(body)
-            mm[b:e] = body
-            tail = p.topic_tail + _H.pack(len(p.props)) + p.props
-            mm[e : e + len(tail)] = tail
-            return
-        try:
-            rec = encode_record(
-                topic=p.topic_tail[1:], body=body, properties=p.props, queue_id=req.queue_id,
-                flag=req.flag, queue_offset=queue_offset, physical_offset=phys, sys_flag=p.sys_flag,
-                born_timestamp=req.born_timestamp, born_host=p.born, born_port=p.born_port,
-                store_timestamp=store_ts, store_host=p.store, store_port=p.store_port,
-                reconsume_times=req.reconsume_times,
-                prepared_transaction_offset=req.prepared_transaction_offset, crc=p.crc,
-            )
-        except CodecError as exc:  # validated in prepare; keep the invariant loud if it breaks
-            raise AssertionError(f"record failed to encode after validation: {exc}") from exc
-        mm[pos : pos + len(rec)] = rec
+            fixed = RECORD_FIXED_V4
+            b = pos + _FIXED_V4_SIZE
+        else:
+            fixed = record_fixed(len(p.born) == 16, len(p.store) == 16)
+            b = pos + fixed.size
+        fixed.pack_into(
+            mm, pos, p.total, MESSAGE_MAGIC, p.crc, req.queue_id, req.flag, queue_offset, phys,
+            p.sys_flag, req.born_timestamp, p.born, p.born_port, store_ts, p.store, p.store_port,
+            req.reconsume_times, req.prepared_transaction_offset, len(body),
+        )
+        e = b + len(body)
+        mm[b:e] = body
+        tail = p.topic_tail + _H.pack(len(p.props)) + p.props
+        mm[e : e + len(tail)] = tail
