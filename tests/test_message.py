@@ -34,6 +34,7 @@ from tidemq.message import (
     inflate,
     java_hash,
     make_uniq_id,
+    pack_host,
     record_fixed,
 )
 
@@ -86,6 +87,17 @@ def test_ipv6_layouts_move_the_fields_after_each_host():
     m = decode_record(_record(born_host=LOCAL, store_host=v6))
     assert (m.born_host, m.store_timestamp, m.body) == ("127.0.0.1:50000", 1700000000123, b"hello")
     assert m.store_host.startswith("[") and m.sys_flag & SysFlag.STOREHOST_V6
+
+
+def test_pack_host_takes_ip_literals_only():
+    assert pack_host("127.0.0.1", 1) == (LOCAL, False)
+    assert pack_host("::ffff:127.0.0.1", 1) == (LOCAL, False)
+    assert pack_host("::1", 1) == (bytes(15) + b"\x01", True)
+    # A name used to be looked up here (blocking the event loop) and, when the lookup failed,
+    # stored as 0.0.0.0 in the record's store host and offset message id.
+    for name in ("localhost", "no-such-broker.invalid", ""):
+        with pytest.raises(ValueError, match="not an IP address"):
+            pack_host(name, 1)
 
 
 def test_java_hash_matches_reference_values():

@@ -127,14 +127,16 @@ def body_crc(body: bytes | memoryview) -> int:
 
 
 def pack_host(host: str, port: int) -> tuple[bytes, bool]:
-    """Return (address bytes, is_ipv6). Names that are not IP literals are resolved to IPv4."""
+    """Return (address bytes, is_ipv6) of an IP literal (an IPv4-mapped IPv6 one counts as IPv4).
+
+    ValueError for anything else: a host name is resolved once, where it enters (the broker's
+    advertised host at start, tidemq.broker.advertise), never here, where a lookup would block
+    the event loop for every record and a failed one would leave no true address to store."""
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        try:
-            ip = ipaddress.ip_address(socket.gethostbyname(host))
-        except OSError:
-            ip = ipaddress.IPv4Address("0.0.0.0")
+        raise ValueError(f"{host!r} is not an IP address; a stored record's born and store hosts "
+                         f"must be IP literals (resolve a host name once, before storing)") from None
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             return ip.ipv4_mapped.packed, False

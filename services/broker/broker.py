@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidemq.broker.acl import AclService, Perm, stored_message_topics
+from tidemq.broker.advertise import store_host_of
 from tidemq.broker.clients import ClientRegistry
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.creation import ImplicitCreation
@@ -42,7 +43,6 @@ from tidemq.broker.transaction.checker import TransactionChecker
 from tidemq.broker.transaction.processor import EndTransactionProcessor
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
-from tidemq.message import pack_host
 from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
 from tidemq.remoting.acl import ACCESS_KEY
 from tidemq.remoting.limits import ServerLimits, raise_open_file_limit
@@ -72,8 +72,8 @@ class Broker:
         self.holds = PullHoldService()
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.metrics_queue_lag)
         self.registrar = NamesrvRegistrar(self)
-        self.store_host = (config.advertise_host, config.advertise_port)
-        pack_host(config.advertise_host, config.advertise_port)  # fail early on a bad address
+        # An IP literal (a name is resolved once, here; ConfigError when it does not resolve).
+        self.store_host = store_host_of(config.advertise_host, config.advertise_port)
         self.schedule = ScheduleMessageService(
             self.store, self.delay_levels, root / "config" / "delayOffset.json", self.store_host, clock
         )

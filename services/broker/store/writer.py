@@ -89,8 +89,11 @@ class RecordEncoder:
                                f"or contains '/', '\\\\' or NUL")
         bh = req.born_host[0]
         sh = req.store_host[0]
-        born = self._hosts.get(bh) or self._host(bh)
-        store = self._hosts.get(sh) or self._host(sh)
+        try:
+            born = self._hosts.get(bh) or self._host(bh)
+            store = self._hosts.get(sh) or self._host(sh)
+        except ValueError as exc:  # not an IP literal (pack_host): nothing true to store
+            return illegal(PutStatus.MESSAGE_ILLEGAL, str(exc))
         host_flags = extra = 0
         if len(born) == 16:
             host_flags |= _BORN_V6
