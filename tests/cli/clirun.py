@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import subprocess
@@ -90,18 +89,14 @@ def assert_clean_failure(r: Run, *fragments: str) -> str:
     return errors[0]
 
 
-async def _invoke(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+async def broker_request(addr: str, code: int, fields: dict[str, object] | None = None,
+                         body: bytes | None = None) -> RemotingCommand:
+    """One raw remoting request/response (no TideMQ client logic in between)."""
     client = RemotingClient()
     try:
-        return await client.invoke(addr, cmd, timeout=5.0)
+        return await client.invoke(addr, RemotingCommand.request(code, fields, body), timeout=5.0)
     finally:
         await client.close()
-
-
-def broker_request(addr: str, code: int, fields: dict[str, object] | None = None,
-                   body: bytes | None = None) -> RemotingCommand:
-    """One raw remoting request/response (no TideMQ client logic in between)."""
-    return asyncio.run(_invoke(addr, RemotingCommand.request(code, fields, body)))
 
 
 def json_body(cmd: RemotingCommand) -> dict:

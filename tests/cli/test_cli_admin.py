@@ -55,24 +55,21 @@ def test_update_topic_by_cluster_and_by_broker_then_route_and_list(cluster):
     assert [(q["readQueueNums"], q["writeQueueNums"]) for q in rt["queueDatas"]] == [(2, 5)]
 
 
-def test_concurrent_topic_updates_all_succeed(cluster):
+async def test_concurrent_topic_updates_all_succeed(cluster):
     """What two `tidemq admin updateTopic` (or mqadmin) runs at the same moment send."""
-
-    async def burst() -> list:
-        client = RemotingClient()
-        try:
-            return await asyncio.gather(*(
-                client.invoke(cluster.broker_addr, create_topic_request(f"AdmBurst{i}", 1, 1, 6, False), 5.0)
-                for i in range(8)
-            ))
-        finally:
-            await client.close()
-
-    failures = [(r.code, r.remark) for r in asyncio.run(burst()) if r.code != ResponseCode.SUCCESS]
+    client = RemotingClient()
+    try:
+        answers = await asyncio.gather(*(
+            client.invoke(cluster.broker_addr, create_topic_request(f"AdmBurst{i}", 1, 1, 6, False), 5.0)
+            for i in range(8)
+        ))
+    finally:
+        await client.close()
+    failures = [(r.code, r.remark) for r in answers if r.code != ResponseCode.SUCCESS]
     assert failures == []
 
 
-def test_read_only_topic_rejects_sends_until_made_writable(cluster):
+async def test_read_only_topic_rejects_sends_until_made_writable(cluster):
     create(cluster, "AdmReadOnly", 2, "-p", "4")
     route, send = tidemq_parallel(
         admin_args(cluster, "topicRoute", "-t", "AdmReadOnly"),
@@ -83,7 +80,7 @@ def test_read_only_topic_rejects_sends_until_made_writable(cluster):
     assert_clean_failure(send, "AdmReadOnly", "perm")
     # ... and the broker itself answers NO_PERMISSION to a raw SEND_MESSAGE_V2
     header = send_header("raw-producer", "AdmReadOnly", 0, 0, int(time.time() * 1000), 0, "")
-    resp = broker_request(cluster.broker_addr, RequestCode.SEND_MESSAGE_V2, header, b"raw")
+    resp = await broker_request(cluster.broker_addr, RequestCode.SEND_MESSAGE_V2, header, b"raw")
     assert resp.code == ResponseCode.NO_PERMISSION, (resp.code, resp.remark)
 
     # updateTopic updates: perm 6 makes the topic writable again
@@ -123,28 +120,28 @@ def test_cluster_list_shows_the_broker_address(cluster):
     assert [line.split() for line in lines[1:]] == [[cluster.cluster_name, cluster.broker_name, "0", cluster.broker_addr]]
 
 
-def _group_config(cluster, group: str) -> dict:
-    resp = broker_request(cluster.broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+async def _group_config(cluster, group: str) -> dict:
+    resp = await broker_request(cluster.broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     return json_body(resp)["subscriptionGroupTable"][group]
 
 
-def test_update_sub_group_by_cluster_then_by_broker(cluster):
+async def test_update_sub_group_by_cluster_then_by_broker(cluster):
     r = admin(cluster, "updateSubGroup", "-c", cluster.cluster_name, "-g", "AdmGroup", "-r", "5", "-q", "2").ok()
     assert r.lines() == [f"create subscription group to {cluster.broker_addr} success."]
-    cfg = _group_config(cluster, "AdmGroup")
+    cfg = await _group_config(cluster, "AdmGroup")
     assert (cfg["groupName"], cfg["retryMaxTimes"], cfg["retryQueueNums"], cfg["consumeEnable"]) == ("AdmGroup", 5, 2, True)
 
     r = admin(cluster, "updateSubGroup", "-b", cluster.broker_addr, "-g", "AdmGroup", "-r", "7").ok()
     assert r.lines() == [f"create subscription group to {cluster.broker_addr} success."]
-    assert _group_config(cluster, "AdmGroup")["retryMaxTimes"] == 7
+    assert (await _group_config(cluster, "AdmGroup"))["retryMaxTimes"] == 7
 
 
-def test_sub_group_with_consume_disabled_cannot_consume(cluster):
+async def test_sub_group_with_consume_disabled_cannot_consume(cluster):
     create(cluster, "AdmGroupOff", 1)
     tidemq("send", "-n", cluster.namesrv_addr, "-t", "AdmGroupOff", "-b", "x").ok()
     admin(cluster, "updateSubGroup", "-c", cluster.cluster_name, "-g", "AdmOffGroup", "-q", "2", "-s", "false").ok()
-    assert _group_config(cluster, "AdmOffGroup")["consumeEnable"] is False
+    assert (await _group_config(cluster, "AdmOffGroup"))["consumeEnable"] is False
     r = tidemq("consume", "-n", cluster.namesrv_addr, "-t", "AdmGroupOff", "-g", "AdmOffGroup", "-c", "1", "--wait", "1")
     assert_clean_failure(r, "AdmOffGroup", "not allowed to consume")
 

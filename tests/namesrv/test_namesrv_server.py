@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import zlib
-from collections.abc import Awaitable, Callable
 
 import pytest
 
+from tests.support.waiting import wait_until
 from tidemq.errors import ConfigError
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
 from tidemq.namesrv.bodies import encode_register_body
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+# Everything runs in this process: a test that takes longer has hung (the default is 300 s).
+pytestmark = pytest.mark.timeout(8)
 
 V1 = {"counter": 1, "timestamp": 1700000000000}
 TOPICS = {
@@ -28,14 +29,6 @@ TOPICS = {
     },
     "Orders": {"readQueueNums": 8, "writeQueueNums": 2, "perm": 6, "topicSysFlag": 0},
 }
-
-
-def async_test(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    @functools.wraps(fn)
-    def wrapper(*args: object, **kwargs: object) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 8.0))
-
-    return wrapper
 
 
 class Env:
@@ -88,15 +81,6 @@ async def register(
     )
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 2.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
-@async_test
 async def test_register_and_read_route_back() -> None:
     async with Env() as env:
         resp = await register(env)
@@ -130,7 +114,6 @@ async def test_register_and_read_route_back() -> None:
         assert env.server.topics == 2
 
 
-@async_test
 async def test_route_json_is_strict_standard_json() -> None:
     async with Env() as env:
         await register(env)
@@ -145,7 +128,6 @@ async def test_route_json_is_strict_standard_json() -> None:
         assert all(isinstance(k, str) for b in route["brokerDatas"] for k in b["brokerAddrs"])
 
 
-@async_test
 async def test_unknown_topic_is_topic_not_exist() -> None:
     async with Env() as env:
         resp = await env.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"})
@@ -155,7 +137,6 @@ async def test_unknown_topic_is_topic_not_exist() -> None:
         assert env.server.route_not_found == 1
 
 
-@async_test
 async def test_cluster_info_and_topic_lists() -> None:
     async with Env() as env:
         await register(env)
@@ -175,7 +156,6 @@ async def test_cluster_info_and_topic_lists() -> None:
         assert json.loads(resp.body_bytes()) == {"topicList": []}
 
 
-@async_test
 async def test_delete_topic() -> None:
     async with Env() as env:
         await register(env)
@@ -197,7 +177,6 @@ async def test_delete_topic() -> None:
         assert env.server.routes.all_topics() == []
 
 
-@async_test
 async def test_unknown_request_code_is_not_supported() -> None:
     async with Env() as env:
         resp = await env.call(9999)
@@ -205,7 +184,6 @@ async def test_unknown_request_code_is_not_supported() -> None:
         assert resp.remark == " request type 9999 not supported"
 
 
-@async_test
 async def test_bad_bodies_and_headers_get_system_error_and_server_keeps_serving() -> None:
     async with Env() as env:
         resp = await env.call(RequestCode.REGISTER_BROKER, register_fields(), b"{this is not json")
@@ -237,7 +215,6 @@ async def test_bad_bodies_and_headers_get_system_error_and_server_keeps_serving(
         ).code == ResponseCode.SUCCESS
 
 
-@async_test
 async def test_compressed_registration_and_crc_check() -> None:
     async with Env() as env:
         body = encode_register_body(TOPICS, V1, compressed=True)
@@ -257,7 +234,6 @@ async def test_compressed_registration_and_crc_check() -> None:
         assert route["queueDatas"][0]["readQueueNums"] == 8
 
 
-@async_test
 async def test_slave_registration_answers_master_address() -> None:
     async with Env() as env:
         await register(env)
@@ -269,7 +245,6 @@ async def test_slave_registration_answers_master_address() -> None:
         assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "10.0.0.5:10911", "1": "10.0.0.6:10911"}
 
 
-@async_test
 async def test_unregister_removes_routes() -> None:
     async with Env() as env:
         await register(env)
@@ -289,7 +264,6 @@ async def test_unregister_removes_routes() -> None:
         assert env.server.unregistrations == 1
 
 
-@async_test
 async def test_broker_connection_closing_drops_its_routes() -> None:
     async with Env() as env:
         broker = RemotingClient()
@@ -297,7 +271,8 @@ async def test_broker_connection_closing_drops_its_routes() -> None:
         await register(env, name="broker-b", addr="10.0.0.7:10911", topics={"Other": {}})  # admin's link
         assert env.server.brokers_alive == 2
         await broker.close()
-        await wait_for(lambda: env.server.brokers_alive == 1)
+        await wait_until(lambda: env.server.brokers_alive == 1, "the closed broker to be dropped",
+                         timeout=2.0, interval=0.01)
         assert (
             await env.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"})
         ).code == ResponseCode.TOPIC_NOT_EXIST
@@ -307,21 +282,20 @@ async def test_broker_connection_closing_drops_its_routes() -> None:
         assert env.server.brokers_dropped_on_close == 1
 
 
-@async_test
 async def test_silent_broker_expires() -> None:
     async with Env(broker_expiry=1.0, scan_interval=0.1) as env:  # 1 s: the lookup below beats it
         await register(env)
         assert (
             await env.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"})
         ).code == ResponseCode.SUCCESS
-        await wait_for(lambda: env.server.brokers_alive == 0, timeout=10.0)
+        await wait_until(lambda: env.server.brokers_alive == 0, "the silent broker to expire",
+                         timeout=10.0, interval=0.01)
         assert env.server.brokers_expired == 1
         assert (
             await env.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"})
         ).code == ResponseCode.TOPIC_NOT_EXIST
 
 
-@async_test
 async def test_wipe_and_add_write_perm_over_the_wire() -> None:
     async with Env() as env:
         await register(env)
@@ -339,7 +313,6 @@ async def test_wipe_and_add_write_perm_over_the_wire() -> None:
         assert route["queueDatas"][0]["perm"] == 6
 
 
-@async_test
 async def test_query_data_version() -> None:
     async with Env() as env:
         fields = {
@@ -360,7 +333,6 @@ async def test_query_data_version() -> None:
         assert resp.ext_fields == {"changed": "true"}
 
 
-@async_test
 async def test_kv_config() -> None:
     async with Env() as env:
         key = {"namespace": "ORDER_TOPIC_CONFIG", "key": "Orders"}
@@ -380,7 +352,6 @@ async def test_kv_config() -> None:
         assert (await env.call(100, key)).code == ResponseCode.SYSTEM_ERROR
 
 
-@async_test
 async def test_stop_cancels_scan_and_closes_connections() -> None:
     env = Env()
     async with env:
@@ -389,7 +360,8 @@ async def test_stop_cancels_scan_and_closes_connections() -> None:
         assert task is not None and not task.done()
     assert task.done()
     assert env.server.address is None
-    await wait_for(lambda: env.server.brokers_alive == 0)
+    await wait_until(lambda: env.server.brokers_alive == 0, "the stopped server to forget its broker",
+                     timeout=2.0, interval=0.01)
 
 
 def test_config_validation() -> None:

@@ -8,7 +8,6 @@ Before the fix every anonymous write here was answered SUCCESS and changed the r
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tests.support.waiting import wait_until
 from tidemq.namesrv.bodies import encode_register_body
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.acl import AclSigner
@@ -82,34 +82,21 @@ class Procs:
         self.namesrv.stop()
 
 
-def call(addr: str, code: int, fields: dict | None = None, body: bytes | None = None,
-         signer: AclSigner | None = None) -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        client = RemotingClient(rpc_hook=signer)
-        try:
-            return await client.invoke(addr, RemotingCommand.request(code, fields, body), 5.0)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
+async def call(addr: str, code: int, fields: dict | None = None, body: bytes | None = None,
+               signer: AclSigner | None = None) -> RemotingCommand:
+    client = RemotingClient(rpc_hook=signer)
+    try:
+        return await client.invoke(addr, RemotingCommand.request(code, fields, body), 5.0)
+    finally:
+        await client.close()
 
 
-def route(p: Procs, topic: str) -> dict | None:
-    resp = call(p.ns, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})  # no credentials
+async def route(p: Procs, topic: str) -> dict | None:
+    resp = await call(p.ns, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})  # no credentials
     if resp.code == ResponseCode.TOPIC_NOT_EXIST:
         return None
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     return json.loads(resp.body_bytes())
-
-
-def wait_for(what: str, cond, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def admin(p: Procs, *args: str, creds: tuple[str, str] | None) -> subprocess.CompletedProcess:
@@ -135,11 +122,12 @@ def procs(tmp_path_factory):
     mp.undo()
 
 
-def make_topic(p: Procs) -> tuple[str, dict]:
+async def make_topic(p: Procs) -> tuple[str, dict]:
+    """A new topic, created through the CLI without credentials, and its route."""
     topic = f"acl_{uuid.uuid4().hex[:8]}"
     r = admin(p, "updateTopic", "-c", CLUSTER, "-t", topic, "-r", "4", "-w", "4", creds=None)
     assert r.returncode == 0, r.stderr  # the broker itself runs without ACL
-    return topic, wait_for(f"route of {topic}", lambda: route(p, topic))
+    return topic, await wait_until(lambda: route(p, topic), f"the route of {topic}", timeout=20, interval=0.1)
 
 
 def refused(resp: RemotingCommand, reason: str) -> None:
@@ -147,14 +135,14 @@ def refused(resp: RemotingCommand, reason: str) -> None:
     assert resp.remark.startswith("AclException: ") and reason in resp.remark, resp.remark
 
 
-def test_signed_broker_registers_and_reads_stay_open(procs: Procs) -> None:
-    topic, r = make_topic(procs)
+async def test_signed_broker_registers_and_reads_stay_open(procs: Procs) -> None:
+    topic, r = await make_topic(procs)
     assert r["brokerDatas"][0]["brokerAddrs"] == {"0": procs.broker_addr}
-    info = call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO)
+    info = await call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO)
     assert info.code == ResponseCode.SUCCESS and BROKER in info.body_bytes().decode()
-    topics = call(procs.ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    topics = await call(procs.ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     assert topics.code == ResponseCode.SUCCESS and topic in topics.body_bytes().decode()
-    assert call(procs.ns, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": CLUSTER}).code == ResponseCode.SUCCESS
+    assert (await call(procs.ns, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": CLUSTER})).code == ResponseCode.SUCCESS
 
 
 def hijack_fields(addr: str = "10.66.66.66:10911") -> dict:
@@ -168,77 +156,77 @@ def hijack_fields(addr: str = "10.66.66.66:10911") -> dict:
     (AclSigner("strangerKey1", "stranger-secret"), "No acl config for strangerKey1"),
     (AclSigner(*READER), f"but accessKey={READER[0]} is not"),
 ], ids=["anonymous", "bad-signature", "unknown-account", "not-admin"])
-def test_unauthorised_writes_are_refused_and_the_route_is_unchanged(procs: Procs, signer, reason) -> None:
-    topic, before = make_topic(procs)
+async def test_unauthorised_writes_are_refused_and_the_route_is_unchanged(procs: Procs, signer, reason) -> None:
+    topic, before = await make_topic(procs)
     # Re-point the topic at another address with a forged, newer data version.
     body = encode_register_body({topic: {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6}},
                                 {"counter": 10**9, "timestamp": int(time.time() * 1000)})
     fields = dict(hijack_fields(), bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF)
-    refused(call(procs.ns, RequestCode.REGISTER_BROKER, fields, body, signer), reason)
+    refused(await call(procs.ns, RequestCode.REGISTER_BROKER, fields, body, signer), reason)
     unreg = {k: v for k, v in hijack_fields(procs.broker_addr).items()
              if k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}
-    refused(call(procs.ns, RequestCode.UNREGISTER_BROKER, unreg, None, signer), reason)
-    refused(call(procs.ns, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer), reason)
-    refused(call(procs.ns, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer), reason)
-    refused(call(procs.ns, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, None, signer), reason)
-    refused(call(procs.ns, RequestCode.QUERY_DATA_VERSION, {"brokerAddr": procs.broker_addr,
+    refused(await call(procs.ns, RequestCode.UNREGISTER_BROKER, unreg, None, signer), reason)
+    refused(await call(procs.ns, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer), reason)
+    refused(await call(procs.ns, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer), reason)
+    refused(await call(procs.ns, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, None, signer), reason)
+    refused(await call(procs.ns, RequestCode.QUERY_DATA_VERSION, {"brokerAddr": procs.broker_addr,
                                                             "brokerName": BROKER, "clusterName": CLUSTER,
                                                             "brokerId": 0}, b"{}", signer), reason)
-    refused(call(procs.ns, 100, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic, "value": "x:1"}, None, signer),
+    refused(await call(procs.ns, 100, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic, "value": "x:1"}, None, signer),
             reason)  # PUT_KV_CONFIG
-    refused(call(procs.ns, 102, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic}, None, signer), reason)
-    assert route(procs, topic) == before
-    cluster = json.loads(call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO).body_bytes())
+    refused(await call(procs.ns, 102, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic}, None, signer), reason)
+    assert await route(procs, topic) == before
+    cluster = json.loads((await call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO)).body_bytes())
     assert cluster["brokerAddrTable"][BROKER]["brokerAddrs"] == {"0": procs.broker_addr}
 
 
-def test_admin_account_may_write(procs: Procs) -> None:
-    topic, before = make_topic(procs)
+async def test_admin_account_may_write(procs: Procs) -> None:
+    topic, before = await make_topic(procs)
     signer = AclSigner(*ADMIN)
-    resp = call(procs.ns, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer)
+    resp = await call(procs.ns, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
-    assert route(procs, topic)["queueDatas"][0]["perm"] == 4
-    resp = call(procs.ns, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer)
+    assert (await route(procs, topic))["queueDatas"][0]["perm"] == 4
+    resp = await call(procs.ns, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}, None, signer)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
-    assert route(procs, topic) == before
+    assert await route(procs, topic) == before
 
 
-def test_admin_cli_signs_its_name_server_writes(procs: Procs) -> None:
-    topic, _ = make_topic(procs)
+async def test_admin_cli_signs_its_name_server_writes(procs: Procs) -> None:
+    topic, _ = await make_topic(procs)
     r = admin(procs, "deleteTopic", "-c", CLUSTER, "-t", topic, creds=None)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "AclException" in r.stderr and "No accessKey is configured" in r.stderr, r.stderr
     r = admin(procs, "deleteTopic", "-c", CLUSTER, "-t", topic, creds=ADMIN)
     assert r.returncode == 0, r.stderr
-    assert route(procs, topic) is None
+    assert await route(procs, topic) is None
 
 
-def test_admin_signs_name_server_writes_with_its_own_account(procs: Procs) -> None:
+async def test_admin_signs_name_server_writes_with_its_own_account(procs: Procs) -> None:
     """The operator's case: broker calls with one account (none here), name-server writes with the
     cluster's key (Admin(namesrv_credentials=...))."""
     from tidemq.client.admin import Admin  # noqa: PLC0415
 
-    topic, _ = make_topic(procs)
+    topic, _ = await make_topic(procs)
 
     async def delete(creds) -> None:
         async with Admin(procs.ns, namesrv_credentials=creds) as a:
             await a.delete_topic(topic, CLUSTER)
 
     with pytest.raises(Exception, match="Check signature failed"):
-        asyncio.run(delete((ADMIN[0], "wrong-secret-key")))
-    asyncio.run(delete(ADMIN))
-    assert route(procs, topic) is None
+        await delete((ADMIN[0], "wrong-secret-key"))
+    await delete(ADMIN)
+    assert await route(procs, topic) is None
 
 
-def test_unsigned_broker_is_refused_and_says_so(procs: Procs, tmp_path, monkeypatch) -> None:
+async def test_unsigned_broker_is_refused_and_says_so(procs: Procs, tmp_path, monkeypatch) -> None:
     other = Procs.__new__(Procs)
     other.root, other.ns_port = tmp_path, procs.ns_port
     other.broker_port, other.broker_metrics = free_port(), free_port()
     broker = other.start_broker(monkeypatch, None)
     try:
-        wait_for("the refusal in the broker log",
-                 lambda: "refused registration" in broker.log() and "AclException" in broker.log())
-        cluster = json.loads(call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO).body_bytes())
+        await wait_until(lambda: "refused registration" in broker.log() and "AclException" in broker.log(),
+                         "the refusal in the broker log", timeout=20, interval=0.1)
+        cluster = json.loads((await call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO)).body_bytes())
         assert other.broker_addr not in json.dumps(cluster)
     finally:
         broker.stop()

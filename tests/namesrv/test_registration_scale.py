@@ -10,16 +10,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import string
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tests.support.waiting import wait_until
 from tidemq.broker.register import encode_json
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -58,45 +57,31 @@ def start(root: Path, *broker_args: str) -> tuple[ServerProcess, ServerProcess, 
     return ns, broker, f"127.0.0.1:{ns_port}"
 
 
-def routable(ns: str, topics: list[str]) -> list[str]:
-    """The topics of ``topics`` the name server has a route for."""
-    async def go() -> list[str]:
-        client = RemotingClient()
-        try:
-            out = []
-            for t in topics:
-                resp = await client.invoke(ns, RemotingCommand.request(
-                    RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t}), 5.0)
-                if resp.code == ResponseCode.SUCCESS:
-                    out.append(t)
-            return out
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
-
-
-def all_topics(ns: str) -> set[str]:
-    async def go() -> set[str]:
-        client = RemotingClient()
-        try:
+async def routable(ns: str, topics: list[str]) -> bool:
+    """Whether the name server has a route for every topic of ``topics``."""
+    client = RemotingClient()
+    try:
+        for t in topics:
             resp = await client.invoke(ns, RemotingCommand.request(
-                RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 10.0)
-            return set(json.loads(resp.body_bytes())["topicList"])
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
-
-
-def wait_until(what: str, cond, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.5)
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t}), 5.0)
+            if resp.code != ResponseCode.SUCCESS:
+                return False
+        return True
+    finally:
+        await client.close()
 
 
-def test_broker_with_more_than_16_mib_of_topic_json_stays_routed(tmp_path) -> None:
+async def all_topics(ns: str) -> set[str]:
+    client = RemotingClient()
+    try:
+        resp = await client.invoke(ns, RemotingCommand.request(
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 10.0)
+        return set(json.loads(resp.body_bytes())["topicList"])
+    finally:
+        await client.close()
+
+
+async def test_broker_with_more_than_16_mib_of_topic_json_stays_routed(tmp_path) -> None:
     topics = names(48_000, 127, seed=14)
     table = {t: {"topicName": t, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6,
                  "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False} for t in topics}
@@ -106,8 +91,8 @@ def test_broker_with_more_than_16_mib_of_topic_json_stays_routed(tmp_path) -> No
     ns, broker, addr = start(tmp_path)
     try:
         sample = [topics[0], topics[len(topics) // 2], topics[-1]]
-        wait_until("the topics to be routable", lambda: routable(addr, sample) == sample, 120)
-        assert set(topics) <= all_topics(addr)
+        await wait_until(lambda: routable(addr, sample), "the topics to be routable", timeout=120, interval=0.5)
+        assert set(topics) <= await all_topics(addr)
         log = broker.log()
         assert "registered broker-a" in log, log[-2000:]
         assert "48006 topics in 1 request(s)" in log and "(compressed)" in log, log[-2000:]
@@ -117,13 +102,17 @@ def test_broker_with_more_than_16_mib_of_topic_json_stays_routed(tmp_path) -> No
         ns.stop()
 
 
-def test_registration_over_the_limit_is_split_and_merged(tmp_path) -> None:
+async def test_registration_over_the_limit_is_split_and_merged(tmp_path) -> None:
     topics = names(3000, 100, seed=15)  # random names: ~200 KB compressed
     write_topics(tmp_path / "store", topics)
     ns, broker, addr = start(tmp_path, "--register-max-body", "65536", "--register-interval", "1")
     try:
-        wait_until("every topic to be routable", lambda: set(topics) <= all_topics(addr), 60)
-        wait_until("two rounds logged", lambda: broker.log().count("over the 65536-byte limit") >= 2, 30)
+        async def every_topic() -> bool:
+            return set(topics) <= await all_topics(addr)
+
+        await wait_until(every_topic, "every topic to be routable", timeout=60, interval=0.5)
+        await wait_until(lambda: broker.log().count("over the 65536-byte limit") >= 2, "two rounds logged",
+                         timeout=30, interval=0.5)
         line = next(x for x in broker.log().splitlines() if "over the 65536-byte limit" in x)
         assert "3006 topics" in line and "requests of whole topics" in line
         assert "closing connection" not in ns.log()
@@ -133,14 +122,14 @@ def test_registration_over_the_limit_is_split_and_merged(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args", [["--compressed-register"], ["--config", "broker.conf"]])
-def test_compressed_register_sends_small_registrations_compressed(tmp_path, args) -> None:
+async def test_compressed_register_sends_small_registrations_compressed(tmp_path, args) -> None:
     topics = names(10, 20, seed=16)
     write_topics(tmp_path / "store", topics)
     (tmp_path / "broker.conf").write_text("compressedRegister=true\n")  # RocketMQ's key
     args = [str(tmp_path / a) if a == "broker.conf" else a for a in args]
     ns, broker, addr = start(tmp_path, *args)
     try:
-        wait_until("the topics to be routable", lambda: routable(addr, topics) == topics, 30)
+        await wait_until(lambda: routable(addr, topics), "the topics to be routable", timeout=30, interval=0.5)
         assert "(compressed)" in broker.log()
     finally:
         broker.stop()

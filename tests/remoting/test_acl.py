@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -40,7 +39,7 @@ def test_a_non_ascii_signature_is_refused_not_an_error():
     assert verify(cmd, "secret") is False
 
 
-def test_client_with_keys_signs_every_request():
+async def test_client_with_keys_signs_every_request():
     seen: list[RemotingCommand] = []
 
     class Handler:
@@ -51,18 +50,15 @@ def test_client_with_keys_signs_every_request():
         def connection_lost(self, conn):
             pass
 
-    async def main() -> None:
-        server = RemotingServer(Handler())
-        host, port = await server.start("127.0.0.1", 0)
-        inst = ClientInstance(ClientConfig(access_key="ak", secret_key="sk"))
-        try:
-            await inst.invoke(f"127.0.0.1:{port}",
-                              RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
-                                                      {"topic": "T", "queueId": 0}))
-        finally:
-            await inst.remoting.close()
-            await server.stop()
-
-    asyncio.run(main())
+    server = RemotingServer(Handler())
+    host, port = await server.start("127.0.0.1", 0)
+    inst = ClientInstance(ClientConfig(access_key="ak", secret_key="sk"))
+    try:
+        await inst.invoke(f"127.0.0.1:{port}",
+                          RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
+                                                  {"topic": "T", "queueId": 0}))
+    finally:
+        await inst.remoting.close()
+        await server.stop()
     assert len(seen) == 1 and seen[0].ext_fields["AccessKey"] == "ak"
     assert verify(seen[0], "sk")

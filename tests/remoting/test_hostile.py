@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from statistics import median
 import struct
 import time
+from statistics import median
 
 import pytest
 
@@ -29,7 +29,7 @@ from tests.remoting.hostile import (
     request,
     rss_mib,
 )
-from tests.support.routes import wait_for_route
+from tests.support.topics import create_topic
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer
 from tidemq.message import Message
 from tidemq.remoting import RequestCode, ResponseCode
@@ -67,8 +67,7 @@ async def _good_client(c: Cluster):
     cfg = ClientConfig(name_servers=c.namesrv_addr, request_timeout=5.0)
     admin = Admin(config=cfg)
     await admin.start()
-    await admin.create_topic(TOPIC, 2, 2, broker_addr=c.broker_addr)
-    await wait_for_route(admin, TOPIC, 2)
+    await create_topic(c, TOPIC, 2, admin=admin)
     await admin.close()
     producer = Producer("hostile-pg", config=cfg)
     await producer.start()
@@ -118,24 +117,20 @@ def assert_responsive(lat: list[float]) -> None:
 
 
 @pytest.mark.parametrize("name", list(FRAME_CASES))
-def test_frame_level_damage_closes_that_connection(hostile, name):
-    async def main():
-        reader, writer = await asyncio.open_connection(*_host_port(hostile))
-        writer.write(FRAME_CASES[name])
-        t = time.perf_counter()
-        assert await closed_within(reader, 5.0), f"{name}: connection still open after 5 s"
-        elapsed = time.perf_counter() - t
-        writer.close()
-        # the broker is alive and answers a good request on a new connection
-        reader, writer = await asyncio.open_connection(*_host_port(hostile))
-        writer.write(request(RequestCode.GET_BROKER_CONFIG, opaque=7))
-        resp = await read_frame(reader, 2.0)
-        assert resp is not None and resp.opaque == 7 and resp.code == ResponseCode.SUCCESS
-        writer.close()
-        return elapsed
-
+async def test_frame_level_damage_closes_that_connection(hostile, name):
     end = _commitlog_end(hostile)
-    elapsed = asyncio.run(main())
+    reader, writer = await asyncio.open_connection(*_host_port(hostile))
+    writer.write(FRAME_CASES[name])
+    t = time.perf_counter()
+    assert await closed_within(reader, 5.0), f"{name}: connection still open after 5 s"
+    elapsed = time.perf_counter() - t
+    writer.close()
+    # the broker is alive and answers a good request on a new connection
+    reader, writer = await asyncio.open_connection(*_host_port(hostile))
+    writer.write(request(RequestCode.GET_BROKER_CONFIG, opaque=7))
+    resp = await read_frame(reader, 2.0)
+    assert resp is not None and resp.opaque == 7 and resp.code == ResponseCode.SUCCESS
+    writer.close()
     print(f"\n{name}: closed after {elapsed * 1000:.0f} ms")
     assert _commitlog_end(hostile) == end, "a damaged frame appended bytes to the CommitLog"
 
@@ -166,50 +161,43 @@ HEADER_CASES = _header_cases()
 
 
 @pytest.mark.parametrize("name", list(HEADER_CASES))
-def test_header_level_damage_gets_rocketmq_code_and_connection_stays(hostile, name):
+async def test_header_level_damage_gets_rocketmq_code_and_connection_stays(hostile, name):
     data, expected = HEADER_CASES[name]
 
-    async def main():
-        reader, writer = await asyncio.open_connection(*_host_port(hostile))
-        writer.write(data)
-        writer.write(request(RequestCode.GET_BROKER_CONFIG, opaque=12))
-        first = await read_frame(reader, 3.0)
-        assert first is not None, f"{name}: connection closed"
-        if expected is None:  # no answer to the bad frame; the next good one is served
-            assert first is not None and first.opaque == 12 and first.code == ResponseCode.SUCCESS
-        else:
-            assert first.opaque == 11 and first.code == expected, (first.code, first.remark)
-            assert first.remark
-            second = await read_frame(reader, 3.0)
-            assert second is not None and second.opaque == 12 and second.code == ResponseCode.SUCCESS
-        writer.close()
-
     end = _commitlog_end(hostile)
-    asyncio.run(main())
+    reader, writer = await asyncio.open_connection(*_host_port(hostile))
+    writer.write(data)
+    writer.write(request(RequestCode.GET_BROKER_CONFIG, opaque=12))
+    first = await read_frame(reader, 3.0)
+    assert first is not None, f"{name}: connection closed"
+    if expected is None:  # no answer to the bad frame; the next good one is served
+        assert first is not None and first.opaque == 12 and first.code == ResponseCode.SUCCESS
+    else:
+        assert first.opaque == 11 and first.code == expected, (first.code, first.remark)
+        assert first.remark
+        second = await read_frame(reader, 3.0)
+        assert second is not None and second.opaque == 12 and second.code == ResponseCode.SUCCESS
+    writer.close()
     assert _commitlog_end(hostile) == end, "a damaged request appended bytes to the CommitLog"
 
 
-def test_absurd_pull_batch_sizes_are_clamped(hostile):
-    async def main():
-        producer = await _good_client(hostile)
-        try:
-            # 1,100 small messages into queue 0 in one batch request
-            for start in range(0, 1100, 550):
-                await producer.send_batch([Message(TOPIC, b"m%d" % i) for i in range(start, start + 550)],
-                                          queue=MessageQueue(TOPIC, "broker-a", 0))
-        finally:
-            await producer.close()
-        reader, writer = await asyncio.open_connection(*_host_port(hostile))
-        results = {}
-        for opaque, max_nums in ((21, str(2**31 - 1)), (22, "-5"), (23, str(2**40))):
-            writer.write(request(RequestCode.PULL_MESSAGE, opaque=opaque, consumerGroup="clampG", topic=TOPIC,
-                                 queueId=0, queueOffset=0, maxMsgNums=max_nums, sysFlag=4, subscription="*",
-                                 expressionType="TAG", subVersion=0))
-            results[opaque] = await read_frame(reader, 3.0)
-        writer.close()
-        return results
-
-    results = asyncio.run(main())
+async def test_absurd_pull_batch_sizes_are_clamped(hostile):
+    producer = await _good_client(hostile)
+    try:
+        # 1,100 small messages into queue 0 in one batch request
+        for start in range(0, 1100, 550):
+            await producer.send_batch([Message(TOPIC, b"m%d" % i) for i in range(start, start + 550)],
+                                      queue=MessageQueue(TOPIC, "broker-a", 0))
+    finally:
+        await producer.close()
+    reader, writer = await asyncio.open_connection(*_host_port(hostile))
+    results = {}
+    for opaque, max_nums in ((21, str(2**31 - 1)), (22, "-5"), (23, str(2**40))):
+        writer.write(request(RequestCode.PULL_MESSAGE, opaque=opaque, consumerGroup="clampG", topic=TOPIC,
+                             queueId=0, queueOffset=0, maxMsgNums=max_nums, sysFlag=4, subscription="*",
+                             expressionType="TAG", subVersion=0))
+        results[opaque] = await read_frame(reader, 3.0)
+    writer.close()
     huge, negative, overflow = results[21], results[22], results[23]
     assert huge.code == ResponseCode.SUCCESS
     assert int(huge.ext_fields["nextBeginOffset"]) <= 1024, "maxMsgNums 2^31-1 was not clamped"
@@ -229,38 +217,34 @@ def flood(tmp_path_factory):
     ("hostile", 2_000),
     pytest.param("flood", 10_000, marks=pytest.mark.slow, id="flood-10000"),
 ])
-def test_idle_and_half_frame_connections_are_closed_and_good_client_stays_fast(request, broker_fixture, idle):
+async def test_idle_and_half_frame_connections_are_closed_and_good_client_stays_fast(request, broker_fixture, idle):
     """H4 (a): ``idle`` connections left idle plus 50 that send half a frame and go silent (the
     default suite opens 2,000; the slow run the issue's 10,000)."""
     hostile = request.getfixturevalue(broker_fixture)
     pid = hostile.broker.proc.pid
 
-    async def main():
-        producer = await _good_client(hostile)
-        try:
-            await _send_latencies(producer, 20)  # warm up
-            rss_before = rss_mib(pid)
-            conns = []
-            for _ in range(idle // 100):  # 100 at a time (the listen backlog)
-                conns += await asyncio.gather(*(asyncio.open_connection(*_host_port(hostile)) for _ in range(100)))
-            half = []
-            for _ in range(50):
-                r, w = await asyncio.open_connection(*_host_port(hostile))
-                w.write(struct.pack(">iI", 16 * 1024 * 1024, 20) + b'{"code":10,"opaq')
-                half.append((r, w))
-            opened = time.perf_counter()
-            lat = await _send_latencies(producer, 150, pause=0.002)
-            rss_loaded = rss_mib(pid)
-            closed = await asyncio.gather(*(closed_within(r, IDLE * 3) for r, _w in conns + half))
-            took = time.perf_counter() - opened
-            for _r, w in conns + half:
-                w.close()
-            lat += await _send_latencies(producer, 20)  # the good client reconnects if it was idle
-            return lat, rss_before, rss_loaded, closed, took
-        finally:
-            await producer.close()
-
-    lat, rss_before, rss_loaded, closed, took = asyncio.run(main())
+    producer = await _good_client(hostile)
+    try:
+        await _send_latencies(producer, 20)  # warm up
+        rss_before = rss_mib(pid)
+        conns = []
+        for _ in range(idle // 100):  # 100 at a time (the listen backlog)
+            conns += await asyncio.gather(*(asyncio.open_connection(*_host_port(hostile)) for _ in range(100)))
+        half = []
+        for _ in range(50):
+            r, w = await asyncio.open_connection(*_host_port(hostile))
+            w.write(struct.pack(">iI", 16 * 1024 * 1024, 20) + b'{"code":10,"opaq')
+            half.append((r, w))
+        opened = time.perf_counter()
+        lat = await _send_latencies(producer, 150, pause=0.002)
+        rss_loaded = rss_mib(pid)
+        closed = await asyncio.gather(*(closed_within(r, IDLE * 3) for r, _w in conns + half))
+        took = time.perf_counter() - opened
+        for _r, w in conns + half:
+            w.close()
+        lat += await _send_latencies(producer, 20)  # the good client reconnects if it was idle
+    finally:
+        await producer.close()
     print(f"\nH4a: good client p99 {p99(lat) * 1000:.1f} ms over {len(lat)} sends; broker RSS "
           f"{rss_before:.0f} -> {rss_loaded:.0f} MiB with {idle + 50:,} hostile connections; "
           f"{sum(closed)} closed by the idle timeout after {took:.1f} s")
@@ -276,18 +260,14 @@ def capped(tmp_path_factory):
     yield from running_cluster(tmp_path_factory, "capped", "--idle-timeout", "60", "--max-connections", "300")
 
 
-def test_connections_past_the_maximum_are_refused_at_once(capped):
+async def test_connections_past_the_maximum_are_refused_at_once(capped):
     """H4 (c): the cap is 300; of 400 connections exactly the 100 beyond it are closed at once."""
-    async def main():
-        conns = []
-        for _ in range(4):
-            conns += await asyncio.gather(*(asyncio.open_connection(*_host_port(capped)) for _ in range(100)))
-        refused = await asyncio.gather(*(closed_within(r, 3.0) for r, _w in conns))
-        for _r, w in conns:
-            w.close()
-        return refused
-
-    refused = asyncio.run(main())
+    conns = []
+    for _ in range(4):
+        conns += await asyncio.gather(*(asyncio.open_connection(*_host_port(capped)) for _ in range(100)))
+    refused = await asyncio.gather(*(closed_within(r, 3.0) for r, _w in conns))
+    for _r, w in conns:
+        w.close()
     n = sum(refused)
     print(f"\nH4c: {n} of 400 connections refused at once (cap 300)")
     assert n == 100
@@ -296,7 +276,7 @@ def test_connections_past_the_maximum_are_refused_at_once(capped):
     assert len(re.findall(r"refusing connection from", log)) <= 21, "refusals are not rate-limited in the log"
 
 
-def test_incomplete_frames_share_a_memory_budget(hostile):
+async def test_incomplete_frames_share_a_memory_budget(hostile):
     """H4 (b): 48 connections announce 16 MiB frames and push 6 MiB each (288 MiB) then stall;
     the broker buffers about its 32 MiB budget, stops reading the rest, and serves a good client."""
     pid = hostile.broker.proc.pid
@@ -311,27 +291,23 @@ def test_incomplete_frames_share_a_memory_budget(hostile):
         except asyncio.TimeoutError:
             return False
 
-    async def main():
-        producer = await _good_client(hostile)
-        try:
-            await _send_latencies(producer, 10)
-            rss_before = rss_mib(pid)
-            conns = [await asyncio.open_connection(*_host_port(hostile)) for _ in range(48)]
-            for _r, w in conns:
-                w.transport.set_write_buffer_limits(high=64 * 1024)
-            drained = await asyncio.gather(*(push(w) for _r, w in conns))
-            await asyncio.sleep(0.3)
-            rss_loaded = rss_mib(pid)
-            lat = await _send_latencies(producer, 100, pause=0.002)
-            for _r, w in conns:
-                w.transport.abort()
-            await asyncio.sleep(0.5)
-            lat += await _send_latencies(producer, 10)
-            return rss_before, rss_loaded, drained, lat
-        finally:
-            await producer.close()
-
-    rss_before, rss_loaded, drained, lat = asyncio.run(main())
+    producer = await _good_client(hostile)
+    try:
+        await _send_latencies(producer, 10)
+        rss_before = rss_mib(pid)
+        conns = [await asyncio.open_connection(*_host_port(hostile)) for _ in range(48)]
+        for _r, w in conns:
+            w.transport.set_write_buffer_limits(high=64 * 1024)
+        drained = await asyncio.gather(*(push(w) for _r, w in conns))
+        await asyncio.sleep(0.3)
+        rss_loaded = rss_mib(pid)
+        lat = await _send_latencies(producer, 100, pause=0.002)
+        for _r, w in conns:
+            w.transport.abort()
+        await asyncio.sleep(0.5)
+        lat += await _send_latencies(producer, 10)
+    finally:
+        await producer.close()
     print(f"\nH4b: broker RSS {rss_before:.0f} -> {rss_loaded:.0f} MiB while 48 connections pushed 288 MiB of "
           f"incomplete frames ({sum(drained)} fully accepted); good client p99 {p99(lat) * 1000:.1f} ms")
     assert drained.count(False) > 0, "every connection was read fully: no budget"

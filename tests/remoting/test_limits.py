@@ -79,85 +79,76 @@ def _serve(limits: ServerLimits):
     return start()
 
 
-def test_idle_connections_are_aborted_but_busy_ones_are_not():
-    async def main():
-        server, host, port = await _serve(ServerLimits(idle_timeout=1.0))
-        try:
-            idle_r, _idle_w = await asyncio.open_connection(host, port)
-            half_r, half_w = await asyncio.open_connection(host, port)
-            half_w.write(struct.pack(">iI", 1000, 20) + b"{")  # half a frame, then silence
-            chatty_r, chatty_w = await asyncio.open_connection(host, port)
+async def test_idle_connections_are_aborted_but_busy_ones_are_not():
+    server, host, port = await _serve(ServerLimits(idle_timeout=1.0))
+    try:
+        idle_r, _idle_w = await asyncio.open_connection(host, port)
+        half_r, half_w = await asyncio.open_connection(host, port)
+        half_w.write(struct.pack(">iI", 1000, 20) + b"{")  # half a frame, then silence
+        chatty_r, chatty_w = await asyncio.open_connection(host, port)
 
-            async def chat():
-                for i in range(30):
-                    chatty_w.write(request(RequestCode.GET_BROKER_CONFIG, opaque=i))
-                    assert (await read_frame(chatty_r, 5.0)).opaque == i
-                    await asyncio.sleep(0.1)
-
-            chatting = asyncio.create_task(chat())
-            # closed after 1.0-1.5 s (the sweep runs every timeout/4); generous for a loaded box
-            assert await closed_within(idle_r, 5.0)
-            assert await closed_within(half_r, 5.0)
-            await chatting  # >= 3 s (3x the timeout) of traffic every 0.1 s: never idle
-            assert server.idle_closed == 2 and len(server.connections) == 1
-        finally:
-            await server.stop()
-
-    asyncio.run(main())
-
-
-def test_connection_cap_and_ext_fields_cap():
-    async def main():
-        server, host, port = await _serve(ServerLimits(max_connections=2, max_ext_fields=10))
-        try:
-            a = await asyncio.open_connection(host, port)
-            b = await asyncio.open_connection(host, port)
-            c_r, _c_w = await asyncio.open_connection(host, port)
-            assert await closed_within(c_r, 1.0)
-            assert server.refused == 1
-            r, w = a
-            w.write(request(RequestCode.SEND_MESSAGE_V2, opaque=1, **{f"k{i}": i for i in range(11)}))
-            w.write(request(RequestCode.SEND_MESSAGE_V2, opaque=2, **{f"k{i}": i for i in range(10)}))
-            first, second = await read_frame(r, 1.0), await read_frame(r, 1.0)
-            assert first.code == ResponseCode.SYSTEM_ERROR and "11 extFields" in first.remark
-            assert second.code == ResponseCode.SUCCESS and second.ext_fields["n"] == "10"
-            b[1].close()
-        finally:
-            await server.stop()
-
-    asyncio.run(main())
-
-
-def test_a_connection_over_the_budget_stops_being_read_until_room_is_made():
-    async def main():
-        server, host, port = await _serve(ServerLimits(max_buffered_bytes=256 * 1024, free_buffer_bytes=1024,
-                                                       idle_timeout=1.6))
-        try:
-            big_r, big_w = await asyncio.open_connection(host, port)
-            big_w.transport.set_write_buffer_limits(high=16 * 1024)
-            big_w.write(struct.pack(">iI", 16 * 1024 * 1024, 20) + b"\0" * (15 * 1024 * 1024))
-            with pytest.raises(asyncio.TimeoutError):  # more than the kernel's socket buffers hold
-                await asyncio.wait_for(big_w.drain(), 1.0)
-            budget = server.budget
-            assert budget.pauses >= 1 and len(budget.waiting) == 1
-            held = budget.used
-            assert 256 * 1024 < held < 256 * 1024 + 1024 * 1024  # the budget plus at most a few reads
-            # a small request on another connection is still served
-            r, w = await asyncio.open_connection(host, port)
-            w.write(request(RequestCode.GET_BROKER_CONFIG, opaque=5))
-            assert (await read_frame(r, 1.0)).code == ResponseCode.SUCCESS
-            # A paused connection is not read, so its peer's close is noticed by the idle timeout,
-            # which gives its bytes back.
-            big_w.transport.abort()
-            for _ in range(100):  # up to 10 s for the 1.6 s idle timeout
+        async def chat():
+            for i in range(30):
+                chatty_w.write(request(RequestCode.GET_BROKER_CONFIG, opaque=i))
+                assert (await read_frame(chatty_r, 5.0)).opaque == i
                 await asyncio.sleep(0.1)
-                if budget.used == 0:
-                    break
-            assert budget.used == 0 and not budget.waiting and server.idle_closed == 1
-        finally:
-            await server.stop()
 
-    asyncio.run(main())
+        chatting = asyncio.create_task(chat())
+        # closed after 1.0-1.5 s (the sweep runs every timeout/4); generous for a loaded box
+        assert await closed_within(idle_r, 5.0)
+        assert await closed_within(half_r, 5.0)
+        await chatting  # >= 3 s (3x the timeout) of traffic every 0.1 s: never idle
+        assert server.idle_closed == 2 and len(server.connections) == 1
+    finally:
+        await server.stop()
+
+
+async def test_connection_cap_and_ext_fields_cap():
+    server, host, port = await _serve(ServerLimits(max_connections=2, max_ext_fields=10))
+    try:
+        a = await asyncio.open_connection(host, port)
+        b = await asyncio.open_connection(host, port)
+        c_r, _c_w = await asyncio.open_connection(host, port)
+        assert await closed_within(c_r, 1.0)
+        assert server.refused == 1
+        r, w = a
+        w.write(request(RequestCode.SEND_MESSAGE_V2, opaque=1, **{f"k{i}": i for i in range(11)}))
+        w.write(request(RequestCode.SEND_MESSAGE_V2, opaque=2, **{f"k{i}": i for i in range(10)}))
+        first, second = await read_frame(r, 1.0), await read_frame(r, 1.0)
+        assert first.code == ResponseCode.SYSTEM_ERROR and "11 extFields" in first.remark
+        assert second.code == ResponseCode.SUCCESS and second.ext_fields["n"] == "10"
+        b[1].close()
+    finally:
+        await server.stop()
+
+
+async def test_a_connection_over_the_budget_stops_being_read_until_room_is_made():
+    server, host, port = await _serve(ServerLimits(max_buffered_bytes=256 * 1024, free_buffer_bytes=1024,
+                                                   idle_timeout=1.6))
+    try:
+        big_r, big_w = await asyncio.open_connection(host, port)
+        big_w.transport.set_write_buffer_limits(high=16 * 1024)
+        big_w.write(struct.pack(">iI", 16 * 1024 * 1024, 20) + b"\0" * (15 * 1024 * 1024))
+        with pytest.raises(asyncio.TimeoutError):  # more than the kernel's socket buffers hold
+            await asyncio.wait_for(big_w.drain(), 1.0)
+        budget = server.budget
+        assert budget.pauses >= 1 and len(budget.waiting) == 1
+        held = budget.used
+        assert 256 * 1024 < held < 256 * 1024 + 1024 * 1024  # the budget plus at most a few reads
+        # a small request on another connection is still served
+        r, w = await asyncio.open_connection(host, port)
+        w.write(request(RequestCode.GET_BROKER_CONFIG, opaque=5))
+        assert (await read_frame(r, 1.0)).code == ResponseCode.SUCCESS
+        # A paused connection is not read, so its peer's close is noticed by the idle timeout,
+        # which gives its bytes back.
+        big_w.transport.abort()
+        for _ in range(100):  # up to 10 s for the 1.6 s idle timeout
+            await asyncio.sleep(0.1)
+            if budget.used == 0:
+                break
+        assert budget.used == 0 and not budget.waiting and server.idle_closed == 1
+    finally:
+        await server.stop()
 
 
 def test_busy_backoff_grows_and_is_capped():

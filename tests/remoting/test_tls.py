@@ -85,24 +85,21 @@ async def refused(client: RemotingClient, addr: str) -> bool:
     return False
 
 
-def test_enforcing_serves_tls_and_closes_plaintext(pki):
-    async def main():
-        server, addr = await serve("enforcing", pki)
-        good, plain = tls_client(pki["ca_file"]), RemotingClient(connect_timeout=2.0)
-        try:
-            resp = await ping(good, addr)
-            assert resp.code == ResponseCode.SUCCESS and resp.remark == "pong"
-            conn = await good.connection(addr)
-            version = conn.transport.get_extra_info("ssl_object").version()
-            assert version in ("TLSv1.2", "TLSv1.3")
-            with pytest.raises(ConnectError):  # closed by the server, not left to time out
-                await ping(plain, addr, timeout=10.0)
-        finally:
-            await good.close()
-            await plain.close()
-            await server.stop()
-
-    asyncio.run(main())
+async def test_enforcing_serves_tls_and_closes_plaintext(pki):
+    server, addr = await serve("enforcing", pki)
+    good, plain = tls_client(pki["ca_file"]), RemotingClient(connect_timeout=2.0)
+    try:
+        resp = await ping(good, addr)
+        assert resp.code == ResponseCode.SUCCESS and resp.remark == "pong"
+        conn = await good.connection(addr)
+        version = conn.transport.get_extra_info("ssl_object").version()
+        assert version in ("TLSv1.2", "TLSv1.3")
+        with pytest.raises(ConnectError):  # closed by the server, not left to time out
+            await ping(plain, addr, timeout=10.0)
+    finally:
+        await good.close()
+        await plain.close()
+        await server.stop()
 
 
 def test_a_tls_mismatch_says_the_peer_may_require_tls_or_not_serve_it(pki):
@@ -133,19 +130,16 @@ def test_a_tls_mismatch_says_the_peer_may_require_tls_or_not_serve_it(pki):
         assert "()" not in to_plain and not to_plain.rstrip().endswith(":"), to_plain
 
 
-def test_disabled_closes_tls_and_serves_plaintext(pki):
-    async def main():
-        server, addr = await serve("disabled", pki)
-        good, tls = RemotingClient(connect_timeout=2.0), tls_client(pki["ca_file"])
-        try:
-            assert (await ping(good, addr)).code == ResponseCode.SUCCESS
-            assert await refused(tls, addr), "a TLS client must not get through a plaintext-only port"
-        finally:
-            await good.close()
-            await tls.close()
-            await server.stop()
-
-    asyncio.run(main())
+async def test_disabled_closes_tls_and_serves_plaintext(pki):
+    server, addr = await serve("disabled", pki)
+    good, tls = RemotingClient(connect_timeout=2.0), tls_client(pki["ca_file"])
+    try:
+        assert (await ping(good, addr)).code == ResponseCode.SUCCESS
+        assert await refused(tls, addr), "a TLS client must not get through a plaintext-only port"
+    finally:
+        await good.close()
+        await tls.close()
+        await server.stop()
 
 
 def run_on(loop_kind: str, coro_fn):
@@ -209,33 +203,30 @@ def test_failed_handshakes_leave_no_connection_behind(pki, mode, loop_kind):
     run_on(loop_kind, main)
 
 
-def test_client_verifies_the_ca_and_the_hostname_by_default(pki):
+async def test_client_verifies_the_ca_and_the_hostname_by_default(pki):
     other_ca = write_ca(trustme.CA(), pki["root"], "other-ca.crt")
 
-    async def main():
-        server, addr = await serve("enforcing", pki)
-        clients = {
-            "system trust store": tls_client(None),
-            "another CA": tls_client(other_ca),
-            "wrong name": tls_client(pki["ca_file"], server_name="broker.example.org"),
-        }
-        try:
-            for what, client in clients.items():
-                with pytest.raises(ConnectError, match="certificate"):
-                    await ping(client, addr)
-            # the name can be overridden (pods dialled by IP), and is then checked
-            ok = tls_client(pki["ca_file"], server_name="localhost")
-            assert (await ping(ok, addr)).code == ResponseCode.SUCCESS
-            await ok.close()
-        finally:
-            for client in clients.values():
-                await client.close()
-            await server.stop()
-
-    asyncio.run(main())
+    server, addr = await serve("enforcing", pki)
+    clients = {
+        "system trust store": tls_client(None),
+        "another CA": tls_client(other_ca),
+        "wrong name": tls_client(pki["ca_file"], server_name="broker.example.org"),
+    }
+    try:
+        for what, client in clients.items():
+            with pytest.raises(ConnectError, match="certificate"):
+                await ping(client, addr)
+        # the name can be overridden (pods dialled by IP), and is then checked
+        ok = tls_client(pki["ca_file"], server_name="localhost")
+        assert (await ping(ok, addr)).code == ResponseCode.SUCCESS
+        await ok.close()
+    finally:
+        for client in clients.values():
+            await client.close()
+        await server.stop()
 
 
-def test_contexts_refuse_old_protocols_and_have_no_trust_all_default(pki):
+async def test_contexts_refuse_old_protocols_and_have_no_trust_all_default(pki):
     ctx = client_context(ClientTlsConfig(True, pki["ca_file"]))
     assert ctx.minimum_version >= ssl.TLSVersion.TLSv1_2
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
@@ -246,24 +237,22 @@ def test_contexts_refuse_old_protocols_and_have_no_trust_all_default(pki):
     assert inst.remoting.ssl_context.verify_mode == ssl.CERT_REQUIRED
     assert inst.remoting.ssl_context.minimum_version >= ssl.TLSVersion.TLSv1_2
 
-    async def main():  # a client capped at TLS 1.1 gets no session
-        server, addr = await serve("enforcing", pki)
-        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        old.load_verify_locations(pki["ca_file"])
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                old.maximum_version = ssl.TLSVersion.TLSv1_1
-        except (ValueError, ssl.SSLError):
-            pytest.skip("this OpenSSL cannot even build a TLS 1.1 client")
-        client = RemotingClient(ssl_context=old, connect_timeout=2.0)
-        try:
-            assert await refused(client, addr)
-        finally:
-            await client.close()
-            await server.stop()
-
-    asyncio.run(main())
+    # a client capped at TLS 1.1 gets no session
+    server, addr = await serve("enforcing", pki)
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(pki["ca_file"])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old.maximum_version = ssl.TLSVersion.TLSv1_1
+    except (ValueError, ssl.SSLError):
+        pytest.skip("this OpenSSL cannot even build a TLS 1.1 client")
+    client = RemotingClient(ssl_context=old, connect_timeout=2.0)
+    try:
+        assert await refused(client, addr)
+    finally:
+        await client.close()
+        await server.stop()
 
 
 def test_unknown_mode_and_missing_files_are_config_errors(pki):
@@ -345,35 +334,32 @@ def test_certificate_files_are_reloaded_when_they_change(pki, loop_kind):
     run_on(loop_kind, main)
 
 
-def test_metrics_endpoint_over_https(pki):
-    async def main():
-        server = MetricsServer([], tls=ServerTlsConfig("enforcing", pki["crt"], pki["key"]))
-        host, port = await server.start("127.0.0.1", 0)
-        try:
-            ctx = ssl.create_default_context(cafile=pki["ca_file"])
+async def test_metrics_endpoint_over_https(pki):
+    server = MetricsServer([], tls=ServerTlsConfig("enforcing", pki["crt"], pki["key"]))
+    host, port = await server.start("127.0.0.1", 0)
+    try:
+        ctx = ssl.create_default_context(cafile=pki["ca_file"])
 
-            def fetch(url, context=None):
-                with urllib.request.urlopen(url, timeout=3, context=context) as r:
-                    return r.status, r.read()
+        def fetch(url, context=None):
+            with urllib.request.urlopen(url, timeout=3, context=context) as r:
+                return r.status, r.read()
 
-            status, body = await asyncio.to_thread(fetch, f"https://{host}:{port}/healthz", ctx)
-            assert status == 200 and body == b"ok\n"
-            with pytest.raises((urllib.error.URLError, ConnectionError)):
-                await asyncio.to_thread(fetch, f"http://{host}:{port}/healthz")
-            with pytest.raises(urllib.error.URLError):  # not trusted without the CA
-                await asyncio.to_thread(fetch, f"https://{host}:{port}/healthz",
-                                        ssl.create_default_context())
-        finally:
-            await server.stop()
-
-    asyncio.run(main())
+        status, body = await asyncio.to_thread(fetch, f"https://{host}:{port}/healthz", ctx)
+        assert status == 200 and body == b"ok\n"
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            await asyncio.to_thread(fetch, f"http://{host}:{port}/healthz")
+        with pytest.raises(urllib.error.URLError):  # not trusted without the CA
+            await asyncio.to_thread(fetch, f"https://{host}:{port}/healthz",
+                                    ssl.create_default_context())
+    finally:
+        await server.stop()
 
 
 def test_real_processes_enforcing_namesrv_and_broker(pki, tmp_path):
     """Name server and broker processes with TLS only (remoting and metrics); the broker registers
     over TLS; our client creates a topic, sends and pulls over TLS; plaintext gets nothing."""
-    from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
     from tidemq.client.route import MessageQueue
+    from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
 
     tls_args = ["--tls-mode", "enforcing", "--tls-cert-file", pki["crt"], "--tls-key-file", pki["key"],
                 "--tls-ca-file", pki["ca_file"], "--metrics-tls"]
