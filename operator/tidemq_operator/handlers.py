@@ -37,6 +37,7 @@ import asyncio
 import datetime
 import json
 import logging
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,11 +144,17 @@ def _cluster(index: kopf.Index, namespace: str | None, name: str) -> Mapping | N
     return None
 
 
-_LOCKS: dict[str, asyncio.Lock] = {}
+# One lock per Topic serializes its passes (an update and a timer may overlap). Weak values: a
+# lock lives only while a pass holds or awaits it, so the table never outgrows the Topics being
+# reconciled right now (a dict kept one entry per Topic ever seen, deleted ones included).
+_LOCKS: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
 
 def _lock(uid: str) -> asyncio.Lock:
-    return _LOCKS.setdefault(uid, asyncio.Lock())
+    lock = _LOCKS.get(uid)
+    if lock is None:
+        lock = _LOCKS[uid] = asyncio.Lock()
+    return lock
 
 
 # passes ---------------------------------------------------------------------------------------
@@ -309,8 +316,7 @@ def _create_once(obj: dict, namespace: str) -> bool:
     try:
         api.create_namespaced_secret(obj["metadata"].get("namespace") or namespace, obj)
     except kubernetes.client.ApiException as exc:
-        # 409 AlreadyExists (kmock 0.8 answers the same conflict as a 500 saying so)
-        if exc.status != 409 and "already exists" not in str(exc.body or "").lower():
+        if exc.status != 409:  # 409 AlreadyExists; any other refusal is an error
             raise
         return False
     return True
@@ -335,8 +341,7 @@ def _apply_objects(objs: list[dict], namespace: str) -> list[str]:
         try:
             getattr(api, f"create_namespaced_{kind}")(ns, obj)
         except kubernetes.client.ApiException as exc:
-            # 409 AlreadyExists (kmock 0.8 answers the same conflict as a 500 saying so)
-            if exc.status != 409 and "already exists" not in str(exc.body or "").lower():
+            if exc.status != 409:  # 409 AlreadyExists; any other refusal is an error
                 raise
             getattr(api, f"patch_namespaced_{kind}")(name, ns, obj)
         done.append(f"{obj['kind']}/{name}")
@@ -456,7 +461,11 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
 
 
 def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | None]:
-    """The live StatefulSets as API JSON (camelCase), None when missing (runs in a worker thread)."""
+    """The live StatefulSets as API JSON (camelCase), None when missing (runs in a worker thread).
+
+    Only 404 NotFound means missing: any other error raises, so the pass retries later and
+    applies nothing (a StatefulSet taken for missing would be applied out of its turn, and with
+    every read failing all broker groups would roll at once)."""
     import kubernetes  # noqa: PLC0415 (optional dependency, only for managed clusters)
 
     client = kubernetes.client.ApiClient()
@@ -467,8 +476,7 @@ def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | Non
             # raw JSON: no client-side model validation of a partly filled status
             resp = apps.read_namespaced_stateful_set(name, namespace, _preload_content=False)
         except kubernetes.client.ApiException as exc:
-            # 404 NotFound (kmock 0.8 answers a missing object with 500)
-            if exc.status not in (404, 500):
+            if exc.status != 404:
                 raise
             out[name] = None
             continue

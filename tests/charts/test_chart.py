@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kube import ThreadedEmulator
+from tests.support.kube import ThreadedEmulator, status_emulator
 
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
@@ -406,8 +406,9 @@ def test_gitignore_has_the_helm_venv() -> None:
 # engine and sends every object to an API server. kmock 0.8's KubernetesEmulator stands in, with
 # two adaptations: (1) its core discovery (/api/v1) says groupVersion "/v1", which Helm's REST
 # mapper cannot match (no kind ServiceAccount in v1): fixed to "v1"; (2) a GET of a missing object
-# escapes as a plain 500, which Helm treats as an error (it GETs every object before creating it):
-# answered as a 404 Status. HELM_DRIVER=memory keeps the release records out of the emulator.
+# must be a 404 (Helm GETs every object before creating it and treats any other error as one):
+# tests.support.kube.status_emulator answers so. HELM_DRIVER=memory keeps the release records out
+# of the emulator.
 
 INSTALL = """
 import asyncio, json, sys
@@ -424,19 +425,9 @@ THIRDPARTY_CRDS = ROOT.parent / "shared" / "thirdparty-crds"
 
 def build_helm_emulator():
     """kmock.KubernetesEmulator adapted for Helm (see above), with the kinds the chart creates."""
-    import aiohttp.web  # noqa: PLC0415
     import kmock  # noqa: PLC0415
 
-    class HelmEmulator(kmock.KubernetesEmulator):
-        async def _handle(self, request):
-            try:
-                return await super()._handle(request)
-            except kmock.KubernetesError as exc:
-                return aiohttp.web.json_response(
-                    {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-                     "reason": {404: "NotFound", 409: "AlreadyExists"}.get(exc.status, "InternalError"),
-                     "code": exc.status, "message": exc.message or ""}, status=exc.status)
-
+    class HelmEmulator(status_emulator()):
         async def _serve_version(self, request):
             result = await super()._serve_version(request)
             if isinstance(result, dict) and str(result.get("groupVersion", "")).startswith("/"):

@@ -6,6 +6,8 @@ How the emulator is adapted (kmock 0.8):
   real ``kubernetes`` client, like kubectl would.
 - The TideMQ resources are registered from crds/*.yaml (kind, plural, singular, short names,
   status subresource), since the emulator does not serve CustomResourceDefinitions.
+- Errors are answered as the API server does (tests.support.kube.status_emulator): a missing
+  object is a 404 Status, a conflict a 409 (kmock 0.8 itself lets both escape as a plain 500).
 - kopf runs with ``--all-namespaces``: a namespace-restricted kopf lists /api/v1/namespaces, which
   kmock's path parser answers with 500.
 - There is no admission: the tests default and validate every object with
@@ -46,7 +48,7 @@ pytest.importorskip("kopf")
 from tests.procs import free_port, tidemq_cmd  # noqa: E402
 from tests.support import rbac  # noqa: E402
 from tests.charts.test_chart import helm_python, kubeconfig  # noqa: E402,F401 (fixtures)
-from tests.support.kube import ThreadedEmulator  # noqa: E402
+from tests.support.kube import ThreadedEmulator, status_emulator  # noqa: E402
 from tidemq.client.route import MessageQueue  # noqa: E402
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer  # noqa: E402
 from tidemq.message import Message  # noqa: E402
@@ -60,7 +62,7 @@ WAIT = 30.0
 
 
 # the emulator ------------------------------------------------------------------------------------
-class GenerateNameEmulator(kmock.KubernetesEmulator):
+class GenerateNameEmulator(status_emulator()):
     """kmock 0.8 ignores metadata.generateName: every kopf Event would be created under the name
     None and all but the first conflict. Fill in a name as the API server does."""
 
