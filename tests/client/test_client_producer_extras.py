@@ -356,7 +356,7 @@ async def test_fault_avoidance_stops_trying_an_unreachable_broker(fake):
         async with Producer("pg", config=cfg(fake), send_latency_fault_enable=enabled,
                             clock=clock) as p:
             handler = _Count()
-            logger = logging.getLogger("tidemq.client.producer")
+            logger = logging.getLogger("tidemq.client.sender")
             level = logger.level
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)

@@ -3,7 +3,9 @@
 Layout (aiokafka-like): pure wire codecs in ``send``, ``pull``, ``heartbeat``,
 ``admin_protocol`` and ``route``; state in ``route_cache``; I/O in ``instance`` (connections,
 name servers, heartbeats) used by ``producer``, ``consumer`` and ``admin`` (their shared lifecycle
-in ``base``); ``sync`` wraps them in blocking facades (machinery in ``facade``).
+in ``base``); ``sync`` wraps them in blocking facades (machinery in ``facade``). ``producer`` is a
+front over ``accumulator`` (merges concurrent sends) and ``sender`` (routes, retries, reports to
+``fault``); ``transaction`` builds on the front.
 ``push`` holds PushConsumer (rebalancing, process queues, offset stores, concurrent and orderly
 consumption); ``lite_pull`` the poll()-style LitePullConsumer built on the same parts.
 """

@@ -2,7 +2,8 @@
 
 Pure state, no I/O: :class:`~tidemq.client.instance.ClientInstance` fetches routes and feeds them
 in. Invariants: the broker table is the union of the broker data of every cached route (a
-broker's addresses are those of its most recent route); a route once learned is kept until a
+broker's addresses are those of its most recent route; which of them is the master is
+:attr:`~tidemq.client.route.BrokerData.master_addr`'s rule alone); a route once learned is kept until a
 newer one replaces it (a name server that briefly forgets a topic does not stop producers, as in
 RocketMQ's clients); the number of cached topics is bounded.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from tidemq.client.route import MessageQueue, TopicRouteData
+from tidemq.client.route import BrokerData, MessageQueue, TopicRouteData
 
 MAX_TOPICS = 10_000
 
@@ -21,8 +22,7 @@ class RouteCache:
         self.max_topics = max_topics
         self._routes: dict[str, TopicRouteData] = {}
         self._publish: dict[str, list[MessageQueue]] = {}
-        self._brokers: dict[str, dict[int, str]] = {}
-        self._clusters: dict[str, str] = {}
+        self._brokers: dict[str, BrokerData] = {}
         self._rr: dict[str, int] = {}
         self._rand = random.Random(seed)
 
@@ -42,9 +42,7 @@ class RouteCache:
         self._routes[topic] = route
         self._publish[topic] = route.publish_queues(topic)
         for bd in route.broker_datas:
-            self._brokers[bd.broker_name] = dict(bd.broker_addrs)
-            if bd.cluster:
-                self._clusters[bd.broker_name] = bd.cluster
+            self._brokers[bd.broker_name] = bd
         return self.all_addrs() - before
 
     def forget(self, topic: str) -> None:
@@ -54,20 +52,18 @@ class RouteCache:
 
     # brokers -----------------------------------------------------------------------------------
     def master_addr(self, broker_name: str) -> str | None:
-        return self._brokers.get(broker_name, {}).get(0)
-
-    def broker_addrs(self, broker_name: str) -> dict[int, str]:
-        return dict(self._brokers.get(broker_name, {}))
+        bd = self._brokers.get(broker_name)
+        return None if bd is None else bd.master_addr
 
     def master_addrs(self) -> dict[str, str]:
-        return {name: addrs[0] for name, addrs in self._brokers.items() if 0 in addrs}
+        return {name: bd.master_addr for name, bd in self._brokers.items() if bd.master_addr}
 
     def all_addrs(self) -> set[str]:
-        return {a for addrs in self._brokers.values() for a in addrs.values()}
+        return {a for bd in self._brokers.values() for a in bd.broker_addrs.values()}
 
     def broker_name_of(self, addr: str) -> str | None:
-        for name, addrs in self._brokers.items():
-            if addr in addrs.values():
+        for name, bd in self._brokers.items():
+            if addr in bd.broker_addrs.values():
                 return name
         return None
 

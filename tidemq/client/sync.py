@@ -20,10 +20,10 @@ from tidemq.client.producer import (
     DEFAULT_REQUEST_TIMEOUT,
     ExceptionCallback,
     Producer,
-    QueueSelector,
     SuccessCallback,
 )
 from tidemq.client.route import MessageQueue
+from tidemq.client.selectors import QueueSelector
 from tidemq.message import Message
 
 

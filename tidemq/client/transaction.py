@@ -40,8 +40,9 @@ from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig
 from tidemq.client.facade import SyncFacade, blocking
 from tidemq.client.instance import ClientInstance
-from tidemq.client.producer import Producer, QueueSelector
+from tidemq.client.producer import Producer
 from tidemq.client.route import MessageQueue
+from tidemq.client.selectors import QueueSelector
 from tidemq.client.send import SendResult, SendStatus
 from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, RemotingError, TideMQError
