@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from tidemq.client.allocate import AllocateStrategy, allocate_averagely
 from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.heartbeat import CONSUME_ACTIVELY, ConsumerData, Subscription
@@ -40,7 +39,7 @@ from tidemq.client.push.rebalance import (
     release_for_group,
 )
 from tidemq.client.push.settings import LitePullSettings
-from tidemq.client.push.types import ConsumeFromWhere, MessageModel
+from tidemq.client.push.types import MessageModel
 from tidemq.client.route import MessageQueue
 from tidemq.client.tasks import cancel_all, every, pop_and_cancel
 from tidemq.client.validation import check_group, check_topic_name
@@ -64,38 +63,17 @@ class LitePullConsumer(ClientBase):
         name_servers: str | Sequence[str] | None = None,
         config: ClientConfig | None = None,
         *,
-        message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp: int | None = None,
-        allocate_strategy: AllocateStrategy = allocate_averagely,
-        pull_batch_size: int = 10,
-        pull_threshold_for_queue: int = 1000,
-        pull_threshold_size_for_queue: int = 100,
-        pull_threshold_for_all: int = 10000,
-        consume_max_span: int = 2000,
-        auto_commit: bool = True,
-        auto_commit_interval: float = 5.0,
-        rebalance_interval: float = 20.0,
-        suspend_ms: int = 15000,
-        poll_timeout: float = 5.0,
-        offset_store_dir: str | os.PathLike[str] | None = None,
+        settings: LitePullSettings | None = None,
+        **options: Any,
     ) -> None:
-        """``pull_threshold_size_for_queue`` is in MiB; ``consume_timestamp`` in ms (default: 30
-        minutes before start); ``offset_store_dir`` holds BROADCASTING offsets."""
+        """``options`` are :class:`~tidemq.client.push.settings.LitePullSettings` fields by name
+        (``auto_commit=False``, ``pull_batch_size=32``, ``pull_threshold_size_for_queue`` in MiB,
+        ``consume_timestamp`` in ms, ...), each replacing the one of ``settings`` (default: the
+        defaults); a name that is no field raises ConfigError."""
         self.group = check_group(group)
         self.config = make_config(name_servers, config)
-        self.settings = LitePullSettings.make(
-            message_model=message_model, consume_from=consume_from,
-            consume_timestamp=consume_timestamp, pull_batch_size=pull_batch_size,
-            pull_threshold_for_queue=pull_threshold_for_queue,
-            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
-            pull_threshold_for_all=pull_threshold_for_all, consume_max_span=consume_max_span,
-            auto_commit=auto_commit, auto_commit_interval=auto_commit_interval,
-            rebalance_interval=rebalance_interval, suspend_ms=suspend_ms, poll_timeout=poll_timeout,
-        )
-        self.allocate_strategy = allocate_strategy
-        self.offset_store_dir = offset_store_dir
-        self._pull_settings = PullSettings(pull_batch_size, suspend_ms, commit_offset=False)
+        self.settings = s = LitePullSettings.make(settings, **options)
+        self._pull_settings = PullSettings(s.pull_batch_size, s.suspend_ms, commit_offset=False)
         self._subscriptions: dict[str, Subscription] = {}
         self._assigned: set[MessageQueue] | None = None  # assign mode when not None
         self._assignment_dirty = False
@@ -192,10 +170,10 @@ class LitePullConsumer(ClientBase):
         self._assignment_dirty = self._assigned is not None
         self.api = ConsumerBrokerApi(inst, self.group)
         self.offset_store: OffsetStore = make_offset_store(
-            self.message_model, self.api, self.offset_store_dir, self.config.instance_name)
+            self.message_model, self.api, self.settings.offset_store_dir, self.config.instance_name)
         self._wake = asyncio.Event()
         self._arrived = asyncio.Event()
-        self.rebalancer = Rebalancer(self.api, self, self.message_model, self.allocate_strategy)
+        self.rebalancer = Rebalancer(self.api, self, self.message_model, self.settings.allocate_strategy)
         self._sync_subscriptions()
         self._state = "started"
         try:

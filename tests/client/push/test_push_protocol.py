@@ -127,3 +127,34 @@ def test_lite_pull_settings_refuse_nonsense(kw):
     with pytest.raises(ConfigError):
         LitePullSettings.make(**kw)
     assert LitePullSettings().pull_batch_size == 10
+
+
+def test_consumers_take_a_settings_object_and_its_fields_by_name():
+    from tidemq.client import LitePullConsumer, PushConsumer, allocate_averagely_by_circle
+    from tidemq.client.push.blocking import SyncPushConsumer
+
+    c = PushConsumer("g", "127.0.0.1:9876", settings=PushSettings(orderly=True, pull_batch_size=8),
+                     pull_batch_size=64, allocate_strategy=allocate_averagely_by_circle)
+    assert c.settings == PushSettings(orderly=True, pull_batch_size=64,
+                                      allocate_strategy=allocate_averagely_by_circle)
+    assert c.orderly and c.message_model.name == "CLUSTERING"
+    lp = LitePullConsumer("g", "127.0.0.1:9876", auto_commit=False, offset_store_dir="/tmp/o")
+    assert lp.settings == LitePullSettings(auto_commit=False, offset_store_dir="/tmp/o")
+    s = SyncPushConsumer("g", "127.0.0.1:9876", max_reconsume_times=3)
+    try:
+        assert s._client.settings.max_reconsume_times == 3
+    finally:
+        s.close()
+
+
+def test_an_unknown_setting_names_the_closest_one():
+    from tidemq.client import LitePullConsumer, PushConsumer
+
+    with pytest.raises(ConfigError, match="unknown consumer setting 'pull_batchsize' .did you mean 'pull_batch_size'"):
+        PushConsumer("g", "127.0.0.1:9876", pull_batchsize=8)
+    with pytest.raises(ConfigError, match="'orderly'"):  # a push setting the lite-pull consumer has not
+        LitePullConsumer("g", "127.0.0.1:9876", orderly=True)
+    with pytest.raises(ConfigError, match="settings must be a PushSettings, not LitePullSettings"):
+        PushConsumer("g", "127.0.0.1:9876", settings=LitePullSettings())
+    with pytest.raises(ConfigError, match="pull_batch_size must be an integer"):
+        PushConsumer("g", "127.0.0.1:9876", settings=PushSettings(), pull_batch_size=0)

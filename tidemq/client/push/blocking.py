@@ -19,14 +19,14 @@ from tidemq.client.route import MessageQueue
 
 
 class SyncPushConsumer(SyncFacade):
-    """Blocking :class:`~tidemq.client.push.PushConsumer`; takes the same keyword settings."""
+    """Blocking :class:`~tidemq.client.push.PushConsumer`; takes the same settings."""
 
     _thread_name = "tidemq-push-consumer"
     _client: PushConsumer
 
     def __init__(self, group: str, name_servers: str | Sequence[str] | None = None,
-                 config: ClientConfig | None = None, **settings: Any) -> None:
-        super().__init__(PushConsumer(group, name_servers, config, **settings))
+                 config: ClientConfig | None = None, **options: Any) -> None:
+        super().__init__(PushConsumer(group, name_servers, config, **options))
 
     @property
     def group(self) -> str:
@@ -43,14 +43,14 @@ class SyncPushConsumer(SyncFacade):
 
 
 class SyncLitePullConsumer(SyncFacade):
-    """Blocking :class:`~tidemq.client.lite_pull.LitePullConsumer`."""
+    """Blocking :class:`~tidemq.client.lite_pull.LitePullConsumer`; takes the same settings."""
 
     _thread_name = "tidemq-lite-pull"
     _client: LitePullConsumer
 
     def __init__(self, group: str, name_servers: str | Sequence[str] | None = None,
-                 config: ClientConfig | None = None, **settings: Any) -> None:
-        super().__init__(LitePullConsumer(group, name_servers, config, **settings))
+                 config: ClientConfig | None = None, **options: Any) -> None:
+        super().__init__(LitePullConsumer(group, name_servers, config, **options))
 
     @property
     def group(self) -> str:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from tidemq.client.allocate import AllocateStrategy, allocate_averagely
 from tidemq.client.base import ClientBase
 from tidemq.client.config import ClientConfig, make_config
 from tidemq.client.heartbeat import CONSUME_PASSIVELY, ConsumerData, Subscription
@@ -44,7 +43,6 @@ from tidemq.client.push.rebalance import (
 from tidemq.client.push.send_back import SendBack
 from tidemq.client.push.settings import PushSettings
 from tidemq.client.push.types import (
-    ConsumeFromWhere,
     MessageListener,
     MessageModel,
     ProcessQueueStats,
@@ -81,44 +79,16 @@ class PushConsumer(ClientBase):
         name_servers: str | Sequence[str] | None = None,
         config: ClientConfig | None = None,
         *,
-        message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp: int | None = None,
-        allocate_strategy: AllocateStrategy = allocate_averagely,
-        orderly: bool = False,
-        pull_batch_size: int = 32,
-        consume_batch_max_size: int = 1,
-        pull_threshold_for_queue: int = 1000,
-        pull_threshold_size_for_queue: int = 100,
-        consume_concurrently_max_span: int = 2000,
-        max_reconsume_times: int = 16,
-        rebalance_interval: float = 20.0,
-        persist_interval: float = 5.0,
-        lock_interval: float = 20.0,
-        consume_concurrency: int = 20,
-        suspend_ms: int = 15000,
-        shutdown_timeout: float = 10.0,
-        offset_store_dir: str | os.PathLike[str] | None = None,
+        settings: PushSettings | None = None,
+        **options: Any,
     ) -> None:
-        """``pull_threshold_size_for_queue`` is in MiB (RocketMQ's unit); ``consume_timestamp``
-        is in ms (default: 30 minutes before start); ``offset_store_dir`` holds BROADCASTING
-        offsets (default ``~/.tidemq/offsets``)."""
+        """``options`` are :class:`~tidemq.client.push.settings.PushSettings` fields by name
+        (``orderly=True``, ``max_reconsume_times=3``, ``pull_threshold_size_for_queue`` in MiB,
+        ``consume_timestamp`` in ms, ...), each replacing the one of ``settings`` (default: the
+        defaults); a name that is no field raises ConfigError."""
         self.group = check_group(group)
         self.config = make_config(name_servers, config)
-        self.settings = PushSettings.make(
-            message_model=message_model, consume_from=consume_from,
-            consume_timestamp=consume_timestamp, orderly=orderly, pull_batch_size=pull_batch_size,
-            consume_batch_max_size=consume_batch_max_size,
-            pull_threshold_for_queue=pull_threshold_for_queue,
-            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
-            consume_concurrently_max_span=consume_concurrently_max_span,
-            max_reconsume_times=max_reconsume_times, rebalance_interval=rebalance_interval,
-            persist_interval=persist_interval, lock_interval=lock_interval,
-            consume_concurrency=consume_concurrency, suspend_ms=suspend_ms,
-            shutdown_timeout=shutdown_timeout,
-        )
-        self.allocate_strategy = allocate_strategy
-        self.offset_store_dir = offset_store_dir
+        self.settings = PushSettings.make(settings, **options)
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: MessageListener | None = None
         self._pullers: dict[MessageQueue, asyncio.Task] = {}
@@ -222,9 +192,9 @@ class PushConsumer(ClientBase):
         self.instance = inst
         self.api = ConsumerBrokerApi(inst, self.group)
         self.offset_store: OffsetStore = make_offset_store(
-            s.message_model, self.api, self.offset_store_dir, self.config.instance_name)
+            s.message_model, self.api, s.offset_store_dir, self.config.instance_name)
         await self.offset_store.load()
-        self.rebalancer = Rebalancer(self.api, self, s.message_model, self.allocate_strategy,
+        self.rebalancer = Rebalancer(self.api, self, s.message_model, s.allocate_strategy,
                                      orderly=s.orderly)
         self._sync_subscriptions()
         assert self._listener is not None

@@ -174,12 +174,6 @@ class Rebalancer:
             for topic in sorted(topics):
                 await self._update(topic, {mq for mq in queues if mq.topic == topic})
 
-    async def drop_all(self) -> None:
-        """Give up every queue (shutdown)."""
-        async with self._lock:
-            for mq in list(self.process_queues):
-                await self._remove(mq)
-
     def clear(self) -> None:
         """Mark every process queue dropped and forget it, without asking the host (closing:
         the consumer has stopped its pull loops and stored its offsets itself)."""

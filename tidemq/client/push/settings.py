@@ -1,11 +1,22 @@
 """Typed, validated settings of the push and lite-pull consumers (RocketMQ
-DefaultMQPushConsumer's and DefaultLitePullConsumer's knobs)."""
+DefaultMQPushConsumer's and DefaultLitePullConsumer's knobs), defined here once: each consumer
+takes one of these objects (``settings=``) and/or its fields by name as keyword arguments
+(``PushConsumer(group, orderly=True)``), which :meth:`ConsumerSettings.make` merges and checks.
+
+Invariant: a settings object is valid once built (every field is checked in ``__post_init__``,
+so ``dataclasses.replace`` checks again); a keyword that names no field is a ConfigError that
+names the closest field.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import os
 from dataclasses import dataclass
 from typing import Self
 
+from tidemq.client.allocate import AllocateStrategy, allocate_averagely
 from tidemq.client.config import check_positive
 from tidemq.client.pull import MAX_PULL_NUMS
 from tidemq.client.push.process_queue import LOCK_EXPIRY
@@ -24,10 +35,26 @@ class ConsumerSettings:
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
     consume_timestamp: int | None = None  # ms; None: 30 minutes before the start
+    # Which queues of a topic this consumer owns, given all queues and the group's client ids.
+    allocate_strategy: AllocateStrategy = allocate_averagely
+    # Where BROADCASTING offsets are kept (one file per group); None: ~/.tidemq/offsets.
+    offset_store_dir: str | os.PathLike[str] | None = None
 
     @classmethod
-    def make(cls, **kw: object) -> Self:
-        return cls(**kw)  # type: ignore[arg-type]
+    def make(cls, base: Self | None = None, /, **options: object) -> Self:
+        """``base`` (None: the defaults) with the fields named in ``options`` replaced."""
+        if base is not None and not isinstance(base, cls):
+            raise ConfigError(f"settings must be a {cls.__name__}, not {type(base).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        for name in options:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"unknown consumer setting {name!r}{hint}; the settings of this "
+                                  f"consumer are {', '.join(known)}")
+        if base is None:
+            return cls(**options)  # type: ignore[arg-type]
+        return dataclasses.replace(base, **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         if not isinstance(self.message_model, MessageModel):
@@ -51,7 +78,9 @@ class ConsumerSettings:
 
 @dataclass(frozen=True, slots=True)
 class PushSettings(ConsumerSettings):
-    orderly: bool = False
+    """Settings of a push consumer (RocketMQ DefaultMQPushConsumer's knobs)."""
+
+    orderly: bool = False  # consume each queue in order, one batch at a time
     pull_batch_size: int = 32
     consume_batch_max_size: int = 1
     pull_threshold_for_queue: int = 1000
