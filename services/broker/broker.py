@@ -22,16 +22,25 @@ from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.longpoll import PullHoldService
+from tidemq.broker.messaging.admin import AdminService
+from tidemq.broker.messaging.brokerconfig import BrokerConfigService
+from tidemq.broker.messaging.consumers import ConsumerService
+from tidemq.broker.messaging.offsets import OffsetService
+from tidemq.broker.messaging.query import QueryService
+from tidemq.broker.messaging.transaction import EndTransactionService
 from tidemq.broker.metrics import TIMED_REQUESTS, BrokerMetrics
 from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.brokerconfig import BrokerConfigProcessor
-from tidemq.broker.processors.consumer import ConsumerManageProcessor
+from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.consumers import ConsumerProcessor
+from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.reply import ReplyProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.processors.transaction import EndTransactionProcessor
 from tidemq.broker.quota import CreationQuota
 from tidemq.broker.register import NamesrvRegistrar
 from tidemq.broker.schedule import ScheduleMessageService
@@ -40,7 +49,6 @@ from tidemq.broker.store.jsonfile import write_json_atomic
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.transaction.checker import TransactionChecker
-from tidemq.broker.transaction.processor import EndTransactionProcessor
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
 from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
@@ -90,13 +98,8 @@ class Broker:
         for proc in (
             SendProcessor(self),
             PullProcessor(self),
-            ConsumerManageProcessor(self),
-            AdminProcessor(self),
-            QueryProcessor(self),
-            EndTransactionProcessor(self),
             RetryProcessor(self),
             ReplyProcessor(self),
-            BrokerConfigProcessor(self),
         ):
             self.handlers.update(proc.handlers())
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
@@ -113,6 +116,28 @@ class Broker:
         self.unknown_codes = 0
         # RocketMQ plain ACL (None = off); a bad file raises ConfigError here, at start.
         self.acl = AclService(config.acl_file, config.acl_reload_interval) if config.acl_file else None
+        callers = Callers(self.acl is not None)  # with ACL on, the verified access key names a caller
+        for proc in (  # the families beside sending and pulling, each over its service
+            ConsumerProcessor(ConsumerService(
+                clients=self.clients, groups=self.groups, topics=self.topics, creation=self.creation,
+                locks=self.locks, auto_create_group=lambda: self.config.auto_create_subscription_group,
+                registration=lambda: self.registration), callers=callers),
+            OffsetProcessor(OffsetService(offsets=self.offsets, store=self.store, topics=self.topics,
+                                          creation=self.creation), callers=callers),
+            AdminProcessor(AdminService(
+                topics=self.topics, groups=self.groups, offsets=self.offsets, store=self.store, quota=self.quota,
+                reserved_names=(config.cluster_name, config.broker_name), persist_topics=self.persist_topics,
+                topics_changed=self.topics_changed, persist_groups=self.persist_groups),
+                broker_name=config.broker_name),
+            QueryProcessor(QueryService(store=self.store, stored_access=self.acl, clock=clock), callers=callers),
+            EndTransactionProcessor(EndTransactionService(
+                transactions=self.transactions, store=self.store, stored_access=self.acl,
+                sync_flush=self.sync_flush), callers=callers),
+            BrokerConfigProcessor(BrokerConfigService(
+                settings=lambda: self.config, replace=self._replace_config,
+                reregister=lambda: self.topics_changed(persist=False)), callers=callers),
+        ):
+            self.handlers.update(proc.handlers())
         # Sends waiting for SYNC_FLUSH: token -> perf_counter at arrival, oldest first (flow control).
         self._send_waits: dict[int, float] = {}
         self._send_seq = 0
@@ -271,6 +296,10 @@ class Broker:
         if self.acl is None:
             return None
         return self.acl.check_resources(conn, cmd, {t: perm for t in stored_message_topics(topic, properties)})
+
+    def _replace_config(self, config: BrokerConfig) -> None:
+        """UPDATE_BROKER_CONFIG's change: every reader of ``self.config`` sees it at its next request."""
+        self.config = config
 
     @property
     def registration(self) -> "asyncio.Task | None":

@@ -1,0 +1,45 @@
+"""Remoting adapter of END_TRANSACTION (37): a producer's commit or rollback of a half message
+(usually oneway).
+
+Decodes the header (tidemq.remoting.headers.transaction) and calls
+:class:`tidemq.broker.messaging.transaction.EndTransactionService`. A sync request is answered
+SUCCESS or SYSTEM_ERROR (in SYNC_FLUSH mode once the committed message is durable, else
+FLUSH_DISK_TIMEOUT); a oneway one gets nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from tidemq.broker.messaging.transaction import EndTransaction, EndTransactionService
+from tidemq.broker.processors.common import Callers
+from tidemq.errors import BrokerError
+from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.headers.transaction import decode_end_transaction_header
+
+
+class EndTransactionProcessor:
+    def __init__(self, service: EndTransactionService, *, callers: Callers) -> None:
+        self.service = service
+        self.callers = callers
+
+    def handlers(self) -> dict[int, object]:
+        return {RequestCode.END_TRANSACTION: self.end}
+
+    def end(self, conn: Connection, cmd: RemotingCommand):
+        h = decode_end_transaction_header(cmd.ext_fields)
+        req = EndTransaction(h.producer_group, h.tran_state_table_offset, h.commit_log_offset,
+                             h.commit_or_rollback, h.from_transaction_check, h.msg_id, not cmd.is_oneway)
+        try:
+            durable = self.service.end(self.callers(conn, cmd), req)
+        except BrokerError as exc:
+            return cmd.response(exc.code, exc.remark)
+        if durable is None:
+            return cmd.response(ResponseCode.SUCCESS)
+        return _answer_when_durable(cmd, durable)
+
+
+async def _answer_when_durable(cmd: RemotingCommand, durable: Awaitable[bool]) -> RemotingCommand:
+    if await durable:
+        return cmd.response(ResponseCode.SUCCESS)
+    return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the committed message is stored")

@@ -1,0 +1,74 @@
+"""Headers of the admin requests: UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215),
+DELETE_SUBSCRIPTIONGROUP (207), GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208).
+
+Queue counts, perm and topicSysFlag are Java ints (defaults as RocketMQ's mqadmin: 8 queues each
+way, perm 6); the broker checks their ranges. An absent name is the empty string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidemq.remoting.command import field_int
+from tidemq.remoting.headers.fields import INT, field_bool
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicHeader:
+    """UPDATE_AND_CREATE_TOPIC: a topic's whole configuration."""
+
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+    topic_filter_type: str
+    order: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TopicHeader:
+    """DELETE_TOPIC_IN_BROKER and GET_TOPIC_STATS_INFO: the topic named."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupHeader:
+    """DELETE_SUBSCRIPTIONGROUP: the group, and whether its committed offsets go too."""
+
+    group_name: str
+    remove_offset: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeStatsHeader:
+    """GET_CONSUME_STATS: a group's progress on one topic ("" = every topic it committed on)."""
+
+    consumer_group: str
+    topic: str
+
+
+def decode_create_topic_header(fields: Mapping[str, str]) -> CreateTopicHeader:
+    return CreateTopicHeader(
+        fields.get("topic") or "",
+        field_int(fields.get("readQueueNums"), "readQueueNums", 8, INT),
+        field_int(fields.get("writeQueueNums"), "writeQueueNums", 8, INT),
+        field_int(fields.get("perm"), "perm", 6, INT),
+        field_int(fields.get("topicSysFlag"), "topicSysFlag", 0, INT),
+        fields.get("topicFilterType") or "SINGLE_TAG",
+        field_bool(fields.get("order")),
+    )
+
+
+def decode_topic_header(fields: Mapping[str, str]) -> TopicHeader:
+    return TopicHeader(fields.get("topic") or "")
+
+
+def decode_delete_group_header(fields: Mapping[str, str]) -> DeleteGroupHeader:
+    return DeleteGroupHeader(fields.get("groupName") or "", field_bool(fields.get("removeOffset")))
+
+
+def decode_consume_stats_header(fields: Mapping[str, str]) -> ConsumeStatsHeader:
+    return ConsumeStatsHeader(fields.get("consumerGroup") or "", fields.get("topic") or "")
