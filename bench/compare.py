@@ -162,7 +162,7 @@ class Runner:
             return True
         except (KeyboardInterrupt, asyncio.CancelledError):
             raise
-        except Exception as exc:  # one system's failure must not end the comparison
+        except Exception as exc:  # noqa: BLE001 (one system's failure must not end the comparison)
             self.record(w, Cell(error=f"{type(exc).__name__}: {exc}"))
             return False
 
@@ -265,10 +265,11 @@ class Runner:
         cell = Cell(sum(c.msgs for c in runs), sum(c.seconds for c in runs), cpu=sum(c.cpu for c in runs),
                     client_cpu=sum(c.client_cpu for c in runs), hwm_mib=max(c.hwm_mib for c in runs), anon_mib=runs[-1].anon_mib,
                     peak_reset=all(c.peak_reset for c in runs))
-        cell.lat_ms = {q: statistics.median(c.lat_ms[q] for c in runs) for q in ("p50", "p99", "p999")}
+        cell.lat_ms = {q: statistics.median(c.lat_ms[q] for c in runs)  # type: ignore[index]  # w5 measures latency
+                       for q in ("p50", "p99", "p999")}
         notes = [c.note for c in runs if c.note]
         if len(runs) > 1:
-            notes.insert(0, "p99 per run: " + ", ".join(f"{c.lat_ms['p99']:.2f}" for c in runs) + " ms")
+            notes.insert(0, "p99 per run: " + ", ".join(f"{c.lat_ms['p99']:.2f}" for c in runs) + " ms")  # type: ignore[index]
         cell.note = "; ".join(notes)
         return cell
 

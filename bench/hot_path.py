@@ -26,7 +26,9 @@ import pstats
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -49,16 +51,16 @@ class CountingTransport:
     def __init__(self) -> None:
         self.writes = 0
 
-    def writelines(self, parts) -> None:
+    def writelines(self, parts: Iterable[bytes | memoryview]) -> None:
         self.writes += 1
 
-    def write(self, data) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.writes += 1
 
     def is_closing(self) -> bool:
         return False
 
-    def get_extra_info(self, name: str, default=None):
+    def get_extra_info(self, name: str, default: object = None) -> object:
         return ("127.0.0.1", 40000) if name == "peername" else default
 
 
@@ -132,7 +134,7 @@ async def run(args: argparse.Namespace) -> int:
                         return 1
                     if prof is None:
                         print(f"{workload:<12} {stored:>9,} {cpu / stored * 1e6:>11.1f} {wall / stored * 1e6:>12.1f} "
-                              f"{conn.transport.writes:>7}")
+                              f"{cast(CountingTransport, conn.transport).writes:>7}")
                     else:
                         out = io.StringIO()
                         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.profile)
@@ -155,7 +157,7 @@ def main() -> int:
         ap.error("--messages must be at least 64")
     args.messages -= args.messages % 64
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 (optional: not on Windows)
         return uvloop.run(run(args))
     except ImportError:
         return asyncio.run(run(args))

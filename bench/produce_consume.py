@@ -164,7 +164,7 @@ def main() -> int:
         baseline = asyncio.run(echo_baseline(echo_port, args.size, args.messages))
         print(f"baseline: asyncio echo of {args.size}-byte frames, 1 in flight: {baseline:,.0f} round trips/s", file=sys.stderr)
         if args.uvloop:
-            import uvloop
+            import uvloop  # noqa: PLC0415 (only with --uvloop)
 
             results = uvloop.run(bench(cluster, args.messages, args.size))
         else:

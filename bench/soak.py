@@ -209,6 +209,7 @@ async def run(cluster: Cluster, minutes: float, size: int, rate: float, report: 
     stop, producing = asyncio.Event(), asyncio.Event()
     producing.set()
     drained: dict[int, bool] = {}
+    assert cluster.broker.proc is not None  # the Cluster context started it
     broker = psutil.Process(cluster.broker.proc.pid)
     samples: list[tuple[float, int, int, int]] = []  # (elapsed s, rss bytes, anonymous rss bytes, open fds)
     interval = PRODUCERS / rate if rate > 0 else 0.0
@@ -234,8 +235,8 @@ async def run(cluster: Cluster, minutes: float, size: int, rate: float, report: 
               f"{rss / 2**20:15.1f} {anon / 2**20:9.1f} {fds:5d}", flush=True)
         last_t, last_sent, last_consumed = now, stats.acked, stats.consumed
         for t in producers + consumers:
-            if t.done() and t.exception() is not None:
-                raise t.exception()
+            if t.done() and (exc := t.exception()) is not None:
+                raise exc
     produce_seconds = time.monotonic() - t0
     stop.set()
     await asyncio.gather(*producers)

@@ -34,7 +34,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,6 +53,11 @@ TARGET = 400_000  # rows/s, issue 6
 BATCH = 256  # messages per SEND_BATCH_MESSAGE while loading
 IN_FLIGHT = 4  # loader threads, one batch in flight each
 ROWS_PER_BATCH = 8192  # Arrow batch size of the ceiling source (the tidemq source's too)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -70,11 +77,11 @@ class CeilingSource(DataSource):
     def name(cls) -> str:
         return "tidemq_ceiling"
 
-    def schema(self):
+    def schema(self) -> StructType:
         from tidemq.spark.arrow import spark_schema
         return spark_schema()
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> CeilingReader:
         return CeilingReader(dict(self.options))
 
 
@@ -86,11 +93,11 @@ class CeilingReader(DataSourceReader):
         self.topic = options["topic"]
         self.broker = options["broker"]
 
-    def partitions(self):
+    def partitions(self) -> list[InputPartition]:
         step, extra = divmod(self.rows, self.parts)
         return [InputPartition((i, step + (1 if i < extra else 0))) for i in range(self.parts)]
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         from tidemq.spark.arrow import arrow_schema
         qid, rows = partition.value
@@ -173,7 +180,7 @@ def queue_counts(cluster: Cluster, topic: str) -> dict[int, int]:
 
 # -- Spark ------------------------------------------------------------------------------------------
 
-def session(driver_memory: str):
+def session(driver_memory: str) -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -190,7 +197,7 @@ def session(driver_memory: str):
     return spark
 
 
-def timed(query) -> float:
+def timed(query: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     query()
     return time.perf_counter() - t0
@@ -274,7 +281,7 @@ def main() -> int:
             cloudpickle.register_pickle_by_value(sys.modules[__name__])
         spark.dataSource.register(CeilingSource)
 
-        def tidemq_df():
+        def tidemq_df() -> DataFrame:
             r = (spark.read.format("tidemq").option("nameServers", cluster.namesrv_addr)
                  .option("subscribe", topic))
             if args.min_partitions:
@@ -283,7 +290,7 @@ def main() -> int:
 
         partitions = tidemq_df().rdd.getNumPartitions()
 
-        def ceiling_df():
+        def ceiling_df() -> DataFrame:
             return (spark.read.format("tidemq_ceiling").option("rows", str(args.messages))
                     .option("partitions", str(partitions)).option("size", str(args.size))
                     .option("topic", topic).option("broker", cluster.broker_name).load())

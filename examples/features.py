@@ -45,6 +45,7 @@ from tidemq import (
     create_reply_message,
     select_by_hash,
 )
+from tidemq.client.selectors import QueueSelector
 
 NAMESRV = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
 CLUSTER = "DefaultCluster"
@@ -139,7 +140,7 @@ async def main() -> int:
 
         async with consumer, responder, Producer("example-producer", NAMESRV) as p:
             async def send(body: str, tags: str, keys: str | None = None,
-                           properties: dict[str, str] | None = None, selector=None) -> None:
+                           properties: dict[str, str] | None = None, selector: QueueSelector | None = None) -> None:
                 sent_at[body] = time.monotonic()
                 msg = Message(TOPIC, body.encode(), tags=tags, keys=keys, properties={"run": RUN, **(properties or {})})
                 r = await p.send(msg, selector=selector)

@@ -52,7 +52,7 @@ def drop(key: tuple) -> None:
 def _close(client: object) -> None:
     try:
         client.close()  # type: ignore[attr-defined]
-    except Exception as exc:  # closing at exit must not raise; say what happened once
+    except Exception as exc:  # noqa: BLE001 (closing at exit must not raise; said once)
         log.warning("closing a cached TideMQ client failed: %s", exc)
 
 

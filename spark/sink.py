@@ -396,7 +396,7 @@ class BatchWriter(DataSourceArrowWriter):
         _log_abort(messages, None)
 
 
-class StreamWriter(_StreamWriterBase):  # type: ignore[valid-type, misc]
+class StreamWriter(_StreamWriterBase):
     """``df.writeStream.format("tidemq")``: one write per task of each micro-batch."""
 
     def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:

@@ -7,7 +7,13 @@ connects, so a typo fails the query at once with a sentence naming the option.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from tidemq.spark import FORMAT
@@ -26,26 +32,26 @@ class TideMQDataSource(DataSource):
         opts = _Opts(self.options, SOURCE_OPTIONS, "source")
         return spark_schema(opts.bool("includeproperties", "includeProperties", False))
 
-    def reader(self, schema: StructType):
+    def reader(self, schema: StructType) -> DataSourceReader:
         from tidemq.spark.reader import BatchReader
         from tidemq.spark.options import parse_source_options
         opts = parse_source_options(self.options, streaming=False)
         _check_schema(schema, opts.include_properties)
         return BatchReader(opts)
 
-    def streamReader(self, schema: StructType):
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from tidemq.spark.options import parse_source_options
         from tidemq.spark.stream import StreamReader
         opts = parse_source_options(self.options, streaming=True)
         _check_schema(schema, opts.include_properties)
         return StreamReader(opts)
 
-    def writer(self, schema: StructType, overwrite: bool):
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from tidemq.spark.options import parse_sink_options
         from tidemq.spark.sink import BatchWriter
         return BatchWriter(parse_sink_options(self.options), schema, overwrite)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from tidemq.spark.options import parse_sink_options
         from tidemq.spark.sink import StreamWriter
         return StreamWriter(parse_sink_options(self.options), schema, overwrite)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -23,6 +24,9 @@ from tidemq.spark.brokers import TopicView, check_start
 from tidemq.spark.offsets import Offsets, from_json, limit_rows, plan, to_json
 from tidemq.spark.options import SourceOptions
 from tidemq.spark.reader import read_partition, start_offsets, to_partitions
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import ReadLimit
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("tidemq stream starts at %d queues", len(start))
         return to_json(start)
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger and ReadMaxRows is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
@@ -101,7 +105,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         try:
             self._topics().mirror(self.opts.consumer_group, from_json(end))
-        except Exception as exc:  # informational only: never fail the query for it
+        except Exception as exc:  # noqa: BLE001 (informational only: never fail the query for it)
             log.warning("could not mirror offsets to consumer group %s: %s",
                         self.opts.consumer_group, exc)
 

@@ -42,7 +42,7 @@ def check_workers(spark: Any) -> None:
     try:
         sc = spark.sparkContext
         python = str(sc.pythonExec)
-    except Exception as exc:  # Spark Connect has no SparkContext: the server's workers are out of reach
+    except Exception as exc:  # noqa: BLE001 (Spark Connect has no SparkContext: its workers are out of reach)
         log.info("not checking Spark's Python workers (no SparkContext: %s)", exc)
         return
     modules = WORKER_MODULES
@@ -54,7 +54,7 @@ def check_workers(spark: Any) -> None:
         try:
             for name in modules:
                 importlib.import_module(name)
-        except Exception as exc:  # report any import failure (ImportError, a broken pyarrow ...)
+        except Exception as exc:  # noqa: BLE001 (report any import failure: ImportError, a broken pyarrow ...)
             return [(worker_sys.executable, f"{type(exc).__name__}: {exc}")]
         return [(worker_sys.executable, "")]
 
@@ -62,7 +62,7 @@ def check_workers(spark: Any) -> None:
     sc.setLocalProperty(JOB_DESCRIPTION, "tidemq: can the Python workers import tidemq?")
     try:
         [(executable, error)] = sc.parallelize([0], 1).mapPartitions(probe).collect()
-    except Exception as exc:  # the worker did not start (no such file, another Python version ...)
+    except Exception as exc:  # noqa: BLE001 (the worker did not start: no such file, another Python ...)
         raise WorkerPythonError(_message(python, None, f"which failed to start: {_reason(exc)}")) from None
     finally:
         sc.setLocalProperty(JOB_DESCRIPTION, description)  # None removes it

@@ -95,7 +95,7 @@ class _EchoClient(asyncio.Protocol):
         self.waiter: asyncio.Future | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.got += len(data)

@@ -329,5 +329,5 @@ def latency_producer(module: str, spec: dict, topic: str, size: int, rate: int, 
 
     try:
         out.put(run(main()))
-    except Exception as exc:  # reported by the parent as this system's error
+    except Exception as exc:  # noqa: BLE001 (reported by the parent as this system's error)
         out.put((0, f"{type(exc).__name__}: {exc}"))

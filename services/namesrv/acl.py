@@ -41,21 +41,28 @@ class AddressMatcher(Protocol):
     def match(self, host: str) -> bool: ...
 
 
+# Read-only members (properties), so that frozen dataclasses and Mapping-typed fields satisfy them.
 class Account(Protocol):
-    access_key: str
-    secret_key: str
-    admin: bool
-    white_remote_address: AddressMatcher | None
+    @property
+    def access_key(self) -> str: ...
+    @property
+    def secret_key(self) -> str: ...
+    @property
+    def admin(self) -> bool: ...
+    @property
+    def white_remote_address(self) -> AddressMatcher | None: ...
 
 
 class Accounts(Protocol):
-    accounts: Mapping[str, Account]
+    @property
+    def accounts(self) -> Mapping[str, Account]: ...
 
 
 class AccountSource(Protocol):
     """The current accounts (``config.accounts``) and a loop that reloads them (``watch``)."""
 
-    config: Accounts
+    @property
+    def config(self) -> Accounts: ...
 
     def watch(self) -> Coroutine[Any, Any, None]: ...
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ class NamesrvCollector(Collector):
     def __init__(self, server: "NamesrvServer") -> None:
         self.server = server
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         s = self.server
         g = GaugeMetricFamily("tidemq_namesrv_brokers_alive", "Brokers currently registered")
         g.add_metric([], s.brokers_alive)

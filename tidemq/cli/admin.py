@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import string
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import click
 import orjson
@@ -15,6 +15,7 @@ from tidemq.cli.common import client_config, run_async, user_errors
 from tidemq.client import Admin
 from tidemq.client.validation import DLQ_GROUP_TOPIC_PREFIX, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from tidemq.errors import AdminError, ClientError, TideMQError
+from tidemq.message import MessageExt
 
 T = TypeVar("T")
 
@@ -34,6 +35,10 @@ def _with_admin(namesrv: str, fn: Callable[[Admin], Awaitable[T]]) -> T:
     return run_async(main)
 
 
+@overload
+def _bool(value: str, name: str) -> bool: ...
+@overload
+def _bool(value: None, name: str) -> None: ...
 def _bool(value: str | None, name: str) -> bool | None:
     if value is None:
         return None
@@ -236,7 +241,7 @@ SEARCH_CONCURRENCY = 16
 _ID_LENGTHS = (32, 56)  # 16 or 28 bytes: IPv4 or IPv6 offset ids and unique keys
 
 
-async def _find_anywhere(admin: Admin, msg_id: str):
+async def _find_anywhere(admin: Admin, msg_id: str) -> tuple[MessageExt, int]:
     """(message, topics searched) for an offset id or a unique key, without its topic."""
     try:
         return await admin.query_msg_by_id(None, msg_id), 0
@@ -254,7 +259,7 @@ async def _find_anywhere(admin: Admin, msg_id: str):
                           "with -t TOPIC")
     failures: list[str] = []
 
-    async def look(topic: str):
+    async def look(topic: str) -> MessageExt | None:
         try:
             return await admin.query_msg_by_id(topic, msg_id)
         except AdminError:

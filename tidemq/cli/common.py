@@ -56,7 +56,7 @@ def setup_logging(level: str) -> None:
 def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine on uvloop when available, else the default loop."""
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 (optional: not on Windows)
     except ImportError:
         return asyncio.run(coro_fn())  # type: ignore[arg-type]
     return uvloop.run(coro_fn())  # type: ignore[arg-type]
@@ -98,7 +98,7 @@ def user_errors(fn: Callable[..., T]) -> Callable[..., T]:
     """Turn TideMQ errors into one line on stderr and exit code 1 (never a traceback)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: object, **kwargs: object) -> T:
         try:
             return fn(*args, **kwargs)
         except TideMQError as exc:

@@ -128,7 +128,7 @@ def read_config_file(path: str | None) -> ConfigFile:
         name = ROCKETMQ_KEYS.get(key, key.replace("-", "_"))
         if key in MILLISECOND_KEYS:
             try:
-                value = float(value) / 1000.0
+                value = float(value) / 1000.0  # type: ignore[arg-type]  # float() refuses what is no number
             except (TypeError, ValueError):
                 raise click.BadParameter(f"{p}: {key}={value!r} is not a number of milliseconds", param_hint="--config") from None
         values[name] = _normalise_value(name, value)

@@ -7,7 +7,9 @@ import functools
 import gc
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,7 +26,7 @@ from tidemq.monitoring import MetricsServer
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
 from tidemq.namesrv.metrics import namesrv_registry
 from tidemq.remoting.ports import free_port
-from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig
+from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig, TlsMode
 
 log = logging.getLogger("tidemq.cli")
 
@@ -117,17 +119,17 @@ class TlsFlags:
     server_name: str | None
 
 
-def tls_options(fn):
+def tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add the TLS flags; the command receives them as one ``tls: TlsFlags`` argument."""
 
     @functools.wraps(fn)
     def wrapper(*args, tls_mode, tls_cert_file, tls_key_file, tls_ca_file, tls_server_name,
-                tls_reload_interval, metrics_tls, **kwargs):
+                tls_reload_interval, metrics_tls, **kwargs) -> Any:
         try:
-            server = ServerTlsConfig(tls_mode, tls_cert_file, tls_key_file, tls_reload_interval)
+            server = ServerTlsConfig(TlsMode.parse(tls_mode), tls_cert_file, tls_key_file, tls_reload_interval)
             metrics = None
             if metrics_tls:
-                metrics = ServerTlsConfig("enforcing", tls_cert_file, tls_key_file, tls_reload_interval)
+                metrics = ServerTlsConfig(TlsMode.ENFORCING, tls_cert_file, tls_key_file, tls_reload_interval)
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
         return fn(*args, tls=TlsFlags(server, metrics, tls_ca_file, tls_server_name), **kwargs)
@@ -219,7 +221,7 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def broker_options(fn):
+def broker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--namesrv", "-n", envvar="NAMESRV_ADDR", default="127.0.0.1:9876", show_default=True, help="Name servers, ADDR[;ADDR...] (also $NAMESRV_ADDR)."),
         click.option("--listen", default="0.0.0.0:10911", show_default=True, help="HOST:PORT to serve remoting on."),
@@ -260,13 +262,13 @@ def broker_options(fn):
     return fn
 
 
-def limit_options(fn):
+def limit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Connection limits and flow control (BrokerConfig); the command receives ``limits``, a dict
     of BrokerConfig field replacements."""
 
     @functools.wraps(fn)
     def wrapper(*args, idle_timeout, frame_read_timeout, max_connections, max_buffered_bytes, busy_wait_ms,
-                max_pending_sends, test_flush_stall_file, **kwargs):
+                max_pending_sends, test_flush_stall_file, **kwargs) -> Any:
         limits = dict(idle_timeout=idle_timeout, frame_read_timeout=frame_read_timeout, max_connections=max_connections,
                       max_buffered_bytes=max_buffered_bytes, busy_wait_ms=busy_wait_ms,
                       max_pending_sends=max_pending_sends, fault_flush_stall_file=test_flush_stall_file or "")
@@ -289,12 +291,12 @@ def limit_options(fn):
 _CREATION = CreationLimits()
 
 
-def creation_options(fn):
+def creation_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Bounds on topics and groups (tidemq.broker.quota); the command receives ``creation``, a
     CreationLimits."""
 
     @functools.wraps(fn)
-    def wrapper(*args, max_topics, max_groups, implicit_create_limit, implicit_create_window, **kwargs):
+    def wrapper(*args, max_topics, max_groups, implicit_create_limit, implicit_create_window, **kwargs) -> Any:
         creation = CreationLimits(max_topics, max_groups, implicit_create_limit, implicit_create_window)
         return fn(*args, creation=creation, **kwargs)
 
@@ -434,7 +436,7 @@ def local_cmd(data, namesrv_port, broker_port, host, metrics_port, flush, auto_c
         click.echo(f"  data        : {data_dir}")
         try:
             if demo:
-                from tidemq.cli.demo import run_demo
+                from tidemq.cli.demo import run_demo  # noqa: PLC0415 (loaded only for --demo)
 
                 await run_demo(ns_addr)
             if not exit_after_demo:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from tidemq.remoting.command import RemotingCommand
 
@@ -82,8 +82,11 @@ class SignedAccount(Protocol):
     def white_remote_address(self) -> _AddressMatcher | None: ...
 
 
-def check_account(accounts: Mapping[str, SignedAccount], cmd: RemotingCommand,
-                  host: str) -> tuple[str | None, SignedAccount | None, str | None]:
+A = TypeVar("A", bound=SignedAccount)  # the caller's own account type, given back
+
+
+def check_account(accounts: Mapping[str, A], cmd: RemotingCommand,
+                  host: str) -> tuple[str | None, A | None, str | None]:
     """``(access_key, account, None)`` when ``cmd`` carries a valid signature of a known account
     connecting from an allowed address, else ``(access_key, None, reason)`` in RocketMQ 4.9.8's
     words."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tidemq.remoting.codes import (
@@ -13,7 +14,9 @@ from tidemq.remoting.codes import (
     SerializeType,
 )
 
-Body = bytes | memoryview | list | tuple | None
+# A body is one buffer or pieces written out in order (a pull's records, without joining them).
+BodyPiece = bytes | memoryview
+Body = BodyPiece | list[bytes] | list[memoryview] | list[BodyPiece] | tuple[BodyPiece, ...] | None
 
 
 @dataclass(slots=True)
@@ -40,7 +43,7 @@ class RemotingCommand:
 
     @classmethod
     def request(
-        cls, code: int, fields: dict[str, object] | None = None, body: Body = None, oneway: bool = False
+        cls, code: int, fields: Mapping[str, object] | None = None, body: Body = None, oneway: bool = False
     ) -> "RemotingCommand":
         ext = _str_fields(fields) if fields else {}
         return cls(code=int(code), flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext, body=body)
@@ -49,7 +52,7 @@ class RemotingCommand:
         self,
         code: int = ResponseCode.SUCCESS,
         remark: str | None = None,
-        fields: dict[str, object] | None = None,
+        fields: Mapping[str, object] | None = None,
         body: Body = None,
     ) -> "RemotingCommand":
         """A response to this request, in its serialize type, with every field as a string."""
@@ -107,7 +110,7 @@ def field_int(v: str | None, name: str, default: int | None = None, limit: int =
     return n
 
 
-def _str_fields(fields: dict[str, object]) -> dict[str, str]:
+def _str_fields(fields: Mapping[str, object]) -> dict[str, str]:
     """``fields`` without None values, every value a string (hot path: every request/response)."""
     return {k: v if v.__class__ is str else _to_str(v) for k, v in fields.items() if v is not None}
 

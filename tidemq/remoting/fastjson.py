@@ -16,7 +16,7 @@ from tidemq.errors import FrameError
 MAX_DEPTH = 64
 
 
-class ObjectKey(tuple):
+class ObjectKey(tuple[tuple[str, object], ...]):
     """A map key that is itself a JSON object, as fastjson writes ``Map<MessageQueue, ...>``."""
 
     @classmethod
@@ -125,7 +125,7 @@ class _Parser:
             return self.obj(depth)
         if c == "[":
             self.pos += 1
-            out = []
+            out: list[object] = []
             self.ws()
             if self.text.startswith("]", self.pos):
                 self.pos += 1
@@ -138,9 +138,9 @@ class _Parser:
             return self.string()
         return self.scalar()
 
-    def obj(self, depth: int) -> dict:
+    def obj(self, depth: int) -> dict[object, object]:
         self.pos += 1
-        out: dict = {}
+        out: dict[object, object] = {}
         self.ws()
         if self.text.startswith("}", self.pos):
             self.pos += 1
@@ -178,7 +178,8 @@ class _Parser:
             if ch == '"':
                 self.pos = p + 1
                 try:
-                    return orjson.loads(t[start : p + 1])
+                    text: str = orjson.loads(t[start : p + 1])
+                    return text
                 except orjson.JSONDecodeError:
                     raise self.fail("bad string") from None
             p += 1

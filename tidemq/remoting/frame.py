@@ -38,7 +38,7 @@ def coerce_ext_fields(raw: object) -> dict[str, str]:
         if v.__class__ is not str:
             break
     else:
-        return raw  # type: ignore[return-value]
+        return raw
     out: dict[str, str] = {}
     for k, v in raw.items():
         if v is None:
@@ -73,7 +73,7 @@ def lenient_int(value: object, default: int, *, bools: bool) -> int:
 
 def _as_int(value: object, name: str, default: int = 0) -> int:
     if value.__class__ is int:  # hot path: the usual case
-        return value  # type: ignore[return-value]
+        return value
     try:
         n = lenient_int(value, default, bools=True)
     except ValueError:

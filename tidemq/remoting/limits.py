@@ -78,7 +78,7 @@ def raise_open_file_limit() -> int | None:
     the soft limit now (-1: unlimited; None: not POSIX). Idempotent: the broker calls it before
     its store maps files, the server again when it fits its connection cap."""
     try:
-        import resource
+        import resource  # noqa: PLC0415 (POSIX only)
     except ImportError:  # not POSIX
         return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -38,7 +38,8 @@ def _candidate_range() -> tuple[int, int] | None:
 def _bind_probe(host: str, port: int) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, port))
-        return s.getsockname()[1]
+        bound: int = s.getsockname()[1]
+        return bound
 
 
 def free_port(host: str = "127.0.0.1") -> int:

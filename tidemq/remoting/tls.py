@@ -30,10 +30,12 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from tidemq.errors import ConfigError
 
 log = logging.getLogger(__name__)
+P = TypeVar("P", bound=asyncio.Protocol)  # a server's protocol type; its registry holds that type
 
 TLS_HANDSHAKE_RECORD = 0x16
 
@@ -130,12 +132,12 @@ class ServerTls:
         self.config = config
         self._paths = (config.cert_file, config.key_file)
         self._sig = _signature(self._paths)
-        self._bad_sig: tuple | None = None
+        self._bad_sig: tuple[tuple[int, int, int], ...] | None = None
         self.context = self._new_context()
         self.context.sni_callback = self._pick_context
         self._active = self.context
         self.reloads = 0
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def _new_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -143,7 +145,7 @@ class ServerTls:
         _load_pair(ctx, *self._paths)
         return ctx
 
-    def _pick_context(self, ssl_object, _server_name: str | None, ctx: ssl.SSLContext) -> None:
+    def _pick_context(self, ssl_object: ssl.SSLObject, _server_name: str | None, ctx: ssl.SSLContext) -> None:
         active = self._active
         if active is not ctx:
             ssl_object.context = active
@@ -159,7 +161,7 @@ class ServerTls:
             return False
         return self._reload(sig)
 
-    def _reload(self, sig: tuple) -> bool:
+    def _reload(self, sig: tuple[tuple[int, int, int], ...]) -> bool:
         try:
             ctx = self._new_context()
         except ConfigError as exc:  # logged once per state of the files
@@ -214,7 +216,7 @@ def client_context(config: ClientTlsConfig) -> ssl.SSLContext | None:
     return ctx
 
 
-class _AfterHandshake(asyncio.Protocol):
+class _AfterHandshake(asyncio.Protocol, Generic[P]):
     """Delegates to a protocol and adds it to ``registry`` only once its connection is made.
 
     asyncio creates a TLS connection's protocol before the handshake and, when the handshake fails,
@@ -223,7 +225,7 @@ class _AfterHandshake(asyncio.Protocol):
 
     __slots__ = ("inner", "registry")
 
-    def __init__(self, inner: asyncio.Protocol, registry: set) -> None:
+    def __init__(self, inner: P, registry: set[P]) -> None:
         self.inner = inner
         self.registry = registry
 
@@ -248,7 +250,7 @@ class _AfterHandshake(asyncio.Protocol):
 
 
 def register_after_handshake(
-    factory: Callable[[], asyncio.Protocol], registry: set
+    factory: Callable[[], asyncio.Protocol], registry: set[P]
 ) -> Callable[[], asyncio.Protocol]:
     """Wrap a server's protocol factory (which adds each new protocol to ``registry``) so that a
     protocol joins ``registry`` only after a successful handshake (see :class:`_AfterHandshake`)."""
@@ -275,8 +277,8 @@ class SniffingServer:
         self._factory = factory
         self._tls = tls
         self.sockets: list[socket.socket] = []
-        self._accept_task: asyncio.Task | None = None
-        self._pending: set[asyncio.Task] = set()
+        self._accept_task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
@@ -314,8 +316,13 @@ class SniffingServer:
         sock.setblocking(False)
         timeout = self._tls.config.handshake_timeout
         try:
-            readable = loop.create_future()
-            loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+            readable: asyncio.Future[None] = loop.create_future()
+
+            def wake() -> None:
+                if not readable.done():
+                    readable.set_result(None)
+
+            loop.add_reader(sock.fileno(), wake)
             try:
                 await asyncio.wait_for(readable, timeout)
             finally:
@@ -343,7 +350,12 @@ class SniffingServer:
         # the loop still watches its descriptor could unregister a reused descriptor later).
         socks = list(self.sockets)
         if self._accept_task is not None and not self._accept_task.done():
-            self._accept_task.add_done_callback(lambda _t: [s.close() for s in socks])
+
+            def close_sockets(_task: asyncio.Task[None]) -> None:
+                for s in socks:
+                    s.close()
+
+            self._accept_task.add_done_callback(close_sockets)
             self._accept_task.cancel()
         else:
             for s in socks:

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import itertools
 import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from tidemq.errors import ConnectError, FrameError, RemotingError, RemotingTimeoutError
 from tidemq.remoting.codes import ResponseCode
@@ -123,7 +124,7 @@ class Connection(asyncio.Protocol):
         self._deadlines: dict[int, tuple[float, float, int]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = _NEVER
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Future[RemotingCommand | None]] = set()
         self.attrs: dict[str, object] = {}
         self._answered = False  # any byte arrived: a close before that may be a TLS mismatch
         self._tls = False
@@ -273,9 +274,9 @@ class Connection(asyncio.Protocol):
             return
         task = asyncio.ensure_future(result)
         self._tasks.add(task)
-        task.add_done_callback(lambda t, c=cmd: self._finish(t, c))
+        task.add_done_callback(functools.partial(self._finish, cmd=cmd))
 
-    def _finish(self, task: asyncio.Future, cmd: RemotingCommand) -> None:
+    def _finish(self, task: asyncio.Future[RemotingCommand | None], cmd: RemotingCommand) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
@@ -413,8 +414,8 @@ class RemotingServer:
         self.refused = 0  # connections closed at once because max_connections were open
         self.idle_closed = 0
         self.slow_frames_closed = 0  # connections aborted by the frame read deadline
-        self._sweeper: asyncio.Task | None = None
-        self._frame_sweeper: asyncio.Task | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._frame_sweeper: asyncio.Task[None] | None = None
         self.tls: ServerTls | None = ServerTls(tls) if tls is not None and tls.enabled else None
         self._server: asyncio.base_events.Server | SniffingServer | None = None
         self.connections: set[Connection] = set()
@@ -519,7 +520,7 @@ class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         _bad_peer_log.log(logging.WARNING, "refusing connection from %s: %d connections are open (the maximum)",
                           transport.get_extra_info("peername"), self.cap)
-        transport.abort()
+        cast(asyncio.Transport, transport).abort()  # a stream server's protocol gets a Transport
 
 
 class RemotingClient:
