@@ -79,7 +79,7 @@ class Broker:
         self.locks = RebalanceLockManager()
         self.holds = PullHoldService()
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.metrics_queue_lag)
-        self.registrar = NamesrvRegistrar(self)
+        self.registrar = NamesrvRegistrar(settings=lambda: self.config, topics=self.topics)
         # An IP literal (a name is resolved once, here; ConfigError when it does not resolve).
         self.store_host = store_host_of(config.advertise_host, config.advertise_port)
         self.schedule = ScheduleMessageService(

@@ -52,9 +52,6 @@ class ConsumerOffsetManager:
     def topics_of_group(self, group: str) -> list[str]:
         return [t for t, g in self._pairs() if g == group]
 
-    def groups_of_topic(self, topic: str) -> list[str]:
-        return [g for t, g in self._pairs() if t == topic]
-
     def delete_topic(self, topic: str) -> None:
         for key in [k for k in self.table if k.rpartition("@")[0] == topic]:
             del self.table[key]

@@ -35,7 +35,7 @@ import asyncio
 import logging
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,7 +48,8 @@ from tidemq.remoting.tls import client_context
 from tidemq.remoting.transport import TLS_MAYBE_NOT_SERVED, TLS_MAYBE_REQUIRED
 
 if TYPE_CHECKING:
-    from tidemq.broker.broker import Broker
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.topics import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +150,10 @@ def _hint(max_body: int) -> str:
 
 
 class NamesrvRegistrar:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, *, settings: Callable[[], BrokerConfig], topics: TopicConfigManager) -> None:
+        self._settings = settings  # the broker's config of the moment (UPDATE_BROKER_CONFIG replaces it)
+        self._topics = topics
+        cfg = settings()
         tls = cfg.namesrv_tls
         ak, sk = cfg.namesrv_access_key, cfg.namesrv_secret_key
         self.client = RemotingClient(
@@ -166,7 +168,7 @@ class NamesrvRegistrar:
         self.rounds_not_sent = 0     # rounds where the registration did not fit at all
 
     def _header(self) -> dict[str, object]:
-        cfg = self.broker.config
+        cfg = self._settings()
         return {
             "brokerName": cfg.broker_name,
             "brokerAddr": cfg.advertise_addr,
@@ -178,13 +180,13 @@ class NamesrvRegistrar:
 
     @property
     def max_body(self) -> int:
-        return self.broker.config.register_max_body
+        return self._settings().register_max_body
 
     async def register_all(self) -> int:
         """Register with every name server; return how many accepted every part."""
         async with self._lock:
-            cfg = self.broker.config
-            topics = self.broker.topics
+            cfg = self._settings()
+            topics = self._topics
             # Snapshot on the loop (TopicConfig values are frozen), encode in a worker thread.
             snapshot = dict(topics.topics)
             version = topics.data_version()
@@ -226,7 +228,7 @@ class NamesrvRegistrar:
             cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body)
             part = f" (part {i + 1} of {len(plan.bodies)})" if plan.split else ""
             try:
-                resp = await self.client.invoke(addr, cmd, self.broker.config.register_timeout)
+                resp = await self.client.invoke(addr, cmd, self._settings().register_timeout)
             except TideMQError as exc:
                 if TLS_MAYBE_REQUIRED in str(exc) or TLS_MAYBE_NOT_SERVED in str(exc):
                     log.warning("registration%s with name server %s (%d bytes) failed: %s; %s", part, addr,
@@ -247,9 +249,10 @@ class NamesrvRegistrar:
                 self.registered.discard(addr)
                 return False
         if addr not in self.registered:
+            cfg = self._settings()
             log.info(
                 "registered %s (%s) with name server %s, %d topics in %d request(s) of %d bytes (%s)",
-                self.broker.config.broker_name, self.broker.config.advertise_addr, addr,
+                cfg.broker_name, cfg.advertise_addr, addr,
                 plan.topics, len(plan.bodies), plan.sent_bytes, "compressed" if plan.compressed else "JSON",
             )
         self.registered.add(addr)
@@ -257,7 +260,7 @@ class NamesrvRegistrar:
 
     async def unregister_all(self) -> None:
         header = {k: v for k, v in self._header().items() if k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}
-        for addr in self.broker.config.namesrv_addrs:
+        for addr in self._settings().namesrv_addrs:
             cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header)
             try:
                 resp = await self.client.invoke(addr, cmd, 3.0)

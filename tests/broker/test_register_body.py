@@ -124,7 +124,6 @@ def test_nothing_fits_gives_no_bodies() -> None:
 def test_a_registration_that_fits_nowhere_is_an_error_every_round(tmp_path, caplog) -> None:
     """Never silently out of routing: nothing is sent, and each round says why and what to do."""
     import asyncio  # noqa: PLC0415
-    from types import SimpleNamespace  # noqa: PLC0415
 
     from tidemq.broker.config import BrokerConfig  # noqa: PLC0415
     from tidemq.broker.register import NamesrvRegistrar  # noqa: PLC0415
@@ -135,7 +134,7 @@ def test_a_registration_that_fits_nowhere_is_an_error_every_round(tmp_path, capl
     for name in table(50):
         topics.put(TopicConfig(name, 4, 4))
     cfg = BrokerConfig(store=StoreConfig(root=tmp_path), namesrv_addrs=("127.0.0.1:1",), register_max_body=100)
-    registrar = NamesrvRegistrar(SimpleNamespace(config=cfg, topics=topics))
+    registrar = NamesrvRegistrar(settings=lambda: cfg, topics=topics)
 
     async def rounds() -> list[int]:
         try:
