@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemq.broker.messaging.context import Caller, refused
 from tidemq.remoting import ResponseCode
@@ -77,7 +77,7 @@ class BrokerConfigService:
                     f"broker config key {shown!r} cannot be changed remotely; updatable keys: "
                     f"{', '.join(sorted(UPDATABLE))}",
                 )
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         for key, value in items:
             field, parse = UPDATABLE[key]
             try:

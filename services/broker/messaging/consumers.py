@@ -7,15 +7,15 @@ a consumer group's missing ``%RETRY%`` topic is created on its heartbeat, and su
 answered once the name servers know the topic (or after :data:`HEARTBEAT_REGISTER_WAIT`). The lock
 table only holds known groups' locks on queues of known topics, so its size stays bounded.
 
-A client's connection is an opaque, hashable ``channel`` here: the registry keys clients by it and
-notifies group members through it.
+A client's connection is an opaque ``channel`` here: the registry (tidemq.broker.clients) keys
+clients by it and notifies group members through it; this service never reads or writes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tidemq.broker.groups import SubscriptionGroupManager
     from tidemq.broker.locks import RebalanceLockManager
     from tidemq.broker.topics import TopicConfigManager
+    from tidemq.remoting import Connection
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class ConsumerService:
         # The name-server registration round running now (started by a topic change), if any.
         self._registration = registration
 
-    def heartbeat(self, caller: Caller, channel: Hashable, hb: Heartbeat) -> Awaitable[None] | None:
+    def heartbeat(self, caller: Caller, channel: Connection, hb: Heartbeat) -> Awaitable[None] | None:
         """Register the caller's groups. None when done; an awaitable to wait for when the
         heartbeat created a retry topic (as Java, it is answered once the name servers know it)."""
         consumers, producers = hb.consumers, hb.producer_groups
@@ -181,7 +182,7 @@ class ConsumerService:
         except Exception as exc:  # the consumer is registered; the next round registers the topic
             log.warning("heartbeat answered although registering its new retry topic failed: %s", exc)
 
-    def unregister(self, channel: Hashable, producer_group: str, consumer_group: str) -> None:
+    def unregister(self, channel: Connection, producer_group: str, consumer_group: str) -> None:
         if producer_group:
             self._clients.unregister_producer(producer_group, channel)
         if consumer_group:

@@ -60,10 +60,11 @@ class EndTransactionService:
                       " (answer to a check)" if req.from_check else "")
             return None
         authorize = None
-        if self._stored_access is not None:
+        access = self._stored_access
+        if access is not None:
             def authorize(half: MessageExt) -> None:
                 real = half.properties.get(Prop.REAL_TOPIC, half.topic)
-                self._stored_access.check_stored(caller, {real: Perm.PUB})
+                access.check_stored(caller, {real: Perm.PUB})
         try:
             result = self._transactions.end(req.group, req.tran_offset, req.commit_log_offset, kind,
                                             req.from_check, authorize=authorize)

@@ -67,7 +67,7 @@ class AdminProcessor:
         try:
             done = self.service.update_topic(tc)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return _success_after(cmd, done)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand):
@@ -75,7 +75,7 @@ class AdminProcessor:
         try:
             done = self.service.delete_topic(h.topic)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return _success_after(cmd, done)
 
     def all_topic_config(self, conn: Connection, cmd: RemotingCommand):
@@ -93,7 +93,7 @@ class AdminProcessor:
         try:
             done = self.service.update_group(g)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(ResponseCode.SUCCESS) if done is None else _success_after(cmd, done)
 
     def all_groups(self, conn: Connection, cmd: RemotingCommand):
@@ -113,7 +113,7 @@ class AdminProcessor:
         try:
             stats = self.service.topic_stats(h.topic)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         table = {
             self._mq_key(s.topic, s.queue_id): {
                 "minOffset": s.min_offset, "maxOffset": s.max_offset, "lastUpdateTimestamp": s.last_update_ms,

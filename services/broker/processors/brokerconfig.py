@@ -48,7 +48,7 @@ class BrokerConfigProcessor:
         try:
             self.service.update(self.callers(conn, cmd), items)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(ResponseCode.SUCCESS)
 
     def get(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

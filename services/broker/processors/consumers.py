@@ -76,7 +76,7 @@ class ConsumerProcessor:
         try:
             ids = self.service.consumer_ids(h.consumer_group)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(body=orjson.dumps({"consumerIdList": ids}))
 
     def lock(self, conn: Connection, cmd: RemotingCommand):
@@ -94,7 +94,7 @@ class ConsumerProcessor:
         try:
             info = self.service.connections(h.consumer_group)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         body = {
             "connectionSet": [
                 {"clientId": c.client_id, "clientAddr": c.client_addr, "language": _lang(c.language),
@@ -169,9 +169,12 @@ def _list(v: object) -> list:
 
 
 def _as_int(v: object, default: int = 0) -> int:
+    """A JSON number or numeric string as an int, else ``default``."""
+    if not isinstance(v, (int, float, str)):
+        return default
     try:
-        return int(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(v)
+    except ValueError:
         return default
 
 

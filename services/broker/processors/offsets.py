@@ -40,7 +40,7 @@ class OffsetProcessor:
         try:
             offset = self.service.committed(h.consumer_group, h.topic, h.queue_id)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(fields={"offset": offset})
 
     def update_offset(self, conn: Connection, cmd: RemotingCommand):
@@ -49,7 +49,7 @@ class OffsetProcessor:
             self.service.commit(self.callers(conn, cmd),
                                 OffsetCommit(h.consumer_group, h.topic, h.queue_id, h.commit_offset))
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(ResponseCode.SUCCESS)
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand):

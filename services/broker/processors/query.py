@@ -32,7 +32,7 @@ class QueryProcessor:
             result = self.service.query(MessageQuery(h.topic, h.key, h.max_num, h.unique_key,
                                                      h.begin_timestamp, h.end_timestamp))
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         fields = {"indexLastUpdateTimestamp": 0, "indexLastUpdatePhyoffset": result.index_max_offset}
         if not result.records:
             return cmd.response(
@@ -45,5 +45,5 @@ class QueryProcessor:
         try:
             record = self.service.view(self.callers(conn, cmd), h.offset)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(body=record)

@@ -33,7 +33,7 @@ class EndTransactionProcessor:
         try:
             durable = self.service.end(self.callers(conn, cmd), req)
         except BrokerError as exc:
-            return cmd.response(exc.code, exc.remark)
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         if durable is None:
             return cmd.response(ResponseCode.SUCCESS)
         return _answer_when_durable(cmd, durable)
