@@ -21,7 +21,7 @@ import os
 import struct
 from pathlib import Path
 
-from tidemq.errors import StoreCorruptError
+from tidemq.errors import CodecError, StoreCorruptError
 from tidemq.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
@@ -30,6 +30,7 @@ from tidemq.message import (
     STORE_TIMESTAMP_POS,
     SYS_FLAG_POS,
     SysFlag,
+    decode_record_header,
 )
 
 from tidemq.broker.store.mapped_file import MappedFile
@@ -230,6 +231,21 @@ class CommitLog:
         if magic != MESSAGE_MAGIC:
             return None
         return self.read(offset, total)
+
+    def claim_at(self, phys: int) -> tuple[str, int, int, int] | None:
+        """(topic, queue id, queue offset, size) of the record whose header is at ``phys`` and
+        names ``phys`` as its own offset, or None (zeros, garbage, a record elsewhere)."""
+        seg = self.segment_for(phys)
+        if seg is None:
+            return None
+        try:
+            with memoryview(seg.mm) as mv:  # released at once: the mapping may be closed later
+                h = decode_record_header(mv, phys - seg.start, seg.size)
+        except (CodecError, ValueError, struct.error):
+            return None
+        if h.magic != MESSAGE_MAGIC or h.physical_offset != phys:
+            return None
+        return h.topic, h.queue_id, h.queue_offset, h.total_size
 
     def store_timestamp(self, offset: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``offset``, or -1 if it cannot be read."""

@@ -40,15 +40,14 @@ from tidemq.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
-    TRANSACTION_MASK,
     RecordHeader,
-    SysFlag,
     decode_record_header,
 )
 
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.commitlog import BLANK, FILLER_MIN, CommitLog
 from tidemq.broker.store.config import FlushMode, StoreConfig
+from tidemq.broker.store.dispatch import Dispatcher, enters_consume_queue
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json
 from tidemq.broker.store.mapped_file import MappedFile
@@ -251,14 +250,16 @@ class Recovered:
 
 
 def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTable, index: IndexService,
-            schedule_tags_code: ScheduleTagsCode) -> Recovered:
+            dispatcher: Dispatcher, schedule_tags_code: ScheduleTagsCode) -> Recovered:
     """Open CommitLog, consume queues and index and bring them in line (blocking).
 
     Plan: consume queues are replayed from the checkpoint's logics offset and the index from its
     index offset (from the CommitLog's start when the checkpoint is missing or their files were
     deleted); the walk validates from the start of the segment holding the flushed end (or
     earlier, where replay starts), so the last segment is always checked; consume-queue units
-    past the recovered end are dropped; units and index files below the CommitLog's start go."""
+    past the recovered end are dropped; units and index files below the CommitLog's start go.
+    Records are replayed through ``dispatcher``, the one live puts go through (no listeners hear
+    a replay)."""
     ckpt = read_checkpoint(cfg.checkpoint_path)
     commitlog.open_segments()
     if not commitlog.segments and ckpt is not None and ckpt.physic_offset > 0:
@@ -286,8 +287,8 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     else:
         walk_from = cl_min
     deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}, backup=False) or {}).items()}
-    replayer = Replayer(queues.get_or_create, index, cq_from, idx_from, schedule_tags_code, cfg.root, deleted,
-                        claim_at=_claim_reader(commitlog))
+    replayer = Replayer(dispatcher, cq_from, idx_from, schedule_tags_code, deleted)
+    units_before, indexed_before = dispatcher.queues.units_written, dispatcher.index.indexed
     check = QueueCheck(queues, cq_from, deleted)
     seen = [0, 0]
 
@@ -303,14 +304,16 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     end = scan_commitlog(commitlog, walk_from, durable, cfg.check_crc_on_recover, crash, on_record,
                          half_written_pages=cfg.flush_mode is FlushMode.ASYNC)
     end = max(end, cl_min)
+    units_written = dispatcher.queues.units_written - units_before
+    indexed = dispatcher.index.indexed - indexed_before
     if check.damaged:
-        _rebuild_queues(cfg, commitlog, queues, index, check, schedule_tags_code, deleted)
+        _rebuild_queues(cfg, commitlog, queues, dispatcher, check, schedule_tags_code, deleted)
     commitlog.ensure_active(end)
-    gone = replayer.dropped_files + queues.truncate_past(end)
+    gone = queues.truncate_past(end)
     if crash:  # after a clean shutdown every unit was flushed whole
-        gone += _drop_unclaimed_tails(queues, replayer.claim_at, cl_min, cq_from)
+        gone += _drop_unclaimed_tails(queues, commitlog.claim_at, cl_min, cq_from)
     destroy_all(gone + queues.detach_below(cl_min))
-    return Recovered(end, durable, walk_from, seen[0], replayer.units_written, replayer.indexed, seen[1])
+    return Recovered(end, durable, walk_from, seen[0], units_written, indexed, seen[1])
 
 
 def _drop_unclaimed_tails(queues: QueueTable, claim_at: Callable[[int], tuple[str, int, int, int] | None],
@@ -343,25 +346,6 @@ def _drop_unclaimed_tails(queues: QueueTable, claim_at: Callable[[int], tuple[st
     return gone
 
 
-def _claim_reader(commitlog: CommitLog) -> Callable[[int], tuple[str, int, int, int] | None]:
-    """(topic, queue id, queue offset, size) of the record whose header is at ``phys`` and names
-    ``phys`` as its own offset, or None (zeros, garbage, a record elsewhere)."""
-    def claim_at(phys: int) -> tuple[str, int, int, int] | None:
-        seg = commitlog.segment_for(phys)
-        if seg is None:
-            return None
-        try:
-            with memoryview(seg.mm) as mv:  # released at once: the mapping may be closed later
-                h = decode_record_header(mv, phys - seg.start, seg.size)
-        except (CodecError, ValueError, struct.error):
-            return None
-        if h.magic != MESSAGE_MAGIC or h.physical_offset != phys:
-            return None
-        return h.topic, h.queue_id, h.queue_offset, h.total_size
-
-    return claim_at
-
-
 class QueueCheck:
     """Finds consume queues that lost units the checkpoint vouched for (a zeroed or damaged file).
 
@@ -383,8 +367,7 @@ class QueueCheck:
             return True
         if key not in self.loaded or phys < self.deleted.get(h.topic, -1) or h.queue_offset < 0:
             return False
-        tx = h.sys_flag & TRANSACTION_MASK
-        if tx == SysFlag.TRANSACTION_PREPARED or tx == SysFlag.TRANSACTION_ROLLBACK:
+        if not enters_consume_queue(h.sys_flag):
             return False
         cq = self.queues.get(*key)
         q = h.queue_offset
@@ -404,15 +387,14 @@ class QueueCheck:
         return True
 
 
-def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, index: IndexService,
+def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, dispatcher: Dispatcher,
                     check: QueueCheck, schedule_tags_code: ScheduleTagsCode,
                     deleted: dict[str, int]) -> None:
     """Empty the damaged queues and re-dispatch their records from the start of the CommitLog
     (validating every record on the way)."""
     for topic, qid in check.damaged:
         destroy_all(queues.get(topic, qid).reset())  # before the rebuild re-creates the same names
-    rebuild = Replayer(queues.get_or_create, index, commitlog.min_offset, 1 << 62, schedule_tags_code,
-                       cfg.root, deleted)
+    rebuild = Replayer(dispatcher, commitlog.min_offset, 1 << 62, schedule_tags_code, deleted)
     wanted = set(check.damaged)
 
     def on_record(phys: int, h: RecordHeader) -> None:

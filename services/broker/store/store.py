@@ -6,9 +6,10 @@ file creation for segments, deletion and the checkpoint run on two worker thread
 CommitLog flushes, so group commit never queues behind other disk work).
 
 Invariants:
-- A put is appended, assigned its queue offset and dispatched (consume queue unit, index entries,
-  listeners) before ``put`` returns, so it is pullable at once; the CommitLog write position only
-  moves after a whole record (or batch) is in place.
+- A put is appended, assigned its queue offset and then dispatched (consume queue unit, index
+  entries, listeners: dispatch.py, the same dispatcher recovery replays through) before ``put``
+  returns, so it is pullable at once; the CommitLog write position only moves after a whole
+  record (or batch) is in place.
 - Queue offsets come from the consume queue (``max_offset`` = next offset), so they survive restarts.
 - An ``abort`` file exists while the store is loaded and open; finding it at ``load`` means a crash.
 - In SYNC mode a put counts as acknowledged only after ``wait_durable`` returned True; nothing
@@ -27,12 +28,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tidemq.message import TRANSACTION_MASK, SysFlag, encode_offset_msg_id
+from tidemq.message import encode_offset_msg_id
 
 from tidemq.broker.store import faults, reader
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.consume_queue import ConsumeQueue
+from tidemq.broker.store.dispatch import (
+    ConsumeQueueBuilder,
+    DispatchListener,
+    Dispatcher,
+    IndexBuilder,
+    enters_consume_queue,
+)
 from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSnapshot
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
@@ -55,9 +63,6 @@ __all__ = ["GetResult", "GetStatus", "MessageStore", "PutRequest", "PutResult", 
 
 log = logging.getLogger(__name__)
 
-DispatchListener = Callable[[str, int, int, int], None]
-_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
-_ROLLBACK = int(SysFlag.TRANSACTION_ROLLBACK)
 
 
 class MessageStore:
@@ -79,7 +84,11 @@ class MessageStore:
         self._queues = QueueTable(config.consume_queue_dir, config.consume_queue_units_per_file,
                                   self._dirty, self._new_dirs, config.max_mapped_queue_files)
         self._encoder = RecordEncoder(config.max_message_size)
-        self._listeners: list[DispatchListener] = []
+        # Appending and dispatching are two steps; this one dispatcher serves live puts and
+        # recovery's replay alike (consume queues, index, listeners).
+        self._dispatcher = Dispatcher(
+            ConsumeQueueBuilder(self._queues.get_or_create, self._commitlog.claim_at, config.root),
+            IndexBuilder(self._index), on_index_error=self._index_failed)
         self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
                                          config.sync_flush_timeout, self._flush_exec)
         self._logics = LogicsFlusher(self._snapshot, self._flusher, config.checkpoint_path,
@@ -112,7 +121,7 @@ class MessageStore:
             log.warning("%s", why)
         cl = self._commitlog
         try:
-            rec = recover(cfg, crash, cl, self._queues, self._index, self._schedule_tags_code)
+            rec = recover(cfg, crash, cl, self._queues, self._index, self._dispatcher, self._schedule_tags_code)
         except BaseException:
             self._close_files(remove_abort=False)  # the abort marker stays: the next load re-checks
             raise
@@ -258,9 +267,7 @@ class MessageStore:
     def _write(self, pending: list[Pending], total: int) -> PutResult:
         req0 = pending[0].req
         topic, queue_id = req0.topic, req0.queue_id
-        tx = req0.sys_flag & TRANSACTION_MASK
-        to_queue = tx != _PREPARED and tx != _ROLLBACK
-        cq = self._queues.get_or_create(topic, queue_id) if to_queue else None
+        cq = self._queues.get_or_create(topic, queue_id) if enters_consume_queue(req0.sys_flag) else None
         first_q = cq.max_offset if cq is not None else 0
         cl = self._commitlog
         try:  # every file the write needs exists before the first byte goes in
@@ -287,36 +294,16 @@ class MessageStore:
             return illegal(PutStatus.MESSAGE_ILLEGAL, f"a header value is out of range: {exc}")
         cl.commit(total)
         self._last_store_ts = now
-        index_add = self._index.add
+        self._dispatcher.dispatch(topic, queue_id, req0.sys_flag, first_q, base, now, pending)
         msg_ids = []
         id_prefix, id_store, id_port = None, b"", 0
-        wake: dict[int, int] = {}  # tags code -> highest queue offset stored with it
-        phys, q = base, first_q
+        phys = base
         for p in pending:
-            size = p.total
-            if cq is not None:
-                cq.put(q, phys, size, p.tags_code)
-                wake[p.tags_code] = q
-                q += 1
-            if tx != _ROLLBACK:
-                try:
-                    index_add(topic, p.keys, p.uniq, phys, now)
-                except OSError as exc:  # the message is stored and queued; only key lookup misses it
-                    self._stats["index_errors"] += 1
-                    log.error("indexing the message at commitlog offset %d failed: %s", phys, exc)
             if p.store is not id_store or p.store_port != id_port:
                 id_store, id_port = p.store, p.store_port
                 id_prefix = encode_offset_msg_id(id_store, id_port, 0)[:-16]
             msg_ids.append(f"{id_prefix}{phys:016X}")
-            phys += size
-        # Listeners (long-poll wake-ups, timers) hear once per batch and tags code, with the
-        # highest offset: "something at or past offset N with this tag" is all they act on.
-        for code, last in wake.items():
-            for cb in self._listeners:
-                try:
-                    cb(topic, queue_id, last, code)
-                except Exception:
-                    log.exception("dispatch listener %r failed", cb)
+            phys += p.total
         stats = self._stats
         stats["messages_put"] += len(pending)
         stats["bytes_put"] += total
@@ -338,7 +325,13 @@ class MessageStore:
         return self._flusher.durable(end_offset)
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
-        self._listeners.append(cb)
+        """``cb(topic, queue id, queue offset, tags code)`` hears of live puts that entered a
+        consume queue (long-poll wake-ups, timers); never of recovery's replay."""
+        self._dispatcher.listeners.append(cb)
+
+    def _index_failed(self, phys: int, exc: OSError) -> None:
+        self._stats["index_errors"] += 1
+        log.error("indexing the message at commitlog offset %d failed: %s", phys, exc)
 
     # ================================================================== reading
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
