@@ -21,6 +21,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("TIDEMQ_VENV", ROOT / ".venv"))
@@ -32,7 +33,7 @@ def say(msg: str) -> None:
     print(f"[dev.py] {msg}", flush=True)
 
 
-def run(cmd: list[str], **kw) -> int:
+def run(cmd: list[str | Path], **kw: Any) -> int:
     return subprocess.call([str(c) for c in cmd], **kw)
 
 
@@ -75,7 +76,7 @@ def ensure_debian_tools() -> None:
     say(f"{', '.join(missing)} not found: running `apt-get update` and "
         f"`apt-get install -y --no-install-recommends {' '.join(packages)}` (as root)")
     try:
-        rc = run([apt, "update", "-q"], env=env)
+        rc: int | str = run([apt, "update", "-q"], env=env)
         if rc == 0:
             rc = run([apt, "install", "-y", "-q", "--no-install-recommends", *packages], env=env)
     except OSError as exc:

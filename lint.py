@@ -46,7 +46,7 @@ YAMLLINT_CONFIG = ROOT / ".yamllint"
 TREE = Path(sys.prefix) / "lint-tree"
 MYPY_CACHE = Path(sys.prefix) / "mypy-cache"
 # Scripts outside the packages that mypy checks too (each a program, not an importable module).
-MYPY_SCRIPTS = ("bench", "examples", "spark/jobs")
+MYPY_SCRIPTS = ("bench", "examples", "spark/jobs", "dev.py", "lint.py")
 
 # Folders never scanned (virtual environments, caches, build output, run artifacts).
 SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache",
