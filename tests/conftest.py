@@ -1,4 +1,9 @@
-"""Shared fixtures: real TideMQ processes on loopback (see tests/procs.py)."""
+"""Shared fixtures: real TideMQ processes on loopback (see tests/procs.py).
+
+An ``async def`` test runs on a fresh event loop of its own (pytest-asyncio in auto mode, configured
+in pyproject.toml); a tighter bound than pytest-timeout's default is ``pytest.mark.timeout(N)``.
+Tests wait with tests/support/waiting.py and make topics with tests/support/topics.py.
+"""
 
 from __future__ import annotations
 

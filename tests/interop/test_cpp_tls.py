@@ -4,13 +4,12 @@ client reads the same messages over TLS from the same ports."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import trustme
 
 from tests.interop.test_cpp_client import cpp, topic_name  # skips this module without the wheel
 from tests.procs import Cluster
+from tests.support.waiting import wait_until_sync
 from tidemq.client.config import ClientConfig
 from tidemq.client.sync import SyncPullConsumer
 from tidemq.errors import TideMQError
@@ -39,14 +38,13 @@ def test_cpp_plaintext_and_tidemq_tls_share_permissive_ports(tmp_path):
         cfg = ClientConfig(tls=True, tls_ca_file=str(ca_file), instance_name="tls-reader")
         bodies: list[str] = []
         with SyncPullConsumer("cpp_tls_reader", cluster.namesrv_addr, cfg) as consumer:
-            deadline = time.monotonic() + 15
-            while True:
+            def routed() -> list:
                 try:
-                    queues = consumer.fetch_queues(topic)
-                    break
-                except TideMQError:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.2)
+                    return consumer.fetch_queues(topic)
+                except TideMQError:  # the broker's TLS registration may not have arrived yet
+                    return []
+
+            queues = wait_until_sync(routed, f"the queues of {topic} over TLS", timeout=15, interval=0.2)
             for mq in queues:
                 bodies += [m.body.decode() for m in consumer.pull(mq, 0, 32).messages]
         assert sorted(bodies) == sorted(s["body"] for s in specs)

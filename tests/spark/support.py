@@ -1,25 +1,15 @@
-"""Helpers of the Spark tests: topics with their routes in place, and sending test messages."""
+"""Helpers of the Spark tests: sending test messages and reading rows back (topics: tests/support/topics.py)."""
 
 from __future__ import annotations
 
-import asyncio
-
-from tests.support.routes import wait_for_route
-from tidemq.client import Admin
+from tests.support.topics import create_topic_sync
 from tidemq.client.route import MessageQueue
 from tidemq.client.sync import SyncProducer
 from tidemq.message import Message
 
 
-def make_topic(cluster, topic: str, queues: int = 4) -> str:
-    """Create ``topic`` and return once its route has ``queues`` queues."""
-    cluster.create_topic(topic, queues=queues)
-
-    async def wait() -> None:
-        async with Admin(cluster.namesrv_addr) as admin:
-            await wait_for_route(admin, topic, queues)
-    asyncio.run(wait())
-    return topic
+# tests/spark/test_source.py still imports the topic helper from here under its old name.
+make_topic = create_topic_sync
 
 
 def send(cluster, topic: str, n: int, start: int = 0, queues: int | None = None,

@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.spark.support import make_topic, send
+from tests.spark.support import send
+from tests.support.topics import create_topic_sync
 
 JOB = Path(__file__).with_name("eo_job.py")
 
@@ -28,7 +29,7 @@ def _start(cluster, topic, out, ck, mode, log):
 
 
 def test_killed_driver_resumes_from_checkpoint_with_each_message_once(spark, cluster, tmp_path):
-    topic = make_topic(cluster, "spark-exactly-once", 4)
+    topic = create_topic_sync(cluster, "spark-exactly-once", 4)
     sent = send(cluster, topic, 1500)
     out, ck = tmp_path / "out", tmp_path / "checkpoint"
     log_path = tmp_path / "driver.log"

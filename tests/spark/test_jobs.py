@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
-from tidemq.errors import AdminError
+from tests.support.topics import create_topic_sync
+from tidemq.client.sync import SyncProducer, SyncPullConsumer
 from tidemq.message import Message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,28 +103,13 @@ def test_one_line_picks_the_data_source_error() -> None:
 
 # -- the job for real -------------------------------------------------------------------------------
 
-def _wait_route(admin: SyncAdmin, topic: str, queues: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if len(admin.topic_route(topic).publish_queues(topic)) == queues:
-                return
-        except AdminError:
-            pass
-        assert time.monotonic() < deadline, f"topic {topic} never got {queues} queues in its route"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def topics(cluster) -> dict[str, str]:
     """An input topic holding SENT (+ untagged) and then, a window later, one closing message;
     an empty output topic for the counts."""
     names = {"input": "tag_counts_in", "output": "tag_counts_out"}
-    with SyncAdmin(cluster.namesrv_addr) as admin:
-        admin.create_topic(names["input"], read_queues=2, write_queues=2, cluster=cluster.cluster_name)
-        admin.create_topic(names["output"], read_queues=2, write_queues=2, cluster=cluster.cluster_name)
-        _wait_route(admin, names["input"], 2)
-        _wait_route(admin, names["output"], 2)
+    create_topic_sync(cluster, names["input"], 2)
+    create_topic_sync(cluster, names["output"], 2)
     with SyncProducer("tag_counts_test_pg", cluster.namesrv_addr) as producer:
         i = 0
         for tag, n in SENT.items():

@@ -6,14 +6,12 @@ exactly; driver-side mistakes must fail the write with a sentence saying what to
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 
 import pytest
 
-from tests.support.routes import wait_for_route
-from tidemq.client import Admin
+from tests.support.topics import create_topic_sync
 from tidemq.client.sync import SyncPullConsumer
 from tidemq.message import MessageExt
 from tidemq.spark.options import SinkOptions
@@ -22,16 +20,6 @@ from tidemq.spark.sink import RESERVED_PROPERTIES, SinkError, _Task
 
 def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topics(cluster, queues: int, *topics: str) -> None:
-    async def run() -> None:
-        async with Admin(cluster.namesrv_addr) as admin:
-            for t in topics:
-                await admin.create_topic(t, queues, queues, cluster=cluster.cluster_name)
-            for t in topics:
-                await wait_for_route(admin, t, queues)
-    asyncio.run(run())
 
 
 def read_all(cluster, topic: str) -> list[MessageExt]:
@@ -69,7 +57,7 @@ def writer(df, cluster, **options):
 
 def test_batch_write_round_trips_value_key_tags_and_properties(spark, cluster):
     topic = _topic("sink-rt")
-    create_topics(cluster, 4, topic)
+    create_topic_sync(cluster, topic, 4)
     rows = [(f"body-{i}", f"key-{i}", f"tag{i % 3}", {"color": f"c{i % 5}", "n": str(i)})
             for i in range(300)]
     rows.append(("no key, no tag, no props", None, None, None))
@@ -86,7 +74,8 @@ def test_batch_write_round_trips_value_key_tags_and_properties(spark, cluster):
 
 def test_binary_values_and_topic_from_column_or_option(spark, cluster):
     a, b, override = _topic("sink-a"), _topic("sink-b"), _topic("sink-o")
-    create_topics(cluster, 2, a, b, override)
+    for t in (a, b, override):
+        create_topic_sync(cluster, t, 2)
     rows = [(bytes([i, 0, 255, i]), bytes(f"k{i}", "ascii"), a if i % 2 else b) for i in range(40)]
     df = spark.createDataFrame(rows, "value binary, key binary, topic string")
 
@@ -103,7 +92,7 @@ def test_binary_values_and_topic_from_column_or_option(spark, cluster):
 
 def test_queue_id_column_picks_the_queue(spark, cluster):
     topic = _topic("sink-q")
-    create_topics(cluster, 3, topic)
+    create_topic_sync(cluster, topic, 3)
     df = spark.createDataFrame([(f"m{i}", i % 3) for i in range(30)], "value string, queueId int")
     writer(df, cluster, topic=topic).save()
     got = read_all(cluster, topic)
@@ -117,7 +106,7 @@ def test_queue_id_column_picks_the_queue(spark, cluster):
 
 def test_streaming_write_from_json_files(spark, cluster, tmp_path):
     topic = _topic("sink-stream")
-    create_topics(cluster, 2, topic)
+    create_topic_sync(cluster, topic, 2)
     src = tmp_path / "in"
     src.mkdir()
     for f in range(3):

@@ -7,7 +7,8 @@ import pickle
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from tests.spark.support import make_topic, send
+from tests.spark.support import send
+from tests.support.topics import create_topic_sync
 from tidemq.spark.offsets import from_json
 from tidemq.spark.options import parse_source_options
 from tidemq.spark.stream import StreamReader
@@ -23,7 +24,7 @@ def total(offsets: dict) -> int:
 
 
 def test_without_a_limit_latest_offset_reads_everything(cluster):
-    topic = make_topic(cluster, "reader-nolimit", 4)
+    topic = create_topic_sync(cluster, "reader-nolimit", 4)
     send(cluster, topic, 40)
     r = reader(cluster, subscribe=topic, startingOffsets="earliest")
     try:
@@ -38,7 +39,7 @@ def test_without_a_limit_latest_offset_reads_everything(cluster):
 
 
 def test_read_limit_and_available_now_target(cluster):
-    topic = make_topic(cluster, "reader-limit", 2)
+    topic = create_topic_sync(cluster, "reader-limit", 2)
     send(cluster, topic, 20, queues=2)
     r = reader(cluster, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="7")
     try:
@@ -64,12 +65,12 @@ def test_read_limit_and_available_now_target(cluster):
 
 
 def test_new_queues_join_from_offset_zero(cluster):
-    topic = make_topic(cluster, "reader-grow", 2)
+    topic = create_topic_sync(cluster, "reader-grow", 2)
     send(cluster, topic, 4, queues=2)
     r = reader(cluster, subscribe=topic, startingOffsets="earliest")
     try:
         start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-        make_topic(cluster, topic, 4)
+        create_topic_sync(cluster, topic, 4)
         send(cluster, topic, 6, start=10, queue_ids=[2, 3])
         end = r.latestOffset(start, ReadAllAvailable())
         slices = sorted((p.value.queue_id, p.value.start, p.value.end) for p in r.partitions(start, end))
@@ -79,7 +80,7 @@ def test_new_queues_join_from_offset_zero(cluster):
 
 
 def test_executors_get_only_the_options(cluster):
-    topic = make_topic(cluster, "reader-pickle", 1)
+    topic = create_topic_sync(cluster, "reader-pickle", 1)
     r = reader(cluster, subscribe=topic)
     try:
         r.initialOffset()  # opens the driver-side client

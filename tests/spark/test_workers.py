@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.support import make_topic, send
+from tests.spark.support import send
+from tests.support.topics import create_topic_sync
 
 SCRIPT = """
 import os, sys
@@ -60,7 +61,7 @@ def plain_python() -> str:
 
 
 def test_register_names_pyspark_python_when_workers_cannot_import_tidemq(cluster, tmp_path):
-    topic = make_topic(cluster, "spark-workers", 1)
+    topic = create_topic_sync(cluster, "spark-workers", 1)
     send(cluster, topic, 5, queues=1)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
