@@ -154,13 +154,6 @@ class ServerTls:
     def mode(self) -> TlsMode:
         return self.config.mode
 
-    def reload_if_changed(self) -> bool:
-        """Load the files again if their stat signature changed; True if the new pair is in use."""
-        sig = _signature(self._paths)
-        if sig == self._sig or sig == self._bad_sig:
-            return False
-        return self._reload(sig)
-
     def _reload(self, sig: tuple[tuple[int, int, int], ...]) -> bool:
         try:
             ctx = self._new_context()
