@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
 
 from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.accumulator import MAX_MERGED, MAX_MERGED_BODY

@@ -135,7 +135,7 @@ class SendAccumulator:
         deadline = loop.time() + timeout
         try:
             res = await self._send_merged(topic, outs, timeout)
-        except Exception as exc:  # every merged send fails with it (cancellation: _abandon)
+        except Exception as exc:  # noqa: BLE001 (every merged send fails with it; cancellation: _abandon)
             if (len(part) > 1 and isinstance(exc, BrokerError) and exc.code == ResponseCode.MESSAGE_ILLEGAL
                     and deadline - loop.time() > 0):
                 # Refused whole before anything was stored, for one element's sake (e.g. a broker whose
@@ -161,7 +161,7 @@ class SendAccumulator:
         try:
             remaining = max(0.001, deadline - asyncio.get_running_loop().time())
             res = await self._send_one(out, remaining)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the caller's own send: it gets the error)
             if not fut.done():
                 fut.set_exception(exc)
         else:

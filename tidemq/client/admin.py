@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import orjson
 
@@ -42,6 +43,8 @@ from tidemq.remoting.acl import AclSigner
 from tidemq.remoting.tls import ClientTlsConfig, client_context
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_QUERY_MAX_NUM = 32
 
@@ -106,7 +109,7 @@ class Admin(ClientBase):
             raise AdminError(f"cluster {cluster!r} has no running master broker")
         return addrs
 
-    async def _gather_brokers(self, addrs: Sequence[str], call) -> list:
+    async def _gather_brokers(self, addrs: Sequence[str], call: Callable[[str], Awaitable[T]]) -> list[T]:
         return list(await asyncio.gather(*(call(a) for a in addrs)))
 
     # cluster -----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     The blocking facades spend most of their time in the loop's I/O; uvloop's round trips are
     about 30 % faster (bench/produce_consume.py)."""
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 (optional: not on every platform)
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()

@@ -330,7 +330,7 @@ class ClientInstance:
         if handler in handlers:
             handlers.remove(handler)
 
-    def handle(self, conn: Connection, cmd: RemotingCommand):
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> "RemotingCommand | Awaitable[RemotingCommand | None] | None":
         for handler in list(self._request_handlers.get(cmd.code, ())):
             result = handler(conn, cmd)
             if result is not None:

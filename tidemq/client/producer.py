@@ -330,7 +330,7 @@ async def _with_callbacks(coro: Awaitable[T], on_success: SuccessCallback | None
         result = await coro
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (an async send's failure goes to on_exception or the log)
         if on_exception is None:
             log.warning("%s failed and no on_exception callback was given: %s", what, exc)
         else:

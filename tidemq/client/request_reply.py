@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidemq.client.instance import ClientInstance
@@ -141,7 +142,7 @@ class ReplyRouter:
     """Correlation id -> waiting request, for one client instance."""
 
     def __init__(self, max_pending: int = MAX_PENDING_REQUESTS,
-                 clock=time.time) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.max_pending = max_pending
         self.clock = clock
         self._waiting: dict[str, _Waiter] = {}

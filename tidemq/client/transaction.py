@@ -279,7 +279,7 @@ class TransactionProducer(ClientBase):
                     await call_listener(self.listener.execute_local_transaction, half, arg),
                     "execute_local_transaction",
                 )
-            except Exception as exc:  # the broker will ask again: UNKNOW
+            except Exception as exc:  # noqa: BLE001 (a failing local transaction is UNKNOW: the broker asks again)
                 log.warning("execute_local_transaction of transaction %s failed: %r", result.msg_id, exc)
                 state, local_exc = LocalTransactionState.UNKNOW, exc
         else:
@@ -338,7 +338,7 @@ class TransactionProducer(ClientBase):
                     await call_listener(self.listener.check_local_transaction, msg),
                     "check_local_transaction",
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (a failing check answers UNKNOW, with the error as remark)
                 log.warning("check_local_transaction of transaction %s failed: %r", msg.msg_id, exc)
                 state, remark = LocalTransactionState.UNKNOW, f"checkLocalTransactionState exception: {exc!r}"
         uniq = msg.properties.get(Prop.UNIQ_KEY) or msg.offset_msg_id
