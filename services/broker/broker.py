@@ -1,5 +1,10 @@
-"""The broker: a composition of the store, metadata managers, client registry, long-poll holds
-and one request processor per request family, served over RocketMQ remoting.
+"""The broker: a composition of the store, metadata managers, client registry, long-poll holds,
+one messaging service per request family (tidemq.broker.messaging) and its remoting adapter
+(tidemq.broker.processors), served over RocketMQ remoting with hooks around dispatch (ACL, flow
+control, metrics: tidemq.broker.hooks).
+
+This module is the composition root: it alone builds the services with the collaborators each
+uses and the adapters with their services; nothing else imports it but the CLI and tests.
 
 Lifecycle: ``start()`` loads (and recovers) the store and metadata, starts serving, registers with
 every name server; ``stop()`` stops accepting, unregisters, flushes offsets and the store.
@@ -13,22 +18,27 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tidemq.broker.acl import AclService, Perm, stored_message_topics
+from tidemq.broker.acl import AclService
 from tidemq.broker.advertise import store_host_of
 from tidemq.broker.clients import ClientRegistry
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.creation import ImplicitCreation
 from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
+from tidemq.broker.hooks import AclHook, Answer, Dispatcher, FlowControlHook, MetricsHook
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.longpoll import PullHoldService
 from tidemq.broker.messaging.admin import AdminService
 from tidemq.broker.messaging.brokerconfig import BrokerConfigService
 from tidemq.broker.messaging.consumers import ConsumerService
 from tidemq.broker.messaging.offsets import OffsetService
+from tidemq.broker.messaging.pull import PullService
 from tidemq.broker.messaging.query import QueryService
+from tidemq.broker.messaging.reply import ReplyService
+from tidemq.broker.messaging.send import SendService
+from tidemq.broker.messaging.sendback import SendBackService
 from tidemq.broker.messaging.transaction import EndTransactionService
-from tidemq.broker.metrics import TIMED_REQUESTS, BrokerMetrics
+from tidemq.broker.metrics import BrokerMetrics
 from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.brokerconfig import BrokerConfigProcessor
@@ -37,9 +47,9 @@ from tidemq.broker.processors.consumers import ConsumerProcessor
 from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
-from tidemq.broker.processors.reply import ReplyProcessor
-from tidemq.broker.processors.retry import RetryProcessor
+from tidemq.broker.processors.reply import ConnectedRequesters, ReplyProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.processors.sendback import SendBackProcessor
 from tidemq.broker.processors.transaction import EndTransactionProcessor
 from tidemq.broker.quota import CreationQuota
 from tidemq.broker.register import NamesrvRegistrar
@@ -51,14 +61,12 @@ from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.transaction.checker import TransactionChecker
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
-from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
-from tidemq.remoting.acl import ACCESS_KEY
+from tidemq.remoting import Connection, RemotingCommand, RemotingServer
 from tidemq.remoting.limits import ServerLimits, raise_open_file_limit
 
 log = logging.getLogger(__name__)
 
 PERSIST_RETRY = 5.0  # s before a failed topics.json write is tried again
-_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 
 
 class Broker:
@@ -94,14 +102,6 @@ class Broker:
         self.tx_checker = TransactionChecker(
             self.transactions, lambda g: [ch.conn for ch in self.clients.producers.get(g, {}).values()]
         )
-        self.handlers: dict[int, Callable] = {}
-        for proc in (
-            SendProcessor(self),
-            PullProcessor(self),
-            RetryProcessor(self),
-            ReplyProcessor(self),
-        ):
-            self.handlers.update(proc.handlers())
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
             config.idle_timeout, config.max_connections, config.max_buffered_bytes,
             frame_read_timeout=config.frame_read_timeout))
@@ -112,11 +112,29 @@ class Broker:
         self._topics_dirty = False
         self._topics_persist = False
         self._ready = False
-        self.requests_total = 0
-        self.unknown_codes = 0
         # RocketMQ plain ACL (None = off); a bad file raises ConfigError here, at start.
         self.acl = AclService(config.acl_file, config.acl_reload_interval) if config.acl_file else None
         callers = Callers(self.acl is not None)  # with ACL on, the verified access key names a caller
+        settings = self._settings  # each request reads the config of the moment (UPDATE_BROKER_CONFIG)
+        self.handlers: dict[int, Callable] = {}
+        for proc in (  # sending and pulling: the hot paths
+            SendProcessor(SendService(
+                settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
+                schedule=self.schedule, transactions=self.transactions, store_host=self.store_host,
+                on_put=self.metrics.on_put), callers=callers, region=config.region),
+            PullProcessor(PullService(
+                settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
+                clients=self.clients, offsets=self.offsets, holds=self.holds, on_get=self.metrics.on_get),
+                callers=callers),
+            SendBackProcessor(SendBackService(
+                settings=settings, store=self.store, creation=self.creation, schedule=self.schedule,
+                store_host=self.store_host, access=self.acl), callers=callers),
+            ReplyProcessor(ReplyService(
+                settings=settings, store=self.store, topics=self.topics, channel=ConnectedRequesters(self.clients),
+                store_host=self.store_host, clock=clock, on_put=self.metrics.on_put), callers=callers,
+                region=config.region),
+        ):
+            self.handlers.update(proc.handlers())
         for proc in (  # the families beside sending and pulling, each over its service
             ConsumerProcessor(ConsumerService(
                 clients=self.clients, groups=self.groups, topics=self.topics, creation=self.creation,
@@ -138,14 +156,20 @@ class Broker:
                 reregister=lambda: self.topics_changed(persist=False)), callers=callers),
         ):
             self.handlers.update(proc.handlers())
-        # Sends waiting for SYNC_FLUSH: token -> perf_counter at arrival, oldest first (flow control).
-        self._send_waits: dict[int, float] = {}
-        self._send_seq = 0
-        self.busy_rejections = 0
+        # Hooks around dispatch, in order: ACL (when on) refuses first, then flow control; metrics
+        # sees every outcome, refusals included.
+        self.flow_control = FlowControlHook(settings)
+        hooks = [self.flow_control, MetricsHook(self.metrics)]
+        if self.acl is not None:
+            hooks.insert(0, AclHook(self.acl))
+        self.dispatcher = Dispatcher(self.handlers, hooks)
         if config.fault_flush_stall_file:
             from tidemq.broker.faults import install_flush_stall
 
             install_flush_stall(self.store, Path(config.fault_flush_stall_file))
+
+    def _settings(self) -> BrokerConfig:
+        return self.config
 
     @property
     def sync_flush(self) -> bool:
@@ -280,23 +304,6 @@ class Broker:
             if failed:
                 await asyncio.sleep(PERSIST_RETRY)
 
-    def principal(self, conn: Connection, cmd: RemotingCommand) -> str:
-        """Who implicit creations are charged to: the (verified) ACL access key, else the host."""
-        if self.acl is not None:
-            ak = cmd.ext_fields.get(ACCESS_KEY)
-            if ak:
-                return f"accessKey {ak}"
-        host = conn.peer.rpartition(":")[0] or conn.peer
-        return f"host {host}"
-
-    def refuse_stored(self, conn: Connection, cmd: RemotingCommand, topic: str, properties: dict[str, str],
-                      perm: Perm) -> RemotingCommand | None:
-        """With ACL on, the refusal when the account of ``cmd`` lacks ``perm`` on a stored
-        message's topics (REQUEST_ACCESS "stored"); None when allowed or ACL is off."""
-        if self.acl is None:
-            return None
-        return self.acl.check_resources(conn, cmd, {t: perm for t in stored_message_topics(topic, properties)})
-
     def _replace_config(self, config: BrokerConfig) -> None:
         """UPDATE_BROKER_CONFIG's change: every reader of ``self.config`` sees it at its next request."""
         self.config = config
@@ -312,103 +319,8 @@ class Broker:
         return g is None or g.notify_consumer_ids_changed_enable
 
     # remoting handler -------------------------------------------------------------------------
-    def handle(self, conn: Connection, cmd: RemotingCommand):
-        self.requests_total += 1
-        if self.acl is not None:  # ACL off: this check is all a request pays
-            refused = self.acl.check(conn, cmd)
-            if refused is not None:
-                self.metrics.on_response(refused.code)
-                return refused
-        handler = self.handlers.get(cmd.code)
-        if handler is None:
-            self.unknown_codes += 1
-            if self.unknown_codes <= 20:
-                log.info("request code %d from %s is not supported", cmd.code, conn.peer)
-            self.metrics.on_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
-        request = TIMED_REQUESTS.get(cmd.code)
-        started = time.perf_counter()
-        if self._send_waits and cmd.code in _SEND_CODES:
-            busy = self._flow_control(cmd, started)
-            if busy is not None:
-                return busy
-        try:
-            result = handler(conn, cmd)
-        except (ValueError, TypeError) as exc:
-            result = cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
-        except Exception:
-            self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
-            raise
-        if isinstance(result, RemotingCommand):
-            self.metrics.on_response(result.code)
-            if request is not None:
-                self.metrics.on_latency(request, time.perf_counter() - started)
-            return result
-        if result is None:
-            return None
-        token = 0
-        if cmd.code in _SEND_CODES:
-            self._send_seq = token = self._send_seq + 1
-            self._send_waits[token] = started
-            if isinstance(result, asyncio.Future):
-                cmd.body = None  # already stored: a send waiting for its flush must not pin its body
-        if isinstance(result, asyncio.Future):  # hot path (SYNC_FLUSH sends): no task per request
-            result.add_done_callback(lambda f: self._measure_done(f, request, started, token))
-            return result
-        return self._measured(result, request, started, token)
-
-    def _measure_done(self, fut: asyncio.Future, request: str | None, started: float, token: int) -> None:
-        """``_measured`` for a handler that answered with a future."""
-        if token:
-            self._send_waits.pop(token, None)
-        if fut.cancelled():
-            return
-        if fut.exception() is not None:
-            self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
-            return
-        result = fut.result()
-        if result is not None:
-            self.metrics.on_response(result.code)
-        if request is not None:
-            self.metrics.on_latency(request, time.perf_counter() - started)
-
-    def _flow_control(self, cmd: RemotingCommand, now: float) -> RemotingCommand | None:
-        """SYSTEM_BUSY for a new send while sends pile up behind SYNC_FLUSH (RocketMQ's fast
-        failure: its send queue is our set of sends waiting for the flush). The refused send is
-        not stored, so the client's retry cannot duplicate it."""
-        waits = self._send_waits
-        cfg = self.config
-        if len(waits) >= cfg.max_pending_sends:
-            remark = "[OVERLOAD]system busy, start flow control for a while"
-        else:
-            behind_ms = int((now - next(iter(waits.values()))) * 1000)
-            if behind_ms < cfg.busy_wait_ms:
-                return None
-            remark = (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
-                      f"period in queue: {behind_ms}ms, size of queue: {len(waits)}")
-        self.busy_rejections += 1
-        if self.busy_rejections % 1000 == 1:
-            log.warning("flow control: %s (%d sends refused so far)", remark, self.busy_rejections)
-        self.metrics.on_response(ResponseCode.SYSTEM_BUSY)
-        return cmd.response(ResponseCode.SYSTEM_BUSY, remark)
-
-    async def _measured(self, pending, request: str | None, started: float, token: int = 0):
-        """Await a handler's deferred response (long poll, SYNC_FLUSH wait) and measure it then."""
-        try:
-            result = await pending
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.metrics.on_response(ResponseCode.SYSTEM_ERROR)  # the transport answers SYSTEM_ERROR
-            raise
-        finally:
-            if token:
-                self._send_waits.pop(token, None)
-        if result is not None:
-            self.metrics.on_response(result.code)
-        if request is not None:
-            self.metrics.on_latency(request, time.perf_counter() - started)
-        return result
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> Answer:
+        return self.dispatcher.handle(conn, cmd)
 
     def connection_lost(self, conn: Connection) -> None:
         self.clients.connection_closed(conn)

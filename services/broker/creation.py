@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidemq.bodies import SubscriptionGroupConfig
-from tidemq.broker.processors.common import refused
+from tidemq.broker.messaging.context import refused
 from tidemq.broker.quota import CreationQuota
 from tidemq.broker.topics import (
     DLQ_PREFIX,

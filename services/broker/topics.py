@@ -10,7 +10,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
@@ -241,7 +241,3 @@ class TopicConfigManager:
 
     def snapshot(self) -> dict[str, object]:
         return self.wrapper()
-
-    def with_perm(self, name: str, perm: int) -> TopicConfig | None:
-        tc = self.topics.get(name)
-        return None if tc is None else replace(tc, perm=perm)

@@ -363,14 +363,16 @@ def test_reload_on_change_keeps_old_config_on_a_bad_file(tmp_path, caplog):
     asyncio.run(scenario())
 
 
-def test_acl_off_costs_one_attribute_check():
-    """Broker.handle reads self.acl once; with ACL off no ACL code runs (guard on the source)."""
-    import inspect
-
+def test_acl_off_runs_no_acl_code(tmp_path):
+    """With ACL off the broker's dispatch has no ACL hook: no ACL code runs per request."""
     from tidemq.broker.broker import Broker
+    from tidemq.broker.config import BrokerConfig
+    from tidemq.broker.hooks import AclHook
+    from tidemq.broker.store.config import StoreConfig
 
-    src = inspect.getsource(Broker.handle)
-    assert src.count("self.acl") == 2 and "if self.acl is not None:" in src
+    broker = Broker(BrokerConfig(store=StoreConfig(root=tmp_path / "store")))
+    assert broker.acl is None
+    assert not [h for h in broker.dispatcher.hooks if isinstance(h, AclHook)]
 
 
 def test_acl_file_flag_reaches_the_broker_config(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 
 from tests.procs import Cluster
 from tests.support.routes import wait_for_route
-from tidemq.broker.broker import Broker
+from tidemq.broker.hooks import FlowControlHook, Outcome
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
 from tidemq.client.send import SendStatus
@@ -128,21 +128,38 @@ def test_stalled_flush_answers_system_busy_and_clients_retry_without_loss(stalle
     assert after > 4 * during and after >= before / 4, "throughput did not recover within 3 s of the stall"
 
 
-def _fake_broker(pending: list[float], busy_wait_ms: int = 200, cap: int = 10_000):
-    return SimpleNamespace(
-        _send_waits={i + 1: t for i, t in enumerate(pending)}, busy_rejections=0,
-        config=SimpleNamespace(busy_wait_ms=busy_wait_ms, max_pending_sends=cap),
-        metrics=SimpleNamespace(on_response=lambda code: None),
-    )
+def _flow_control(pending: list[float], busy_wait_ms: int = 200, cap: int = 10_000) -> FlowControlHook:
+    hook = FlowControlHook(lambda: SimpleNamespace(busy_wait_ms=busy_wait_ms, max_pending_sends=cap))
+    hook.waits.update({i + 1: t for i, t in enumerate(pending)})
+    return hook
 
 
 def test_flow_control_rule():
     cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"})
     now = 100.0
-    assert Broker._flow_control(_fake_broker([now - 0.1]), cmd, now) is None
-    old = Broker._flow_control(_fake_broker([now - 0.25, now - 0.01]), cmd, now)
+    assert _flow_control([now - 0.1]).busy(cmd, now) is None
+    old = _flow_control([now - 0.25, now - 0.01]).busy(cmd, now)
     assert old.code == ResponseCode.SYSTEM_BUSY
     assert old.remark == ("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
                           "period in queue: 250ms, size of queue: 2")
-    full = Broker._flow_control(_fake_broker([now] * 3, cap=3), cmd, now)
+    full = _flow_control([now] * 3, cap=3).busy(cmd, now)
     assert full.code == ResponseCode.SYSTEM_BUSY and full.remark == "[OVERLOAD]system busy, start flow control for a while"
+
+
+def test_flow_control_counts_only_sends_answered_later():
+    """A send is waited on from its arrival when its answer is deferred (a SYNC_FLUSH wait) until it
+    is settled; a send answered at once never counts, and requests other than sends are never
+    refused."""
+    hook = _flow_control([], busy_wait_ms=0)
+    quick = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"})
+    assert hook.before(None, quick, 0.5) is None
+    send = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"})
+    assert hook.before(None, send, 1.0) is None and not hook.waits
+    hook.deferred(send, 1.0)
+    assert list(hook.waits.values()) == [1.0]
+    later = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "T"})
+    assert hook.before(None, later, 2.0).code == ResponseCode.SYSTEM_BUSY  # behind one waiting send
+    pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {})
+    assert hook.before(None, pull, 2.0) is None
+    hook.settled(send, Outcome.ANSWERED)
+    assert not hook.waits and hook.before(None, later, 3.0) is None and hook.rejections == 1

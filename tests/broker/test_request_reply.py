@@ -13,6 +13,7 @@ import zlib
 import pytest
 
 from tidemq.broker.processors.reply import build_push
+from tidemq.remoting.headers.send import decode_send_header, reply_push_fields
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
 from tidemq.client.request_reply import (
@@ -24,7 +25,7 @@ from tidemq.client.request_reply import (
 )
 from tidemq.client.sync import SyncProducer
 from tidemq.errors import BrokerError, ClientError, CodecError, RequestTimeoutError
-from tidemq.message import Message, MessageExt, Prop, SysFlag
+from tidemq.message import Message, MessageExt, Prop, SysFlag, encode_properties
 from tidemq.remoting import RequestCode, ResponseCode
 from tidemq.remoting.frame import decode_frame, encode_frame
 from tests.support.routes import wait_for_route
@@ -235,10 +236,18 @@ def _send_fields(**over: str) -> dict[str, str]:
     return fields
 
 
+def _push(fields: dict[str, str], props: dict[str, str], body: bytes, born_host: str, store_host: str,
+          store_timestamp: int):
+    """The push the broker builds for a reply sent with the long-named header ``fields``."""
+    header = decode_send_header(fields, v2=False)
+    return build_push(reply_push_fields(header, encode_properties(props), born_host, store_host, store_timestamp),
+                      body)
+
+
 def test_push_built_by_the_broker_decodes_in_the_client():
     props = {Prop.CORRELATION_ID: "c1", Prop.REPLY_TO_CLIENT: "me", Prop.MSG_TYPE: "reply",
              Prop.PUSH_REPLY_TIME: "1700000000500"}
-    cmd = build_push(_send_fields(), props, b"body", "127.0.0.1:5555", "127.0.0.1:10911", 1700000000400)
+    cmd = _push(_send_fields(), props, b"body", "127.0.0.1:5555", "127.0.0.1:10911", 1700000000400)
     assert cmd.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT and not cmd.is_oneway
     wire = decode_frame(encode_frame(cmd))
     assert all(isinstance(v, str) for v in wire.ext_fields.values())
@@ -252,14 +261,14 @@ def test_push_built_by_the_broker_decodes_in_the_client():
 
 def test_compressed_push_is_inflated_and_garbage_is_a_codec_error():
     body = b"x" * 10000
-    cmd = build_push(_send_fields(sysFlag=str(int(SysFlag.COMPRESSED))), {}, zlib.compress(body),
-                     "a:1", "b:2", 5)
+    cmd = _push(_send_fields(sysFlag=str(int(SysFlag.COMPRESSED))), {}, zlib.compress(body), "a:1", "b:2", 5)
     msg = decode_reply(decode_frame(encode_frame(cmd)), 6)
     assert msg.body == body and msg.sys_flag == SysFlag.COMPRESSED
-    bad = build_push(_send_fields(sysFlag="1"), {}, b"not zlib", "a:1", "b:2", 5)
+    bad = _push(_send_fields(sysFlag="1"), {}, b"not zlib", "a:1", "b:2", 5)
     with pytest.raises(CodecError):
         decode_reply(bad, 6)
-    bad_int = build_push(_send_fields(queueId="zero"), {}, b"x", "a:1", "b:2", 5)
+    bad_int = _push(_send_fields(), {}, b"x", "a:1", "b:2", 5)
+    bad_int.ext_fields["queueId"] = "zero"  # not what a broker sends: the client must refuse it
     with pytest.raises(CodecError):
         decode_reply(bad_int, 6)
 
@@ -268,12 +277,12 @@ def test_router_answers_every_push_and_matches_by_correlation_id():
     async def main():
         router = ReplyRouter(max_pending=2)
         fut = router.register("c1", "T", 5)
-        push = build_push(_send_fields(), {Prop.CORRELATION_ID: "c1"}, b"r", "a:1", "b:2", 1)
+        push = _push(_send_fields(), {Prop.CORRELATION_ID: "c1"}, b"r", "a:1", "b:2", 1)
         resp = router.handle(_Conn(), push)
         assert resp.code == ResponseCode.SUCCESS and fut.result().body == b"r"
         stray = router.handle(_Conn(), push)  # no waiter any more: still SUCCESS, counted
         assert stray.code == ResponseCode.SUCCESS and router.unmatched == 1
-        bad = build_push(_send_fields(sysFlag="1"), {}, b"junk", "a:1", "b:2", 1)
+        bad = _push(_send_fields(sysFlag="1"), {}, b"junk", "a:1", "b:2", 1)
         assert router.handle(_Conn(), bad).code == ResponseCode.SYSTEM_ERROR
         router.register("c2", "T", 5)
         router.register("c3", "T", 0.01)

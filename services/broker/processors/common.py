@@ -13,17 +13,28 @@ from tidemq.remoting import Connection, RemotingCommand
 from tidemq.remoting.acl import ACCESS_KEY
 
 
-class Callers:
-    """Builds the Caller of a request."""
+_CACHED_CALLERS = 4096  # (peer, code, access key) combinations remembered, then forgotten at once
 
-    __slots__ = ("verified",)
+
+class Callers:
+    """Builds the Caller of a request. A connection's requests share one Caller per request code
+    and access key (a Caller is built once per message otherwise: bench/hot_path.py)."""
+
+    __slots__ = ("verified", "_cache")
 
     def __init__(self, acl_on: bool) -> None:
         self.verified = acl_on  # AccessKey was checked by the ACL hook
+        self._cache: dict[tuple[str, int, str | None], Caller] = {}
 
     def __call__(self, conn: Connection, cmd: RemotingCommand) -> Caller:
-        ak = cmd.ext_fields.get(ACCESS_KEY) if self.verified else None
-        return Caller(conn.peer, cmd.code, ak or None)
+        ak = (cmd.ext_fields.get(ACCESS_KEY) or None) if self.verified else None
+        key = (conn.peer, cmd.code, ak)
+        caller = self._cache.get(key)
+        if caller is None:
+            if len(self._cache) >= _CACHED_CALLERS:
+                self._cache.clear()
+            caller = self._cache[key] = Caller(conn.peer, cmd.code, ak)
+        return caller
 
 
 def born_host(peer: str) -> tuple[str, int]:

@@ -1,67 +1,81 @@
-"""SEND_REPLY_MESSAGE (324) and SEND_REPLY_MESSAGE_V2 (325): request-reply replies.
+"""SEND_REPLY_MESSAGE (324) and SEND_REPLY_MESSAGE_V2 (325): the remoting adapter of
+:class:`~tidemq.broker.messaging.reply.ReplyService`, and its way to the requester.
 
-A replier sends the reply like a message (V2 requests use the one-letter send header names). The
-broker checks it (write permission, topic name, topic exists and is writable, queue id in range),
-finds the requester among the connected producers by the ``REPLY_TO_CLIENT`` client id and pushes
-the reply to it with PUSH_REPLY_MESSAGE_TO_CLIENT (326), a request the requester must answer
-within ``reply_push_timeout``; the push header carries the send header plus ``bornHost``,
-``storeHost`` and ``storeTimestamp`` (RocketMQ's ReplyMessageRequestHeader), and the properties
-gain ``PUSH_REPLY_TIME``. Then, with ``store_reply_message`` (default on, as RocketMQ's
-storeReplyMessageEnable), the reply is also stored in its topic.
-
-The replier gets SUCCESS when the push succeeded, else SYSTEM_ERROR with a remark naming the
-client id (not connected, or the push failed), as in RocketMQ's ReplyMessageProcessor. Every
-answer carries msgId/queueId/queueOffset as strings.
+A replier sends the reply like a message (V2 with the one-letter send header names). The reply
+reaches the requester as PUSH_REPLY_MESSAGE_TO_CLIENT (326), a request it must answer within
+``reply_push_timeout``, on the connection of the producer registered (by heartbeat) with the
+reply's ``REPLY_TO_CLIENT`` client id; the push header carries the send header plus ``bornHost``,
+``storeHost`` and ``storeTimestamp`` (RocketMQ's ReplyMessageRequestHeader). Every answer carries
+msgId/queueId/queueOffset as strings (msgId "0" when nothing was stored).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from typing import TYPE_CHECKING
 
-from tidemq.broker.processors.common import refused
-from tidemq.broker.processors.send import long_names, peer_host, send_fields
-from tidemq.broker.store.store import PutRequest, PutStatus
-from tidemq.broker.topics import NOT_ALLOWED_SEND, Perm, validate_topic_name
+from tidemq.broker.messaging.reply import PushedReply, ReplyRequest, ReplyService
+from tidemq.broker.processors.common import Callers, born_host
 from tidemq.errors import BrokerError, RemotingError
-from tidemq.message import Prop, decode_properties, encode_properties
+from tidemq.message import encode_properties
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.headers.send import SendHeader, decode_send_header, reply_push_fields, send_response_fields
 
 if TYPE_CHECKING:
-    from tidemq.broker.broker import Broker
+    from tidemq.broker.clients import ClientRegistry
 
 log = logging.getLogger(__name__)
 
-_WRITE = int(Perm.WRITE)
-# Send-header fields the push repeats (ReplyMessageRequestHeader), in long names.
-PUSHED_FIELDS = (
-    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-    "bornTimestamp", "flag", "reconsumeTimes", "unitMode",
-)
+_V2 = int(RequestCode.SEND_REPLY_MESSAGE_V2)
 
 
-def _answer(cmd: RemotingCommand, code: int, remark: str | None, region: str, msg_id: str = "0",
-            queue_id: int = 0, queue_offset: int = 0) -> RemotingCommand:
-    return cmd.response(code, remark, send_fields(msg_id, queue_id, queue_offset, region))
-
-
-def build_push(fields: dict[str, str], properties: dict[str, str], body: bytes, born_host: str,
-               store_host: str, store_timestamp: int) -> RemotingCommand:
+def build_push(fields: dict[str, str], body: bytes) -> RemotingCommand:
     """The PUSH_REPLY_MESSAGE_TO_CLIENT request for a reply (pure)."""
-    header: dict[str, object] = {k: fields[k] for k in PUSHED_FIELDS if fields.get(k) not in (None, "")}
-    header["properties"] = encode_properties(properties)
-    header["bornHost"] = born_host
-    header["storeHost"] = store_host
-    header["storeTimestamp"] = store_timestamp
-    return RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, header, body)
+    return RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, fields, body)
+
+
+class ConnectedRequesters:
+    """:class:`~tidemq.broker.messaging.reply.ReplyChannel` over remoting: the requester is the
+    producer connection registered with the reply's client id."""
+
+    def __init__(self, clients: "ClientRegistry") -> None:
+        self.clients = clients
+
+    def find(self, client_id: str) -> Connection | None:
+        """The open connection of a producer registered (by heartbeat) with ``client_id``."""
+        for channels in self.clients.producers.values():
+            for conn, ch in channels.items():
+                if ch.client_id == client_id and conn.is_open:
+                    return conn
+        return None
+
+    async def push(self, client_id: str, reply: PushedReply, timeout: float) -> str | None:
+        target = self.find(client_id)
+        r = reply.request
+        if target is None:
+            log.info("reply for client %s from %s: that client is not connected", client_id, r.caller.peer)
+            return (f"push reply message fail, channel of <{client_id}> not found: the "
+                    "requester is not connected to this broker (gone, or not yet heartbeating)")
+        header = SendHeader(r.producer_group, r.topic, r.default_topic, r.default_topic_queue_nums, r.queue_id,
+                            r.sys_flag, r.born_timestamp, r.flag, "", r.reconsume_times, r.unit_mode, None, False)
+        fields = reply_push_fields(header, encode_properties(reply.properties), r.caller.peer, reply.store_host,
+                                   reply.store_timestamp)
+        try:
+            resp = await target.invoke(build_push(fields, r.body), timeout)
+        except RemotingError as exc:
+            log.warning("push of a reply to client %s at %s failed: %s", client_id, target.peer, exc)
+            return f"push reply message to {client_id} fail: {exc}"
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("client %s refused a reply push: %s %s", client_id, resp.code, resp.remark)
+            return f"push reply message to {client_id} fail: code {resp.code} {resp.remark or ''}".rstrip()
+        return None
 
 
 class ReplyProcessor:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.pushed = 0
-        self.failed = 0
+    def __init__(self, service: ReplyService, *, callers: Callers, region: str) -> None:
+        self.service = service
+        self.callers = callers
+        self.region = region  # MSG_REGION of every answer
 
     def handlers(self) -> dict[int, object]:
         return {
@@ -69,119 +83,22 @@ class ReplyProcessor:
             RequestCode.SEND_REPLY_MESSAGE_V2: self.reply,
         }
 
-    def find_requester(self, client_id: str) -> Connection | None:
-        """The open connection of a producer registered (by heartbeat) with ``client_id``."""
-        for channels in self.broker.clients.producers.values():
-            for conn, ch in channels.items():
-                if ch.client_id == client_id and conn.is_open:
-                    return conn
-        return None
-
     async def reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        region = self.broker.config.region
-        if cmd.code == RequestCode.SEND_REPLY_MESSAGE_V2:
-            cmd.ext_fields = long_names(cmd.ext_fields)
         try:
-            queue_id = self._check(cmd)
-        except BrokerError as exc:
-            self.failed += 1
-            return _answer(cmd, exc.code, exc.remark, region)
+            h = decode_send_header(cmd.ext_fields, cmd.code == _V2)
         except ValueError as exc:
-            self.failed += 1
-            return _answer(cmd, ResponseCode.SYSTEM_ERROR, f"bad reply request header: {exc}", region)
-        props = decode_properties(cmd.get_str("properties") or "")
-        body = cmd.body_bytes()
-        pushed, remark = await self._push(conn, cmd, props, body)
-        code = ResponseCode.SUCCESS if pushed else ResponseCode.SYSTEM_ERROR
-        if pushed:
-            self.pushed += 1
-        else:
-            self.failed += 1
-        msg_id, queue_offset = "0", 0
-        if self.broker.config.store_reply_message:
-            stored = self._store(conn, cmd, props, body, queue_id)
-            if stored is not None:
-                msg_id, queue_offset = stored
-        return _answer(cmd, code, None if pushed else remark, region, msg_id, queue_id, queue_offset)
-
-    def _check(self, cmd: RemotingCommand) -> int:
-        cfg = self.broker.config
-        topic = cmd.get_str("topic") or ""
-        if not cfg.broker_permission & _WRITE:
-            raise refused(ResponseCode.NO_PERMISSION,
-                          f"the broker[{cfg.broker_name}] sending message is forbidden")
-        problem = validate_topic_name(topic)
-        if problem:
-            raise refused(ResponseCode.SYSTEM_ERROR, f"{problem}; fix the topic name")
-        if topic in NOT_ALLOWED_SEND:
-            raise refused(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
-        tc = self.broker.topics.get(topic)
-        if tc is None:
-            raise refused(ResponseCode.TOPIC_NOT_EXIST,
-                          f"topic[{topic}] not exist, apply first please! (replies go to "
-                          f"{cfg.cluster_name}_REPLY_TOPIC)")
-        if not tc.writable:
-            raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue_id = cmd.get_int("queueId", -1, bits=32)
-        if queue_id >= tc.queue_nums:
-            raise refused(ResponseCode.SYSTEM_ERROR,
-                          f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues")
-        if queue_id < 0:
-            queue_id = random.randrange(tc.write_queue_nums or 1)
-        for name in ("flag", "sysFlag", "reconsumeTimes"):
-            cmd.get_int(name, 0, bits=32)  # ValueError now rather than after the push
-        cmd.get_int("bornTimestamp", 0)
-        body = cmd.body_bytes()
-        if not body or len(body) > cfg.store.max_message_size:
-            raise refused(ResponseCode.MESSAGE_ILLEGAL,
-                          f"reply body is {len(body)} bytes; it must be 1..{cfg.store.max_message_size}")
-        return queue_id
-
-    async def _push(self, conn: Connection, cmd: RemotingCommand, props: dict[str, str],
-                    body: bytes) -> tuple[bool, str]:
-        b = self.broker
-        client_id = props.get(Prop.REPLY_TO_CLIENT)
-        if not client_id:
-            return False, f"reply message properties[{Prop.REPLY_TO_CLIENT}] is null"
-        target = self.find_requester(client_id)
-        if target is None:
-            log.info("reply for client %s from %s: that client is not connected", client_id, conn.peer)
-            return False, (f"push reply message fail, channel of <{client_id}> not found: the "
-                           "requester is not connected to this broker (gone, or not yet heartbeating)")
-        now_ms = int(b.clock() * 1000)
-        pushed_props = dict(props)
-        pushed_props[Prop.PUSH_REPLY_TIME] = str(now_ms)
-        push = build_push(cmd.ext_fields, pushed_props, body, conn.peer, b.config.advertise_addr, now_ms)
-        try:
-            resp = await target.invoke(push, b.config.reply_push_timeout)
-        except RemotingError as exc:
-            log.warning("push of a reply to client %s at %s failed: %s", client_id, target.peer, exc)
-            return False, f"push reply message to {client_id} fail: {exc}"
-        if resp.code != ResponseCode.SUCCESS:
-            log.warning("client %s refused a reply push: %s %s", client_id, resp.code, resp.remark)
-            return False, f"push reply message to {client_id} fail: code {resp.code} {resp.remark or ''}".rstrip()
-        return True, ""
-
-    def _store(self, conn: Connection, cmd: RemotingCommand, props: dict[str, str], body: bytes,
-               queue_id: int) -> tuple[str, int] | None:
-        b = self.broker
-        stored_props = dict(props)
-        stored_props.pop(Prop.WAIT, None)
-        req = PutRequest(
-            topic=cmd.get_str("topic") or "",
-            queue_id=queue_id,
-            body=body,
-            properties=stored_props,
-            flag=cmd.get_int("flag", 0, bits=32),
-            sys_flag=cmd.get_int("sysFlag", 0, bits=32),
-            born_timestamp=cmd.get_int("bornTimestamp", 0),
-            born_host=peer_host(conn),
-            store_host=b.store_host,
-            reconsume_times=cmd.get_int("reconsumeTimes", 0, bits=32),
+            return self._answer(cmd, ResponseCode.SYSTEM_ERROR, f"bad reply request header: {exc}")
+        req = ReplyRequest(
+            self.callers(conn, cmd), born_host(conn.peer), h.topic, h.queue_id, cmd.body_bytes(),
+            h.properties, h.flag, h.sys_flag, h.born_timestamp, h.reconsume_times, h.producer_group,
+            h.default_topic, h.default_topic_queue_nums, h.unit_mode,
         )
-        result = b.store.put(req)
-        if result.status is not PutStatus.PUT_OK:
-            log.warning("storing a reply in %s failed: %s %s", req.topic, result.status.name, result.remark)
-            return None
-        b.metrics.on_put(req.topic, result.count, len(body))
-        return result.msg_ids[0] if result.msg_ids else "0", result.queue_offset
+        try:
+            r = await self.service.reply(req)
+        except BrokerError as exc:
+            return self._answer(cmd, exc.code, exc.remark)
+        return self._answer(cmd, r.code, r.remark, r.msg_id, r.queue_id, r.queue_offset)
+
+    def _answer(self, cmd: RemotingCommand, code: int, remark: str | None, msg_id: str = "0", queue_id: int = 0,
+                queue_offset: int = 0) -> RemotingCommand:
+        return cmd.response(code, remark, send_response_fields(msg_id, queue_id, queue_offset, self.region))
