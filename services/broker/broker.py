@@ -16,7 +16,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from tidemq.broker.acl import AclService
 from tidemq.broker.advertise import store_host_of
@@ -56,6 +55,7 @@ from tidemq.broker.register import NamesrvRegistrar
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.jsonfile import write_json_atomic
+from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.transaction.checker import TransactionChecker
@@ -70,12 +70,14 @@ PERSIST_RETRY = 5.0  # s before a failed topics.json write is tried again
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         self.config = config
         self.clock = clock
         root = config.store.root
         self.delay_levels = parse_delay_levels(config.delay_levels)
-        self.store = MessageStore(config.store, clock=clock, schedule_tags_code=self.delay_levels.tags_code)
+        self.store = MessageStore(config.store, clock=clock, schedule_tags_code=self.delay_levels.tags_code,
+                                  observer=observer)  # fault-injection tests (tidemq.broker.faults)
         self.topics = TopicConfigManager(root / "config" / "topics.json", clock)
         self.groups = SubscriptionGroupManager(root / "config" / "subscriptionGroup.json", clock)
         self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json")
@@ -163,10 +165,6 @@ class Broker:
         if self.acl is not None:
             hooks.insert(0, AclHook(self.acl))
         self.dispatcher = Dispatcher(self.handlers, hooks)
-        if config.fault_flush_stall_file:
-            from tidemq.broker.faults import install_flush_stall
-
-            install_flush_stall(self.store, Path(config.fault_flush_stall_file))
 
     def _settings(self) -> BrokerConfig:
         return self.config

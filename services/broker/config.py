@@ -55,7 +55,6 @@ class BrokerConfig:
     # its SYNC_FLUSH has waited busy_wait_ms, or ("[OVERLOAD]...") max_pending_sends are waiting.
     busy_wait_ms: int = 1000
     max_pending_sends: int = 10_000
-    fault_flush_stall_file: str = ""  # test-only (tidemq.broker.faults): flushes wait while this file exists
     # Bounds on topics and groups (tidemq.broker.quota): totals, and implicit creations per principal.
     creation_limits: CreationLimits = CreationLimits()
     acl_file: Path | None = None  # RocketMQ plain_acl.yml: ACL on when set (tidemq.broker.acl)

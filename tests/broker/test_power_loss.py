@@ -25,7 +25,7 @@ import pytest
 
 from tidemq.client.sync import SyncAdmin
 from tidemq.broker.store.faults import DurableShadow, power_loss
-from tidemq.broker.store.mapped_file import MappedFile, set_sync_hooks
+from tidemq.broker.store.mapped_file import MappedFile
 from tests.broker.chaos import Ledger, check, run_load
 
 QUEUES = 4
@@ -114,19 +114,15 @@ def test_shadow_holds_only_what_was_synced(tmp_path):
     root, shadow_root = tmp_path / "store", tmp_path / "shadow"
     (root / "commitlog").mkdir(parents=True)
     shadow = DurableShadow(root, shadow_root)
-    set_sync_hooks(shadow.created, shadow.synced)
-    try:
-        a = MappedFile.create(root / "commitlog" / "a", 1 << 20, 0, keep_fd=True, preallocate=True)
-        b = MappedFile.create(root / "commitlog" / "b", 1 << 20, 0)
-        a.write(0, b"synced")
-        a.flush()
-        a.write(0, b"SYNCED")
-        a.write(700_000, b"later")
-        b.write(10, b"never")
-        a.close()
-        b.close()
-    finally:
-        set_sync_hooks(None, None)
+    a = MappedFile.create(root / "commitlog" / "a", 1 << 20, 0, keep_fd=True, preallocate=True, observer=shadow)
+    b = MappedFile.create(root / "commitlog" / "b", 1 << 20, 0, observer=shadow)
+    a.write(0, b"synced")
+    a.flush()
+    a.write(0, b"SYNCED")
+    a.write(700_000, b"later")
+    b.write(10, b"never")
+    a.close()
+    b.close()
     counts = power_loss(root, shadow_root)
     assert counts["reverted"] == 1 and counts["zeroed"] == 1
     data = (root / "commitlog" / "a").read_bytes()

@@ -17,8 +17,11 @@ from tidemq.broker.acl import AclService
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from tidemq.broker.faults import FlushStall
 from tidemq.broker.quota import CreationLimits
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES, FlushMode, StoreConfig
+from tidemq.broker.store.faults import DurableShadow
+from tidemq.broker.store.observer import StoreObserver, chain
 from tidemq.cli.common import listening, parse_listen, run_async, setup_logging, user_errors, wait_for_signal
 from tidemq.cli.config import config_notes, log_config_notes, read_config_file
 from tidemq.errors import ConfigError
@@ -264,15 +267,15 @@ def broker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def limit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Connection limits and flow control (BrokerConfig); the command receives ``limits``, a dict
-    of BrokerConfig field replacements."""
+    of BrokerConfig field replacements, and the hidden ``test_flush_stall_file``."""
 
     @functools.wraps(fn)
     def wrapper(*args, idle_timeout, frame_read_timeout, max_connections, max_buffered_bytes, busy_wait_ms,
                 max_pending_sends, test_flush_stall_file, **kwargs) -> Any:
         limits = dict(idle_timeout=idle_timeout, frame_read_timeout=frame_read_timeout, max_connections=max_connections,
                       max_buffered_bytes=max_buffered_bytes, busy_wait_ms=busy_wait_ms,
-                      max_pending_sends=max_pending_sends, fault_flush_stall_file=test_flush_stall_file or "")
-        return fn(*args, limits=limits, **kwargs)
+                      max_pending_sends=max_pending_sends)
+        return fn(*args, limits=limits, test_flush_stall_file=test_flush_stall_file, **kwargs)
 
     opts = [
         click.option("--idle-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0), help="Close connections with no traffic for this many seconds (RocketMQ serverChannelMaxIdleTimeSeconds; 0: never)."),
@@ -311,6 +314,19 @@ def creation_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def fault_observer(store_root: Path, power_loss_shadow: str | None,
+                  flush_stall_file: str | None) -> StoreObserver | None:
+    """The store observer the hidden TEST ONLY flags ask for, or None (always, outside tests):
+    --test-power-loss-shadow DIR (tidemq.broker.store.faults.DurableShadow) and
+    --test-flush-stall-file PATH (tidemq.broker.faults.FlushStall)."""
+    observers: list[StoreObserver] = []
+    if power_loss_shadow:
+        observers.append(DurableShadow(store_root, Path(power_loss_shadow)))
+    if flush_stall_file:
+        observers.append(FlushStall(Path(flush_stall_file)))
+    return chain(observers)
+
+
 @click.command("broker", context_settings={"auto_envvar_prefix": "TIDEMQ_BROKER"})
 @creation_options
 @config_option
@@ -327,7 +343,8 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                transaction_check_max, max_message_size, max_mapped_queue_files, max_pull_bytes, warm_segments,
                register_interval, log_level, tls: TlsFlags,
                namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
-               limits: dict | None = None, creation: CreationLimits = CreationLimits(),
+               test_flush_stall_file: str | None = None, limits: dict | None = None,
+               creation: CreationLimits = CreationLimits(),
                acl_file: str | None = None, acl_reload_interval: float = 2.0,
                namesrv_access_key: str | None = None, namesrv_secret_key: str | None = None,
                compressed_register: bool = False, register_max_body: int = 16 * 1024 * 1024 - 64 * 1024) -> None:
@@ -339,8 +356,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
     cfg = dataclasses.replace(cfg, store=dataclasses.replace(
         cfg.store, delete_when_hours=delete_when, cleanup_interval=cleanup_interval,
         warm_segments=warm_segments, max_message_size=max_message_size, async_flush_interval=flush_interval,
-        max_mapped_queue_files=max_mapped_queue_files,
-        power_loss_shadow=Path(test_power_loss_shadow) if test_power_loss_shadow else None))
+        max_mapped_queue_files=max_mapped_queue_files))
     cfg = dataclasses.replace(cfg, register_interval=register_interval, delay_levels=delay_levels,
                               max_pull_bytes=max_pull_bytes,
                               metrics_queue_lag=metrics_queue_lag)
@@ -361,8 +377,10 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                               compressed_register=compressed_register, register_max_body=register_max_body)
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
 
+    observer = fault_observer(cfg.store.root, test_power_loss_shadow, test_flush_stall_file)
+
     async def main() -> None:
-        broker = Broker(cfg)
+        broker = Broker(cfg, observer=observer)
         await listening("--listen", broker.start())
         freeze_startup_objects()
         metrics = None

@@ -34,6 +34,7 @@ from tidemq.message import (
 )
 
 from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ def store_timestamp_in(buf, pos: int) -> int:
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(self, directory: Path, segment_size: int,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         self.dir = directory
+        self.observer = observer
         self.segment_size = segment_size
         self.segments: list[MappedFile] = []
         self.write_pos = 0
@@ -106,7 +109,7 @@ class CommitLog:
                     f"commitlog segment {self.dir / segment_name(expected)} is missing (found {path} "
                     f"after it); restore the missing segment from a backup"
                 )
-            self.segments.append(MappedFile(path, size, start, keep_fd=True))
+            self.segments.append(MappedFile(path, size, start, keep_fd=True, observer=self.observer))
             expected = start + size
 
     def ensure_active(self, write_pos: int) -> None:
@@ -166,7 +169,7 @@ class CommitLog:
     def _create(self, start: int, populate: bool = False) -> MappedFile:
         path = self.dir / segment_name(start)
         mf = MappedFile.create(path, self.segment_size, start, keep_fd=True, preallocate=True,
-                               populate=populate)
+                               populate=populate, observer=self.observer)
         self.created_segments += 1
         log.info("created commitlog segment %s", path)
         return mf

@@ -60,9 +60,6 @@ class StoreConfig:
     # store lowers it to a quarter of the open-file limit when mappings hold descriptors
     # (queues.fd_fitted_limit). At least 2: a batch's units may span two files.
     max_mapped_queue_files: int = DEFAULT_MAX_MAPPED_QUEUE_FILES
-    # TEST-ONLY (tidemq.broker.store.faults): shadow every fdatasync into this directory so a test
-    # can rewrite the store as a power cut would leave it. None (always, outside tests) = off.
-    power_loss_shadow: pathlib.Path | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.root, pathlib.Path):

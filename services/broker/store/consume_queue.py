@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
 from tidemq.broker.store.mapped_file import MappedFile, MappedFileCache
+from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,15 @@ _ZERO = bytes(_SCAN_CHUNK)
 
 class ConsumeQueue:
     __slots__ = ("dir", "topic", "queue_id", "units_per_file", "file_size", "files", "_starts",
-                 "min_offset", "max_offset", "_tail", "_dirty", "_new_dirs", "_mapped", "_lru", "_phys_floor")
+                 "min_offset", "max_offset", "_tail", "_dirty", "_new_dirs", "_mapped", "_lru", "_phys_floor",
+                 "_observer")
 
     def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int,
                  dirty: set[MappedFile], new_dirs: set[Path] | None = None,
-                 mapped: MappedFileCache | None = None) -> None:
+                 mapped: MappedFileCache | None = None,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         self.dir = root / topic / str(queue_id)
+        self._observer = observer
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
@@ -81,7 +85,7 @@ class ConsumeQueue:
                             path, size, self.file_size, bad.name)
                 os.replace(path, bad)
                 continue
-            self._add_file(MappedFile(path, size, start, lazy=True))
+            self._add_file(MappedFile(path, size, start, lazy=True, observer=self._observer))
         if not self.files:
             return
         last = self.files[-1]
@@ -218,7 +222,8 @@ class ConsumeQueue:
         # units_per_file messages of a queue (and for a queue's first message).
         start = (q * UNIT_SIZE // self.file_size) * self.file_size
         self.dir.mkdir(parents=True, exist_ok=True)
-        f = MappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False, lazy=True)
+        f = MappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False, lazy=True,
+                              observer=self._observer)
         self._new_dirs.update((self.dir, self.dir.parent, self.dir.parent.parent))
         self._add_file(f)
         self._mapped.open(f)  # a failure leaves the file known and unmapped: the next touch retries

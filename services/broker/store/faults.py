@@ -1,11 +1,13 @@
 """TEST-ONLY fault injection: emulate what a power failure leaves on disk (style-and-reliability.md
-B7 row D2). Never enabled unless ``StoreConfig.power_loss_shadow`` is set (the hidden broker flag
-``--test-power-loss-shadow DIR``); nothing here runs otherwise.
+B7 row D2). Never enabled unless a :class:`DurableShadow` is passed to the store as its observer
+(tidemq.broker.store.observer; the hidden broker flag ``--test-power-loss-shadow DIR`` builds
+one); nothing here runs otherwise.
 
 kill -9 proves nothing about fsync on an mmap store: the kernel's page cache outlives the process
 and writes everything back. A power cut loses every page not yet made durable. To emulate it:
 
-- while the store runs, every time a mapped file is fdatasynced (``MappedFile.flush``) its data
+- while the store runs, every time a mapped file is fdatasynced (``MappedFile.flush`` tells its
+  observer) its data
   regions are copied into a *shadow* file ``<shadow>/<path relative to the store root>`` -- the
   content the disk is guaranteed to hold. A file created afresh has no shadow yet (= zeros);
 - after the broker was killed, ``power_loss(root, shadow)`` rewrites every CommitLog segment and
@@ -33,6 +35,7 @@ import threading
 from pathlib import Path
 
 from tidemq.broker.store import mapped_file
+from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +59,16 @@ def _data_regions(fd: int, size: int):
         pos = end
 
 
-class DurableShadow:
-    """Keeps, per mapped file under ``root``, what its last fdatasync made durable."""
+class DurableShadow(StoreObserver):
+    """Keeps, per mapped file under ``root``, what its last fdatasync made durable: a store
+    observer (pass it to the MessageStore of ``root``)."""
 
     def __init__(self, root: Path, shadow_root: Path) -> None:
         self.root = Path(root).resolve()
         self.shadow_root = Path(shadow_root)
         self._lock = threading.Lock()
+        log.warning("TEST-ONLY power-loss emulation is on: every fdatasync under %s is copied to %s; "
+                    "never use this in production", root, shadow_root)
 
     def _shadow_path(self, path: Path) -> Path | None:
         try:
@@ -73,14 +79,14 @@ class DurableShadow:
             return None
         return self.shadow_root / rel
 
-    def created(self, path: Path) -> None:
+    def file_created(self, path: Path) -> None:
         """``path`` was (re)created: none of its content is durable yet."""
         shadow = self._shadow_path(path)
         if shadow is not None:
             with self._lock, contextlib.suppress(FileNotFoundError):
                 shadow.unlink()
 
-    def synced(self, mf: mapped_file.MappedFile) -> None:
+    def file_synced(self, mf: mapped_file.MappedFile) -> None:
         """``mf`` was just fdatasynced: its data regions are now on disk."""
         shadow = self._shadow_path(mf.path)
         if shadow is None:
@@ -102,19 +108,6 @@ class DurableShadow:
             finally:
                 os.close(src)
                 os.close(dst)
-
-
-def install(root: Path, shadow_root: Path) -> DurableShadow:
-    """Start shadowing fdatasyncs of files under ``root`` (process-wide: one store per broker)."""
-    shadow = DurableShadow(root, shadow_root)
-    mapped_file.set_sync_hooks(shadow.created, shadow.synced)
-    log.warning("TEST-ONLY power-loss emulation is on: every fdatasync under %s is copied to %s; "
-                "never use this in production", root, shadow_root)
-    return shadow
-
-
-def uninstall() -> None:
-    mapped_file.set_sync_hooks(None, None)
 
 
 def power_loss(root: Path, shadow_root: Path) -> dict[str, int]:

@@ -28,6 +28,7 @@ from tidemq.broker.store.checkpoint import Checkpoint, write_checkpoint
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
+from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class CommitLogFlusher:
     """
 
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
-                 executor: concurrent.futures.Executor) -> None:
+                 executor: concurrent.futures.Executor,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         self.commitlog = commitlog
         self.mode = mode
         self.interval = interval
@@ -61,8 +63,8 @@ class CommitLogFlusher:
         self.rounds = 0
         self.seconds = 0.0  # summed wall time of flush rounds' fsyncs (a duration, not a timestamp)
         self.error: OSError | None = None
-        # TEST-ONLY hook (tidemq.broker.faults): called on the flushing thread before each round.
-        self.before_round: Callable[[], None] | None = None
+        # Told before each round, on the flushing thread (a test stalls the disk there).
+        self.observer = observer
         self._waiters: collections.deque[tuple[int, float, asyncio.Future[bool]]] = collections.deque()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -118,8 +120,8 @@ class CommitLogFlusher:
                 segs = self.commitlog.segments_between(self.flushed, target)
                 loop = asyncio.get_running_loop()
                 started = time.perf_counter()
-                if self.before_round is not None:
-                    await loop.run_in_executor(self.executor, self.before_round)
+                if self.observer is not None:
+                    await loop.run_in_executor(self.executor, self.observer.before_flush_round)
                 n = await loop.run_in_executor(self.executor, _fsync_all, segs)
                 self._flushed_to(target, n, time.perf_counter() - started)
             else:
@@ -161,8 +163,8 @@ class CommitLogFlusher:
             target, segs = item
             started = time.perf_counter()
             try:
-                if self.before_round is not None:
-                    self.before_round()
+                if self.observer is not None:
+                    self.observer.before_flush_round()
                 n = _fsync_all(segs)
             except OSError as exc:
                 loop.call_soon_threadsafe(self._round_failed, exc)

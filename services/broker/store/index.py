@@ -30,6 +30,7 @@ from array import array
 from pathlib import Path
 
 from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +149,10 @@ class IndexService:
     """The index files of a store: the newest one takes entries, lookups walk newest first."""
 
     def __init__(self, directory: Path, slots: int, max_entries: int, dirty: set[MappedFile],
-                 new_dirs: set[Path] | None = None) -> None:
+                 new_dirs: set[Path] | None = None,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         self.dir = directory
+        self._observer = observer
         self.slots = slots
         self.max_entries = max_entries
         self.file_size = index_file_size(slots, max_entries)
@@ -178,7 +181,8 @@ class IndexService:
                     continue
                 if path.stat().st_size != self.file_size:
                     raise ValueError(f"index file {path} is not {self.file_size} bytes")
-                f = IndexFile(MappedFile(path, self.file_size, start), self.slots, self.max_entries)
+                f = IndexFile(MappedFile(path, self.file_size, start, observer=self._observer), self.slots,
+                              self.max_entries)
                 self.files.append(f)
                 if crash and start == ckpt_file:
                     f.truncate(ckpt_count)
@@ -206,7 +210,7 @@ class IndexService:
             self.files[-1].write_header()
         # Rare: one new sparse file per index_max_entries entries.
         path = self.dir / f"{phys:020d}"
-        mf = MappedFile.create(path, self.file_size, phys, sync_dir=False)
+        mf = MappedFile.create(path, self.file_size, phys, sync_dir=False, observer=self._observer)
         f = IndexFile(mf, self.slots, self.max_entries)
         self._new_dirs.add(self.dir)
         self.files.append(f)

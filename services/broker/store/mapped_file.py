@@ -25,25 +25,15 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
+
+from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
 _ZERO_CHUNK = bytes(1 << 16)
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-
-# TEST-ONLY fault-injection hooks (tidemq.broker.store.faults, enabled through
-# StoreConfig.power_loss_shadow): told when a file is created and after it was fdatasynced.
-_on_create: Callable[[Path], None] | None = None
-_on_sync: Callable[["MappedFile"], None] | None = None
-
-
-def set_sync_hooks(on_create: Callable[[Path], None] | None,
-                   on_sync: Callable[["MappedFile"], None] | None) -> None:
-    global _on_create, _on_sync
-    _on_create, _on_sync = on_create, on_sync
-
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only; elsewhere pages fault on first write
 # CPython's mmap keeps a dup() of the file's descriptor for as long as the mapping lives, unless it
@@ -52,9 +42,11 @@ MAPPING_HOLDS_FD = sys.version_info < (3, 13)
 _UNTRACKED: dict[str, bool] = {} if MAPPING_HOLDS_FD else {"trackfd": False}
 
 
-def create_file(path: Path, size: int, preallocate: bool = False, sync_dir: bool = True) -> None:
+def create_file(path: Path, size: int, preallocate: bool = False, sync_dir: bool = True,
+                observer: StoreObserver | None = None) -> None:
     """Create ``path`` with ``size`` zero bytes, atomically (temp name + rename). Blocking.
-    ``sync_dir=False`` leaves the directory fsync to the caller (files created on the loop)."""
+    ``sync_dir=False`` leaves the directory fsync to the caller (files created on the loop).
+    ``observer`` (used for testing) is told of the new file."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -77,8 +69,8 @@ def create_file(path: Path, size: int, preallocate: bool = False, sync_dir: bool
         if exc.filename is None:  # name the file in the error the client sees
             raise OSError(exc.errno, f"{exc.strerror} (creating a {size}-byte store file)", str(path)) from None
         raise
-    if _on_create is not None:
-        _on_create(path)
+    if observer is not None:
+        observer.file_created(path)
     if sync_dir:
         fsync_dir(path.parent)
 
@@ -100,18 +92,22 @@ def fsync_dir(path: Path) -> None:
 class MappedFile:
     """A mapped file whose name is the 20-digit start offset (or any name) it covers."""
 
-    __slots__ = ("path", "size", "start", "mm", "dirty", "_fd", "_lock", "_closed", "__weakref__")
+    __slots__ = ("path", "size", "start", "mm", "dirty", "observer", "_fd", "_lock", "_closed", "__weakref__")
 
     def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False,
-                 populate: bool = False, lazy: bool = False) -> None:
+                 populate: bool = False, lazy: bool = False,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         """Map an existing file. With ``keep_fd`` the descriptor stays open for cheap flushes.
 
         ``populate`` pre-faults the whole mapping (MAP_POPULATE; the mmap call releases the GIL):
         for segments created by a worker thread ahead of use, so the loop's first write to each
         page does not take a page fault (bench: 2.3 -> 0.35 us per 1 KiB record).
 
-        ``lazy`` opens nothing: ``mm`` stays None until ``map`` (the caller checked the size)."""
+        ``lazy`` opens nothing: ``mm`` stays None until ``map`` (the caller checked the size).
+
+        ``observer`` (used for testing) is told after each ``flush`` what reached the disk."""
         self.path = path
+        self.observer = observer
         self.size = size
         self.start = start
         self.dirty = False
@@ -139,9 +135,9 @@ class MappedFile:
     @classmethod
     def create(cls, path: Path, size: int, start: int, keep_fd: bool = False,
                preallocate: bool = False, sync_dir: bool = True, populate: bool = False,
-               lazy: bool = False) -> "MappedFile":
-        create_file(path, size, preallocate, sync_dir)
-        return cls(path, size, start, keep_fd, populate, lazy)
+               lazy: bool = False, observer: StoreObserver | None = None) -> "MappedFile":
+        create_file(path, size, preallocate, sync_dir, observer)
+        return cls(path, size, start, keep_fd, populate, lazy, observer)
 
     @property
     def end(self) -> int:
@@ -224,13 +220,14 @@ class MappedFile:
                     os.fdatasync(fd)
                 finally:
                     os.close(fd)
-            if _on_sync is not None:
-                self._report_sync(_on_sync)
+            if self.observer is not None:
+                self._report_sync(self.observer)
 
-    def _report_sync(self, hook: Callable[["MappedFile"], None]) -> None:
-        """TEST-ONLY: hand the power-loss shadow (faults.py) what was just synced. It reads the
-        content through ``mm`` on this worker thread, while the loop may unmap a lazy file's
-        ``mm`` at any moment (cache eviction): it gets a twin with a private read-only mapping."""
+    def _report_sync(self, observer: StoreObserver) -> None:
+        """Testing: hand the observer (the power-loss shadow, faults.py) what was just synced. It
+        reads the content through ``mm`` on this worker thread, while the loop may unmap a lazy
+        file's ``mm`` at any moment (cache eviction): it gets a twin with a private read-only
+        mapping."""
         twin = MappedFile(self.path, self.size, self.start, lazy=True)
         try:
             fd = os.open(self.path, os.O_RDONLY)
@@ -241,7 +238,7 @@ class MappedFile:
         finally:
             os.close(fd)
         try:
-            hook(twin)
+            observer.file_synced(twin)
         finally:
             twin.mm.close()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
 from tidemq.broker.store.consume_queue import ConsumeQueue
 from tidemq.broker.store.mapped_file import MAPPING_HOLDS_FD, MappedFile, MappedFileCache
+from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,10 @@ def soft_nofile_limit() -> int | None:
 
 class QueueTable:
     def __init__(self, root: Path, units_per_file: int, dirty: set[MappedFile], new_dirs: set[Path],
-                 max_mapped: int = DEFAULT_MAX_MAPPED_QUEUE_FILES) -> None:
+                 max_mapped: int = DEFAULT_MAX_MAPPED_QUEUE_FILES,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
         self.root = root
+        self._observer = observer
         self.units_per_file = units_per_file
         self.by_topic: dict[str, dict[int, ConsumeQueue]] = {}
         self._dirty = dirty
@@ -70,7 +73,7 @@ class QueueTable:
         cq = qs.get(queue_id)
         if cq is None:
             cq = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self._dirty, self._new_dirs,
-                              self.mapped)
+                              self.mapped, self._observer)
             if load:
                 cq.load()
             qs[queue_id] = cq

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tidemq.message import encode_offset_msg_id
 
-from tidemq.broker.store import faults, reader
+from tidemq.broker.store import reader
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.consume_queue import ConsumeQueue
@@ -45,6 +45,7 @@ from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSna
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
+from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit, soft_nofile_limit
 from tidemq.broker.store.recovery import recover
 from tidemq.broker.store.replay import ScheduleTagsCode, default_schedule_tags_code
@@ -68,21 +69,23 @@ log = logging.getLogger(__name__)
 class MessageStore:
     def __init__(self, config: StoreConfig, clock: Callable[[], float] = time.time,
                  disk_usage: Callable[[str], object] = filesystem_usage,
-                 schedule_tags_code: ScheduleTagsCode = default_schedule_tags_code) -> None:
+                 schedule_tags_code: ScheduleTagsCode = default_schedule_tags_code,
+                 observer: StoreObserver | None = None) -> None:  # used for testing
+        """``observer`` (fault-injection tests) is handed to every file and the CommitLog flusher."""
         self.config = config
         self._clock = clock
         self._disk_usage = disk_usage
         self._schedule_tags_code = schedule_tags_code
         self._flush_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-flush")
         self._io_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-io")
-        self._commitlog = CommitLog(config.commitlog_dir, config.commitlog_segment_size)
+        self._commitlog = CommitLog(config.commitlog_dir, config.commitlog_segment_size, observer)
         self._commitlog.warm = config.warm_segments
         self._dirty: set[MappedFile] = set()
         self._new_dirs: set[Path] = set()
         self._index = IndexService(config.index_dir, config.index_hash_slots, config.index_max_entries,
-                                   self._dirty, self._new_dirs)
+                                   self._dirty, self._new_dirs, observer)
         self._queues = QueueTable(config.consume_queue_dir, config.consume_queue_units_per_file,
-                                  self._dirty, self._new_dirs, config.max_mapped_queue_files)
+                                  self._dirty, self._new_dirs, config.max_mapped_queue_files, observer)
         self._encoder = RecordEncoder(config.max_message_size)
         # Appending and dispatching are two steps; this one dispatcher serves live puts and
         # recovery's replay alike (consume queues, index, listeners).
@@ -90,7 +93,7 @@ class MessageStore:
             ConsumeQueueBuilder(self._queues.get_or_create, self._commitlog.claim_at, config.root),
             IndexBuilder(self._index), on_index_error=self._index_failed)
         self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
-                                         config.sync_flush_timeout, self._flush_exec)
+                                         config.sync_flush_timeout, self._flush_exec, observer)
         self._logics = LogicsFlusher(self._snapshot, self._flusher, config.checkpoint_path,
                                      config.logics_flush_interval, self._io_exec)
         self._retention = Retention(config, self._commitlog, clock, self._probe_disk,
@@ -109,8 +112,6 @@ class MessageStore:
         """Open the files and recover (blocking; raises StoreCorruptError)."""
         cfg = self.config
         cfg.root.mkdir(parents=True, exist_ok=True)
-        if cfg.power_loss_shadow is not None:  # TEST-ONLY fault injection (faults.py)
-            faults.install(cfg.root, cfg.power_loss_shadow)
         crash = cfg.abort_path.exists()
         new = not crash and not cfg.checkpoint_path.exists()  # never loaded before (for the log)
         cfg.abort_path.touch()

@@ -112,10 +112,9 @@ def test_an_evicted_dirty_file_stays_registered_and_its_units_are_in_the_file(tm
 async def test_units_of_evicted_files_survive_a_power_cut_after_the_logics_flush(tmp_path, caplog):
     """ASYNC mode: every unit written before a checkpoint is on disk, though its file was unmapped."""
     shadow = tmp_path / "shadow"
-    cfg = config(tmp_path / "store", max_mapped_queue_files=2, consume_queue_units_per_file=4,
-                 power_loss_shadow=shadow)
+    cfg = config(tmp_path / "store", max_mapped_queue_files=2, consume_queue_units_per_file=4)
+    store = open_store(cfg, observer=faults.DurableShadow(cfg.root, shadow))
     try:
-        store = open_store(cfg)
         await store.start()
         for i in range(12):  # 12 queues of 3 files each, through a 2-file cache
             for _ in range(10):
@@ -123,9 +122,8 @@ async def test_units_of_evicted_files_survive_a_power_cut_after_the_logics_flush
         st = store.stats()
         assert st["cq_files_mapped"] <= 2 and st["cq_files_mapped_peak"] == 2 and st["cq_file_unmaps"] > 30
         await store.flush()  # CommitLog fdatasync + logics flush (every dirty CQ file) + checkpoint
-        store.close_abruptly()  # a crash: no shutdown flush
     finally:
-        faults.uninstall()
+        store.close_abruptly()  # a crash: no shutdown flush
     counts = faults.power_loss(cfg.root, shadow)  # only what an fdatasync covered survives
     assert counts["reverted"] >= 36  # the 36 consume-queue files among them
     caplog.clear()

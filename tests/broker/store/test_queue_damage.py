@@ -104,16 +104,15 @@ async def test_units_rewritten_after_a_recovery_cut_are_flushed(tmp_path, caplog
     with open(seg, "r+b") as f:  # the CommitLog lost its last 5 records, the queue kept their units
         f.seek(end)
         f.write(bytes(4096))
-    store = open_store(config(root, power_loss_shadow=shadow))  # cuts units 10..14
+    store = open_store(cfg, observer=faults.DurableShadow(root, shadow))  # cuts units 10..14
     try:
         assert store.max_offset("T", 0) == 10
         await store.start()
         for i in range(5):
             assert store.put(req(body=f"new{i}".encode())).ok
         await store.flush()  # must flush the queue file too, before the checkpoint
-        store.close_abruptly()
     finally:
-        faults.uninstall()
+        store.close_abruptly()
     faults.power_loss(root, shadow)
     caplog.clear()
     store = open_store(cfg)
