@@ -17,28 +17,6 @@ from tidemq.remoting import Connection, RemotingCommand, RequestCode
 
 log = logging.getLogger(__name__)
 
-CONSUME_TYPES = ["CONSUME_ACTIVELY", "CONSUME_PASSIVELY"]
-MESSAGE_MODELS = ["BROADCASTING", "CLUSTERING"]
-CONSUME_FROM = [
-    "CONSUME_FROM_LAST_OFFSET",
-    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-    "CONSUME_FROM_MIN_OFFSET",
-    "CONSUME_FROM_MAX_OFFSET",
-    "CONSUME_FROM_FIRST_OFFSET",
-    "CONSUME_FROM_TIMESTAMP",
-]
-
-
-def enum_name(value: object, names: list[str], default: str) -> str:
-    """Heartbeat enums arrive as names (Java) or ordinals (cpp)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return names[value] if 0 <= value < len(names) else default
-    if isinstance(value, str):
-        if value.isdigit():
-            return enum_name(int(value), names, default)
-        return value if value in names else default
-    return default
-
 
 class SubscriptionParseError(ValueError):
     pass

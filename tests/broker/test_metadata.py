@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemq.broker.clients import ClientRegistry, enum_name, parse_tag_expression, CONSUME_FROM
+from tidemq.broker.clients import ClientRegistry, parse_tag_expression
 from tidemq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.offsets import ConsumerOffsetManager
@@ -65,13 +65,10 @@ def test_offsets_round_trip_and_dirty_flag(tmp_path):
     assert m2.query("g", "T", 0) is None
 
 
-def test_tag_expressions_and_enum_ordinals():
+def test_tag_expressions():
     assert parse_tag_expression("*") is None and parse_tag_expression("") is None
     tags, codes = parse_tag_expression(" TagA || TagB ")
     assert tags == {"TagA", "TagB"} and codes == {2598919, 2598920}
-    assert enum_name(0, CONSUME_FROM, "x") == "CONSUME_FROM_LAST_OFFSET"
-    assert enum_name("CONSUME_FROM_TIMESTAMP", CONSUME_FROM, "x") == "CONSUME_FROM_TIMESTAMP"
-    assert enum_name(99, CONSUME_FROM, "dflt") == "dflt"
 
 
 class _Conn:

@@ -15,8 +15,7 @@ from collections.abc import Awaitable
 import orjson
 
 from tidemq.bodies import SubscriptionGroupConfig
-from tidemq.broker.messaging.admin import AdminService
-from tidemq.broker.topics import TopicConfig
+from tidemq.broker.messaging.admin import AdminService, TopicConfig
 from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import (
     Connection,

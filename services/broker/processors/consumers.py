@@ -13,7 +13,6 @@ import logging
 
 import orjson
 
-from tidemq.broker.clients import CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, enum_name
 from tidemq.broker.messaging.consumers import (
     ConsumerData,
     ConsumerService,
@@ -33,8 +32,12 @@ from tidemq.remoting import (
     fastjson,
 )
 from tidemq.remoting.headers.consumer import (
+    CONSUME_FROM,
+    CONSUME_TYPES,
+    MESSAGE_MODELS,
     decode_consumer_group_header,
     decode_unregister_client_header,
+    enum_name,
 )
 
 log = logging.getLogger(__name__)

@@ -1,14 +1,38 @@
 """Headers of the consumer-registry requests: UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP
-(38) and GET_CONSUMER_CONNECTION_LIST (203). HEART_BEAT and the queue locks carry JSON bodies
-and no header fields the broker reads.
+(38) and GET_CONSUMER_CONNECTION_LIST (203), and the enums of HEART_BEAT's body (HEART_BEAT and
+the queue locks carry JSON bodies and no header fields the broker reads).
 
 An absent group is the empty string (RocketMQ's clients always send the fields they use).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+# A heartbeat's consumer enums, in Java's ordinal order.
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
+
+
+def enum_name(value: object, names: Sequence[str], default: str) -> str:
+    """Heartbeat enums arrive as names (Java) or ordinals (C++), as numbers or digit strings;
+    anything else is ``default``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return names[value] if 0 <= value < len(names) else default
+    if isinstance(value, str):
+        if value.isdigit():
+            return enum_name(int(value), names, default)
+        return value if value in names else default
+    return default
 
 
 @dataclass(frozen=True, slots=True)
