@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -289,7 +289,8 @@ class Admin(ClientBase):
         cmd = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)
         resp = await self._broker(broker_addr, cmd, "topic configs")
         try:
-            table = fastjson.loads(resp.body_bytes() or b"{}").get("topicConfigTable") or {}
+            doc: Any = fastjson.loads(resp.body_bytes() or b"{}")  # not an object: AttributeError
+            table = doc.get("topicConfigTable") or {}
         except (TideMQError, ValueError, AttributeError) as exc:
             raise AdminError(f"topic configs from {broker_addr} are malformed: {exc}") from None
         return {str(k): v for k, v in table.items() if isinstance(v, dict)}
@@ -313,7 +314,8 @@ class Admin(ClientBase):
             cmd = RemotingCommand.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
             resp = await self._broker(addr, cmd, f"consumer offsets of topic {topic}")
             try:
-                table = fastjson.loads(resp.body_bytes() or b"{}").get("offsetTable") or {}
+                doc: Any = fastjson.loads(resp.body_bytes() or b"{}")  # not an object: AttributeError
+                table = doc.get("offsetTable") or {}
             except (TideMQError, ValueError, AttributeError) as exc:
                 raise AdminError(f"consumer offsets from {addr} are malformed: {exc}") from None
             return {str(k).rpartition("@")[2] for k in table if str(k).rpartition("@")[0] == topic}

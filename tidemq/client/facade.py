@@ -15,7 +15,7 @@ import inspect
 import itertools
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from tidemq.errors import ClientError
 
@@ -109,16 +109,26 @@ class SyncFacade:
         self.close()
 
 
-def blocking(method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T] | T]
-             ) -> Callable[Concatenate[SyncFacade, P], T]:
+# Two overloads, so that a coroutine method's result type is what its twin returns (a union of
+# both in one signature leaves the type checker unable to tell T).
+@overload
+def blocking(method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]
+             ) -> Callable[Concatenate[SyncFacade, P], T]: ...
+
+
+@overload
+def blocking(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[SyncFacade, P], T]: ...
+
+
+def blocking(method: Callable[Concatenate[Any, P], Any]) -> Callable[Concatenate[SyncFacade, P], Any]:
     """The blocking twin of the async client's ``method`` (same signature and docstring): it
     runs on the facade's loop and the caller waits for its result."""
     name = method.__name__
     if inspect.iscoroutinefunction(method):
-        def call(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> T:
+        def call(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> Any:
             return self._run(getattr(self._client, name)(*args, **kwargs))
     else:
-        def call(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> T:
+        def call(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> Any:
             return self._run(_on_loop(getattr(self._client, name), *args, **kwargs))
     return functools.wraps(method)(call)
 

@@ -199,6 +199,7 @@ class TransactionProducer(ClientBase):
         if check_concurrency < 1 or max_pending_checks < 1:
             raise ClientError("check_concurrency and max_pending_checks must be at least 1")
         self._producer = Producer(group, name_servers, config)
+        self.config = self._producer.config
         self.listener = listener
         self.check_concurrency = check_concurrency
         self.max_pending_checks = max_pending_checks
@@ -210,10 +211,6 @@ class TransactionProducer(ClientBase):
     @property
     def group(self) -> str:
         return self._producer.group
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._producer.config
 
     @property
     def producer(self) -> Producer:
