@@ -52,7 +52,7 @@ class AdminProcessor:
         }
 
     # topics -----------------------------------------------------------------------------------
-    def update_topic(self, conn: Connection, cmd: RemotingCommand):
+    def update_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = decode_create_topic_header(cmd.ext_fields)
         tc = TopicConfig(
             topic_name=h.topic,
@@ -69,7 +69,7 @@ class AdminProcessor:
             return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return _success_after(cmd, done)
 
-    def delete_topic(self, conn: Connection, cmd: RemotingCommand):
+    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = decode_topic_header(cmd.ext_fields)
         try:
             done = self.service.delete_topic(h.topic)
@@ -77,11 +77,11 @@ class AdminProcessor:
             return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return _success_after(cmd, done)
 
-    def all_topic_config(self, conn: Connection, cmd: RemotingCommand):
+    def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=orjson.dumps(self.service.topic_table()))
 
     # groups -----------------------------------------------------------------------------------
-    def update_group(self, conn: Connection, cmd: RemotingCommand):
+    def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             data = fastjson.loads(cmd.body_bytes())
             if not isinstance(data, dict):
@@ -95,10 +95,10 @@ class AdminProcessor:
             return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(ResponseCode.SUCCESS) if done is None else _success_after(cmd, done)
 
-    def all_groups(self, conn: Connection, cmd: RemotingCommand):
+    def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=orjson.dumps(self.service.group_table()))
 
-    def delete_group(self, conn: Connection, cmd: RemotingCommand):
+    def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = decode_delete_group_header(cmd.ext_fields)
         done = self.service.delete_group(h.group_name, h.remove_offset)
         return cmd.response(ResponseCode.SUCCESS) if done is None else _success_after(cmd, done)
@@ -107,7 +107,7 @@ class AdminProcessor:
     def _mq_key(self, topic: str, queue_id: int) -> ObjectKey:
         return ObjectKey.of(brokerName=self.broker_name, queueId=queue_id, topic=topic)
 
-    def topic_stats(self, conn: Connection, cmd: RemotingCommand):
+    def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_topic_header(cmd.ext_fields)
         try:
             stats = self.service.topic_stats(h.topic)
@@ -121,7 +121,7 @@ class AdminProcessor:
         }
         return cmd.response(body=fastjson.dumps({"offsetTable": table}))
 
-    def consume_stats(self, conn: Connection, cmd: RemotingCommand):
+    def consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_consume_stats_header(cmd.ext_fields)
         table = {
             self._mq_key(p.topic, p.queue_id): {
@@ -131,7 +131,7 @@ class AdminProcessor:
         }
         return cmd.response(body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
 
-    def all_offsets(self, conn: Connection, cmd: RemotingCommand):
+    def all_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=fastjson.dumps({"offsetTable": self.service.consumer_offsets()}))
 
 

@@ -10,6 +10,7 @@ names (Java) or ordinals (C++); a body that is not a JSON object is a bad reques
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 import orjson
 
@@ -58,7 +59,7 @@ class ConsumerProcessor:
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.connection_list,
         }
 
-    def heartbeat(self, conn: Connection, cmd: RemotingCommand):
+    def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         hb = decode_heartbeat(cmd)
         try:
             pending = self.service.heartbeat(self.callers(conn, cmd), conn, hb)
@@ -69,12 +70,12 @@ class ConsumerProcessor:
             return cmd.response(ResponseCode.SUCCESS)
         return _success_after(cmd, pending)
 
-    def unregister(self, conn: Connection, cmd: RemotingCommand):
+    def unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_unregister_client_header(cmd.ext_fields)
         self.service.unregister(conn, h.producer_group, h.consumer_group)
         return cmd.response(ResponseCode.SUCCESS)
 
-    def consumer_list(self, conn: Connection, cmd: RemotingCommand):
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_consumer_group_header(cmd.ext_fields)
         try:
             ids = self.service.consumer_ids(h.consumer_group)
@@ -82,17 +83,17 @@ class ConsumerProcessor:
             return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(body=orjson.dumps({"consumerIdList": ids}))
 
-    def lock(self, conn: Connection, cmd: RemotingCommand):
+    def lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         locked = self.service.lock(decode_queue_locks(cmd))
         body = {"lockOKMQSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id}
                                 for q in locked]}
         return cmd.response(body=orjson.dumps(body))
 
-    def unlock(self, conn: Connection, cmd: RemotingCommand):
+    def unlock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         self.service.unlock(decode_queue_locks(cmd))
         return cmd.response(ResponseCode.SUCCESS)
 
-    def connection_list(self, conn: Connection, cmd: RemotingCommand):
+    def connection_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_consumer_group_header(cmd.ext_fields)
         try:
             info = self.service.connections(h.consumer_group)
@@ -112,7 +113,7 @@ class ConsumerProcessor:
         return cmd.response(body=orjson.dumps(body))
 
 
-async def _success_after(cmd: RemotingCommand, pending) -> RemotingCommand:
+async def _success_after(cmd: RemotingCommand, pending: Awaitable[None]) -> RemotingCommand:
     await pending
     return cmd.response(ResponseCode.SUCCESS)
 

@@ -35,7 +35,7 @@ class OffsetProcessor:
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
         }
 
-    def query_offset(self, conn: Connection, cmd: RemotingCommand):
+    def query_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_query_consumer_offset_header(cmd.ext_fields)
         try:
             offset = self.service.committed(h.consumer_group, h.topic, h.queue_id)
@@ -43,7 +43,7 @@ class OffsetProcessor:
             return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(fields={"offset": offset})
 
-    def update_offset(self, conn: Connection, cmd: RemotingCommand):
+    def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_update_consumer_offset_header(cmd.ext_fields)
         try:
             self.service.commit(self.callers(conn, cmd),
@@ -52,18 +52,18 @@ class OffsetProcessor:
             return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return cmd.response(ResponseCode.SUCCESS)
 
-    def max_offset(self, conn: Connection, cmd: RemotingCommand):
+    def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_queue_header(cmd.ext_fields)
         return cmd.response(fields={"offset": self.service.max_offset(h.topic, h.queue_id)})
 
-    def min_offset(self, conn: Connection, cmd: RemotingCommand):
+    def min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_queue_header(cmd.ext_fields)
         return cmd.response(fields={"offset": self.service.min_offset(h.topic, h.queue_id)})
 
-    def search_offset(self, conn: Connection, cmd: RemotingCommand):
+    def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_search_offset_header(cmd.ext_fields)
         return cmd.response(fields={"offset": self.service.offset_by_time(h.topic, h.queue_id, h.timestamp)})
 
-    def earliest_time(self, conn: Connection, cmd: RemotingCommand):
+    def earliest_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_queue_header(cmd.ext_fields)
         return cmd.response(fields={"timestamp": self.service.earliest_store_time(h.topic, h.queue_id)})

@@ -26,7 +26,7 @@ class QueryProcessor:
     def handlers(self) -> dict[int, object]:
         return {RequestCode.QUERY_MESSAGE: self.query, RequestCode.VIEW_MESSAGE_BY_ID: self.view}
 
-    def query(self, conn: Connection, cmd: RemotingCommand):
+    def query(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_query_message_header(cmd.ext_fields)
         try:
             result = self.service.query(MessageQuery(h.topic, h.key, h.max_num, h.unique_key,
@@ -40,7 +40,7 @@ class QueryProcessor:
             )
         return cmd.response(ResponseCode.SUCCESS, None, fields, list(result.records))
 
-    def view(self, conn: Connection, cmd: RemotingCommand):
+    def view(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_view_message_header(cmd.ext_fields)
         try:
             record = self.service.view(self.callers(conn, cmd), h.offset)

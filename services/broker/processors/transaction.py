@@ -26,7 +26,7 @@ class EndTransactionProcessor:
     def handlers(self) -> dict[int, object]:
         return {RequestCode.END_TRANSACTION: self.end}
 
-    def end(self, conn: Connection, cmd: RemotingCommand):
+    def end(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = decode_end_transaction_header(cmd.ext_fields)
         req = EndTransaction(h.producer_group, h.tran_state_table_offset, h.commit_log_offset,
                              h.commit_or_rollback, h.from_transaction_check, h.msg_id, not cmd.is_oneway)
