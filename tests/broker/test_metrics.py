@@ -4,6 +4,7 @@ commits, a delayed message and failing requests."""
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 from pathlib import Path
 
@@ -29,6 +30,22 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
     }
 
 
+def eventually(check, timeout: float = 10.0):
+    """``check()``'s first true value, polling until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def _flushed(samples, base: dict[str, str]):
+    """``samples`` when they show the CommitLog flushed up to its end, else None."""
+    flushed = value(samples, "tidemq_broker_commitlog_flushed_offset_bytes", **base)
+    return samples if flushed == value(samples, "tidemq_broker_commitlog_max_offset_bytes", **base) else None
+
+
 def value(samples, name: str, **labels: str) -> float:
     """The one sample of ``name`` whose labels include ``labels``."""
     found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
@@ -36,7 +53,9 @@ def value(samples, name: str, **labels: str) -> float:
     return found[0]
 
 
-async def _raw_requests(addr: str) -> list[int]:
+async def _raw_requests(addr: str, metrics_url: str, base: dict[str, str]) -> tuple[list[int], float]:
+    """The codes of an unsupported request and a pull of a missing topic, and the connection
+    gauge scraped while this client is connected."""
     client = RemotingClient()
     try:
         codes = []
@@ -48,7 +67,8 @@ async def _raw_requests(addr: str) -> list[int]:
              "maxMsgNums": 1, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subVersion": 0},
         )
         codes.append((await client.invoke(addr, pull, 5)).code)
-        return codes
+        samples = await asyncio.to_thread(scrape, metrics_url)
+        return codes, value(samples, "tidemq_broker_connections", **base)
     finally:
         await client.close()
 
@@ -89,10 +109,13 @@ def test_metrics_follow_sends_pulls_commits_and_errors(broker):
     finally:
         producer.close()
         consumer.close()
-    codes = asyncio.run(_raw_requests(broker.broker_addr))
+    codes, connected = asyncio.run(_raw_requests(broker.broker_addr, broker.metrics_url, base))
     assert codes == [ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.TOPIC_NOT_EXIST]
+    assert connected >= 1  # the raw client's connection, open during that scrape
 
-    s = scrape(broker.metrics_url)
+    # The sends are flushed within the ASYNC_FLUSH interval: a flush round the test caused.
+    s = eventually(lambda: _flushed(scrape(broker.metrics_url), base))
+    assert s, "the CommitLog was not flushed up to its end"
     t = {**base, "topic": TOPIC}
     # counted under the topic the producer named, the delayed one included (5-byte bodies)
     assert value(s, "tidemq_broker_messages_in_total", **t) == n + 1
@@ -115,8 +138,10 @@ def test_metrics_follow_sends_pulls_commits_and_errors(broker):
     cmin = value(s, "tidemq_broker_commitlog_min_offset_bytes", **base)
     assert cmax > 0 and value(s, "tidemq_broker_commitlog_size_bytes", **base) == cmax - cmin
     assert 0 < value(s, "tidemq_broker_disk_usage_ratio", **base) <= 1
-    assert value(s, "tidemq_broker_commitlog_flush_seconds_count", **base) >= 0
-    assert value(s, "tidemq_broker_connections", **base) >= 0
+    assert value(s, "tidemq_broker_commitlog_flush_seconds_count", **base) >= 1
+    assert value(s, "tidemq_broker_commitlog_flush_seconds_sum", **base) > 0
+    # every client of this test is closed: their connections are gone from the gauge
+    assert eventually(lambda: value(scrape(broker.metrics_url), "tidemq_broker_connections", **base) == 0)
     assert value(s, "tidemq_broker_long_poll_waiters", **base) == 0
 
 
