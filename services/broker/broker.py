@@ -42,7 +42,7 @@ from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.brokerconfig import BrokerConfigProcessor
 from tidemq.broker.processors.common import Callers
-from tidemq.broker.processors.consumers import ConsumerProcessor
+from tidemq.broker.processors.consumers import ConsumerProcessor, notify_consumer_ids_changed
 from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
@@ -84,12 +84,13 @@ class Broker:
         self.quota = CreationQuota(config.creation_limits)
         self.creation = ImplicitCreation(self.topics, self.groups, self.quota,
                                          config.auto_create_subscription_group, self.topics_changed)
-        self.clients = ClientRegistry(config.client_channel_expiry)
+        self.clients: ClientRegistry[Connection] = ClientRegistry(config.client_channel_expiry,
+                                                                  notify=notify_consumer_ids_changed)
         self.clients.notify_enabled = self._notify_enabled
         self.locks = RebalanceLockManager()
         self.holds = PullHoldService()
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.metrics_queue_lag)
-        self.registrar = NamesrvRegistrar(settings=lambda: self.config, topics=self.topics)
+        self.registrar = NamesrvRegistrar(settings=self._settings, topics=self.topics)
         # An IP literal (a name is resolved once, here; ConfigError when it does not resolve).
         self.store_host = store_host_of(config.advertise_host, config.advertise_port)
         self.schedule = ScheduleMessageService(
@@ -137,7 +138,7 @@ class Broker:
                 region=config.region),
         ):
             self.handlers.update(proc.handlers())
-        for proc in (  # the families beside sending and pulling, each over its service
+        for family in (  # the families beside sending and pulling, each over its service
             ConsumerProcessor(ConsumerService(
                 clients=self.clients, groups=self.groups, topics=self.topics, creation=self.creation,
                 locks=self.locks, auto_create_group=lambda: self.config.auto_create_subscription_group,
@@ -154,10 +155,10 @@ class Broker:
                 transactions=self.transactions, store=self.store, stored_access=self.acl,
                 sync_flush=self.sync_flush), callers=callers),
             BrokerConfigProcessor(BrokerConfigService(
-                settings=lambda: self.config, replace=self._replace_config,
+                settings=settings, replace=self._replace_config,
                 reregister=lambda: self.topics_changed(persist=False)), callers=callers),
         ):
-            self.handlers.update(proc.handlers())
+            self.handlers.update(family.handlers())
         # Hooks around dispatch, in order: ACL (when on) refuses first, then flow control; metrics
         # sees every outcome, refusals included.
         self.flow_control = FlowControlHook(settings)

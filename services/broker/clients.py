@@ -1,8 +1,10 @@
 """Registry of connected producers and consumers, fed by heartbeats.
 
-A client is identified by its connection. Consumers silent for ``expiry`` seconds, or whose
-connection closed, leave their group; when a group's membership changes, every remaining member
-is told with NOTIFY_CONSUMER_IDS_CHANGED (oneway) so it rebalances at once.
+A client is identified by its connection, a hashable value of the front-end's own type (``C``;
+the remoting front-end's :class:`~tidemq.remoting.Connection`). Consumers silent for ``expiry``
+seconds, or whose connection closed, leave their group; when a group's membership changes, every
+remaining member is told through the front-end's ``notify`` (remoting: a oneway
+NOTIFY_CONSUMER_IDS_CHANGED) so it rebalances at once.
 """
 
 from __future__ import annotations
@@ -11,11 +13,23 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from tidemq.message import java_hash
-from tidemq.remoting import Connection, RemotingCommand, RequestCode
 
 log = logging.getLogger(__name__)
+
+
+class ClientConnection(Protocol):
+    """What the registry needs of a client's connection: a key, and the address it came from."""
+
+    @property
+    def peer(self) -> str: ...  # "host:port"
+
+    def __hash__(self) -> int: ...
+
+
+C = TypeVar("C", bound=ClientConnection)  # a client's connection, as the front-end serving it knows it
 
 
 class SubscriptionParseError(ValueError):
@@ -58,8 +72,8 @@ class Subscription:
 
 
 @dataclass(slots=True)
-class ClientChannel:
-    conn: Connection
+class ClientChannel(Generic[C]):
+    conn: C
     client_id: str
     language: int
     version: int
@@ -67,12 +81,12 @@ class ClientChannel:
 
 
 @dataclass(slots=True)
-class ConsumerGroupInfo:
+class ConsumerGroupInfo(Generic[C]):
     group: str
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
-    channels: dict[Connection, ClientChannel] = field(default_factory=dict)
+    channels: dict[C, ClientChannel[C]] = field(default_factory=dict)
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
@@ -87,17 +101,21 @@ MAX_REGISTRATIONS = 200_000  # (group, connection) registrations on the broker
 MAX_GROUP_SUBSCRIPTIONS = 4096  # topics a consumer group's subscription table keeps
 
 
-class ClientRegistry:
-    def __init__(self, expiry: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+class ClientRegistry(Generic[C]):
+    def __init__(self, expiry: float = 120.0, clock: Callable[[], float] = time.monotonic, *,
+                 notify: Callable[[C, str], None] | None = None) -> None:
         self.expiry = expiry
         self.clock = clock
-        self.consumers: dict[str, ConsumerGroupInfo] = {}
-        self.producers: dict[str, dict[Connection, ClientChannel]] = {}
+        self.consumers: dict[str, ConsumerGroupInfo[C]] = {}
+        self.producers: dict[str, dict[C, ClientChannel[C]]] = {}
+        # Tells a member that its group changed (conn, group); None: nobody is told.
+        self._notify_member = notify
+        # Whether a group's members are told (its notifyConsumerIdsChangedEnable setting).
         self.notify_enabled: Callable[[str], bool] = lambda _g: True
-        self._per_conn: dict[Connection, int] = {}  # registrations per connection
+        self._per_conn: dict[C, int] = {}  # registrations per connection
         self.registrations = 0
 
-    def room_for(self, conn: Connection, consumer_groups: list[str], producer_groups: list[str]) -> str | None:
+    def room_for(self, conn: C, consumer_groups: list[str], producer_groups: list[str]) -> str | None:
         """Why registering ``conn`` in these groups would pass a bound, else None."""
         new = sum(1 for g in consumer_groups if conn not in getattr(self.consumers.get(g), "channels", {}))
         new += sum(1 for g in producer_groups if conn not in self.producers.get(g, {}))
@@ -110,7 +128,7 @@ class ClientRegistry:
                     f"{MAX_REGISTRATIONS}; retry later")
         return None
 
-    def _count(self, conn: Connection, delta: int) -> None:
+    def _count(self, conn: C, delta: int) -> None:
         n = self._per_conn.get(conn, 0) + delta
         if n > 0:
             self._per_conn[conn] = n
@@ -122,7 +140,7 @@ class ClientRegistry:
     def register_consumer(
         self,
         group: str,
-        conn: Connection,
+        conn: C,
         client_id: str,
         language: int,
         version: int,
@@ -158,7 +176,7 @@ class ClientRegistry:
             self._notify(info)
         return changed
 
-    def unregister_consumer(self, group: str, conn: Connection) -> bool:
+    def unregister_consumer(self, group: str, conn: C) -> bool:
         info = self.consumers.get(group)
         if info is None or info.channels.pop(conn, None) is None:
             return False
@@ -170,7 +188,7 @@ class ClientRegistry:
             self._notify(info)
         return True
 
-    def register_producer(self, group: str, conn: Connection, client_id: str, language: int, version: int) -> None:
+    def register_producer(self, group: str, conn: C, client_id: str, language: int, version: int) -> None:
         chans = self.producers.setdefault(group, {})
         ch = chans.get(conn)
         if ch is None:
@@ -179,7 +197,7 @@ class ClientRegistry:
         else:
             ch.last_update = self.clock()
 
-    def unregister_producer(self, group: str, conn: Connection) -> None:
+    def unregister_producer(self, group: str, conn: C) -> None:
         chans = self.producers.get(group)
         if chans is not None:
             if chans.pop(conn, None) is not None:
@@ -187,7 +205,7 @@ class ClientRegistry:
             if not chans:
                 del self.producers[group]
 
-    def connection_closed(self, conn: Connection) -> None:
+    def connection_closed(self, conn: C) -> None:
         for group in list(self.consumers):
             self.unregister_consumer(group, conn)
         for group in list(self.producers):
@@ -209,21 +227,19 @@ class ClientRegistry:
             log.info("dropped %d clients silent for %.0f s", dropped, self.expiry)
         return dropped
 
-    def group(self, group: str) -> ConsumerGroupInfo | None:
+    def group(self, group: str) -> ConsumerGroupInfo[C] | None:
         return self.consumers.get(group)
 
     def subscription(self, group: str, topic: str) -> Subscription | None:
         info = self.consumers.get(group)
         return None if info is None else info.subscriptions.get(topic)
 
-    def _notify(self, info: ConsumerGroupInfo) -> None:
-        if not self.notify_enabled(info.group):
+    def _notify(self, info: ConsumerGroupInfo[C]) -> None:
+        notify = self._notify_member
+        if notify is None or not self.notify_enabled(info.group):
             return
-        for conn in list(info.channels):
-            cmd = RemotingCommand.request(
-                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": info.group}, oneway=True
-            )
+        for conn, ch in list(info.channels.items()):
             try:
-                conn.invoke_oneway(cmd)
+                notify(conn, info.group)
             except Exception as exc:  # a closing connection is cleaned up by connection_closed
-                log.debug("could not notify %s: %s", conn.peer, exc)
+                log.debug("could not notify client %s of group %s: %s", ch.client_id, info.group, exc)

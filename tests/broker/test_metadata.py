@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidemq.broker.clients import ClientRegistry, parse_tag_expression
+from tidemq.broker.processors.consumers import notify_consumer_ids_changed
 from tidemq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.offsets import ConsumerOffsetManager
@@ -82,7 +83,7 @@ class _Conn:
 
 def test_registry_notifies_members_and_expires_silent_ones():
     now = [0.0]
-    reg = ClientRegistry(expiry=120, clock=lambda: now[0])
+    reg = ClientRegistry(expiry=120, clock=lambda: now[0], notify=notify_consumer_ids_changed)
     a, b = _Conn("a"), _Conn("b")
     reg.register_consumer("g", a, "A", 1, 63, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", [])
     reg.register_consumer("g", b, "B", 1, 63, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", [])

@@ -22,7 +22,7 @@ from tidemq.broker.topics import (
     validate_group_name,
     validate_topic_name,
 )
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.groups import SubscriptionGroupManager

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemq.broker.messaging.context import Caller, refused
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.config import BrokerConfig

@@ -7,8 +7,9 @@ a consumer group's missing ``%RETRY%`` topic is created on its heartbeat, and su
 answered once the name servers know the topic (or after :data:`HEARTBEAT_REGISTER_WAIT`). The lock
 table only holds known groups' locks on queues of known topics, so its size stays bounded.
 
-A client's connection is an opaque ``channel`` here: the registry (tidemq.broker.clients) keys
-clients by it and notifies group members through it; this service never reads or writes it.
+A client's connection is a ``channel`` of the front-end's own type, known here only by its
+address: the registry (tidemq.broker.clients) keys clients by it and hands it to the front-end's
+notifier.
 """
 
 from __future__ import annotations
@@ -28,15 +29,14 @@ from tidemq.broker.clients import (
 )
 from tidemq.broker.messaging.context import Caller, refused
 from tidemq.broker.topics import RETRY_PREFIX, loggable
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
-    from tidemq.broker.clients import ClientRegistry
+    from tidemq.broker.clients import ClientConnection, ClientRegistry
     from tidemq.broker.creation import ImplicitCreation
     from tidemq.broker.groups import SubscriptionGroupManager
     from tidemq.broker.locks import RebalanceLockManager
     from tidemq.broker.topics import TopicConfigManager
-    from tidemq.remoting import Connection
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class ConsumerService:
     def __init__(
         self,
         *,
-        clients: ClientRegistry,
+        clients: ClientRegistry[Any],
         groups: SubscriptionGroupManager,
         topics: TopicConfigManager,
         creation: ImplicitCreation,
@@ -134,7 +134,7 @@ class ConsumerService:
         # The name-server registration round running now (started by a topic change), if any.
         self._registration = registration
 
-    def heartbeat(self, caller: Caller, channel: Connection, hb: Heartbeat) -> Awaitable[None] | None:
+    def heartbeat(self, caller: Caller, channel: ClientConnection, hb: Heartbeat) -> Awaitable[None] | None:
         """Register the caller's groups. None when done; an awaitable to wait for when the
         heartbeat created a retry topic (as Java, it is answered once the name servers know it)."""
         consumers, producers = hb.consumers, hb.producer_groups
@@ -182,7 +182,7 @@ class ConsumerService:
         except Exception as exc:  # the consumer is registered; the next round registers the topic
             log.warning("heartbeat answered although registering its new retry topic failed: %s", exc)
 
-    def unregister(self, channel: Connection, producer_group: str, consumer_group: str) -> None:
+    def unregister(self, channel: ClientConnection, producer_group: str, consumer_group: str) -> None:
         if producer_group:
             self._clients.unregister_producer(producer_group, channel)
         if consumer_group:

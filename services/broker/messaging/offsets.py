@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from tidemq.broker.messaging.context import Caller, refused
 from tidemq.broker.topics import loggable
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.creation import ImplicitCreation

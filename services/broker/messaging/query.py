@@ -18,7 +18,7 @@ from tidemq.broker.acl import Perm, stored_message_topics
 from tidemq.broker.messaging.context import Caller, StoredAccess, refused
 from tidemq.errors import CodecError
 from tidemq.message import decode_record
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.store.store import MessageStore

@@ -19,7 +19,7 @@ from tidemq.broker.messaging.context import Caller, StoredAccess, refused
 from tidemq.broker.transaction.half import EndType
 from tidemq.errors import BrokerError
 from tidemq.message import MessageExt, Prop
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.store.store import MessageStore

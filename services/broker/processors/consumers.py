@@ -2,7 +2,7 @@
 GET_CONSUMER_LIST_BY_GROUP, GET_CONSUMER_CONNECTION_LIST, LOCK_BATCH_MQ and UNLOCK_BATCH_MQ.
 
 Decodes the header or JSON body, calls :class:`tidemq.broker.messaging.consumers.ConsumerService`
-and encodes its answer. Bodies are read leniently, as RocketMQ's clients of every language send
+and encodes its answer; :func:`notify_consumer_ids_changed` is the client registry's notifier. Bodies are read leniently, as RocketMQ's clients of every language send
 them: entries without a group or topic and values of the wrong type are skipped, enums arrive as
 names (Java) or ordinals (C++); a body that is not a JSON object is a bad request.
 """
@@ -111,6 +111,13 @@ class ConsumerProcessor:
             "consumeFromWhere": info.consume_from_where,
         }
         return cmd.response(body=orjson.dumps(body))
+
+
+def notify_consumer_ids_changed(conn: Connection, group: str) -> None:
+    """The registry's notifier over remoting: a oneway NOTIFY_CONSUMER_IDS_CHANGED, after which
+    the member rebalances at once instead of at its next periodic rebalance."""
+    conn.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                               {"consumerGroup": group}, oneway=True))
 
 
 async def _success_after(cmd: RemotingCommand, pending: Awaitable[None]) -> RemotingCommand:

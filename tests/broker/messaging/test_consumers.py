@@ -29,21 +29,18 @@ from tidemq.remoting import ResponseCode
 
 
 class Channel:
-    """A client connection as the registry sees it: hashable, with a peer, takes notifications."""
+    """A client connection as the service sees it: hashable and opaque."""
 
     def __init__(self, peer: str = "10.0.0.7:5555") -> None:
         self.peer = peer
-        self.notified: list[object] = []
-
-    def invoke_oneway(self, cmd: object) -> None:
-        self.notified.append(cmd)
 
 
 class Parts:
     def __init__(self, tmp: Path, auto_create_group: bool = True, registration=None) -> None:
         self.topics = TopicConfigManager(tmp / "topics.json")
         self.groups = SubscriptionGroupManager(tmp / "groups.json")
-        self.clients = ClientRegistry()
+        self.told: list[tuple[object, str]] = []
+        self.clients = ClientRegistry(notify=lambda conn, group: self.told.append((conn, group)))
         self.locks = RebalanceLockManager()
         self.topic_changes = 0
         self.creation = ImplicitCreation(self.topics, self.groups, CreationQuota(CreationLimits()),
@@ -83,6 +80,7 @@ async def test_a_heartbeat_registers_creates_the_group_and_its_retry_topic_then_
     sub = info.subscriptions["orders"]
     assert sub.expression == "TagA || TagB" and sub.sub_version == 3 and sub.tag_codes
     assert ch in parts.clients.producers["pg"]
+    assert parts.told == [(ch, "cg")]  # the group changed: its members are told
     waiter = asyncio.ensure_future(pending)
     await asyncio.sleep(0)
     assert not waiter.done()

@@ -19,7 +19,7 @@ from tidemq.broker.messaging.consumers import (
 )
 from tidemq.broker.messaging.context import refused
 from tidemq.broker.processors.common import Callers
-from tidemq.broker.processors.consumers import ConsumerProcessor
+from tidemq.broker.processors.consumers import ConsumerProcessor, notify_consumer_ids_changed
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
@@ -157,3 +157,12 @@ def test_lock_bodies_are_decoded_leniently_and_the_held_queues_answered():
     assert service.calls[0] == ("lock", QueueLocks("cg", "c1", (QueueRef("t", "b", 2), QueueRef("t", "None", -1))))
     assert orjson.loads(resp.body) == {"lockOKMQSet": [{"topic": "t", "brokerName": "b", "queueId": 2}]}
     assert proc.unlock(CONN, request(RequestCode.UNLOCK_BATCH_MQ, None, body)).code == ResponseCode.SUCCESS
+
+
+def test_the_registry_notifier_sends_a_oneway_notify_consumer_ids_changed():
+    sent = []
+    conn = SimpleNamespace(peer="10.0.0.5:6000", invoke_oneway=sent.append)
+    notify_consumer_ids_changed(conn, "cg")
+    (cmd,) = sent
+    assert (cmd.code, cmd.is_oneway, cmd.ext_fields) == (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, True,
+                                                         {"consumerGroup": "cg"})
