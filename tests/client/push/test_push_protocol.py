@@ -150,9 +150,10 @@ def test_consumers_take_a_settings_object_and_its_fields_by_name():
 def test_an_unknown_setting_names_the_closest_one():
     from tidemq.client import LitePullConsumer, PushConsumer
 
-    with pytest.raises(ConfigError, match="unknown consumer setting 'pull_batchsize' .did you mean 'pull_batch_size'"):
+    # a misspelt keyword is still the TypeError Python raises for one, now naming the closest setting
+    with pytest.raises(TypeError, match="unknown consumer setting 'pull_batchsize' .did you mean 'pull_batch_size'"):
         PushConsumer("g", "127.0.0.1:9876", pull_batchsize=8)
-    with pytest.raises(ConfigError, match="'orderly'"):  # a push setting the lite-pull consumer has not
+    with pytest.raises(TypeError, match="'orderly'"):  # a push setting the lite-pull consumer has not
         LitePullConsumer("g", "127.0.0.1:9876", orderly=True)
     with pytest.raises(ConfigError, match="settings must be a PushSettings, not LitePullSettings"):
         PushConsumer("g", "127.0.0.1:9876", settings=LitePullSettings())

@@ -50,8 +50,9 @@ class ConsumerSettings:
             if name not in known:
                 close = difflib.get_close_matches(name, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"unknown consumer setting {name!r}{hint}; the settings of this "
-                                  f"consumer are {', '.join(known)}")
+                # TypeError, as for any unexpected keyword argument, with the closest name added
+                raise TypeError(f"unknown consumer setting {name!r}{hint}; the settings of this "
+                                f"consumer are {', '.join(known)}")
         if base is None:
             return cls(**options)  # type: ignore[arg-type]
         return dataclasses.replace(base, **options)  # type: ignore[arg-type]
