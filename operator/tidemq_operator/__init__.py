@@ -14,7 +14,7 @@ objects are built by pure functions (:mod:`tidemq.operator.workloads`); the CRDs
 try:
     import kopf as _kopf
 except ImportError:  # pragma: no cover (kopf not installed: pure modules only)
-    _kopf = None
-if _kopf is not None:
-    from tidemq.operator import handlers as handlers  # noqa: E402,F401 (registers on import)
-del _kopf
+    pass
+else:
+    del _kopf  # only its presence matters here; the handlers module imports it itself
+    from tidemq.operator import handlers as handlers  # registers the handlers on import

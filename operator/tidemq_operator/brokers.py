@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from tidemq.client.admin import Admin
 from tidemq.errors import TideMQError
+from tidemq.operator import workloads
 from tidemq.operator.groups import GroupSpec
 from tidemq.operator.topics import (
     Action,
@@ -41,7 +42,7 @@ def name_servers_of(cluster: Mapping) -> list[str]:
     """Name-server addresses of a Cluster resource (its body as a mapping).
 
     ``spec.external.nameServers`` for an external cluster, otherwise the in-cluster address the
-    workloads module derives (or ``status.nameServerAddress`` when that module is absent).
+    workloads module derives.
     """
     spec = cluster.get("spec") or {}
     external = spec.get("external") or {}
@@ -50,15 +51,8 @@ def name_servers_of(cluster: Mapping) -> list[str]:
         if not isinstance(servers, list) or not all(isinstance(s, str) and s for s in servers):
             raise InvalidSpec("spec.external.nameServers must be a list of host:port strings")
         return list(servers)
-    try:
-        from tidemq.operator import workloads  # noqa: PLC0415 (written alongside; optional)
-    except ImportError:
-        workloads = None
-    if workloads is not None:
-        addr = workloads.name_server_address(cluster)
-    else:
-        addr = (cluster.get("status") or {}).get("nameServerAddress") or ""
-    return [a for a in str(addr).split(";") if a]
+    addr = workloads.name_server_address(dict(cluster))
+    return [a for a in addr.split(";") if a]
 
 
 @dataclass(slots=True)

@@ -97,7 +97,7 @@ def master_key_secret(name: str, namespace: str, token: Callable[[int], bytes] =
     }
 
 
-def read_master_key(path: Path) -> bytes | None:
+def read_master_key(path: str | Path) -> bytes | None:
     """The master key from its file; None while it is missing or too short (not projected yet)."""
     try:
         data = Path(path).read_bytes().strip()

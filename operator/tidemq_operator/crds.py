@@ -19,7 +19,12 @@ import importlib.util
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    import celpy
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +54,6 @@ def crd_path(kind: str) -> Path:
 
 @functools.cache
 def _load(kind: str) -> dict[str, Any]:
-    import yaml
-
     return yaml.safe_load(crd_path(kind).read_text(encoding="utf-8"))
 
 
@@ -127,15 +130,15 @@ def iter_cel_rules(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str
 
 
 @functools.cache
-def _cel_program(rule: str):
-    import celpy
+def _cel_program(rule: str) -> celpy.Runner:
+    import celpy  # noqa: PLC0415 (optional: cel-python comes with the test extra, see cel_available)
 
     env = celpy.Environment()
     return env.program(env.compile(rule))
 
 
 def _cel_check(schema: dict[str, Any], new: Any, old: Any, has_old: bool, path: str, errors: list[str]) -> None:
-    import celpy
+    import celpy  # noqa: PLC0415 (optional: cel-python comes with the test extra, see cel_available)
 
     for rule in schema.get("x-kubernetes-validations", ()):
         text = rule["rule"]
@@ -145,7 +148,7 @@ def _cel_check(schema: dict[str, Any], new: Any, old: Any, has_old: bool, path: 
         if has_old:
             act["oldSelf"] = celpy.json_to_cel(old)
         try:
-            ok = _cel_program(text).evaluate(act)
+            ok: object = _cel_program(text).evaluate(act)
         except celpy.CELEvalError as exc:  # no such key etc.: the API server refuses too
             ok = False
             log.debug("CEL rule %r failed to evaluate at %s: %s", text, path, exc)
@@ -175,7 +178,7 @@ def admit(obj: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[dict[
     accepted). ``old`` is the stored object on an update (enables transition rules such as
     "clusterRef is immutable"). Status is validated like the rest of the object.
     """
-    import jsonschema
+    import jsonschema  # noqa: PLC0415 (optional: jsonschema comes with the test extra, not the operator's)
 
     kind = obj.get("kind")
     if kind not in PLURALS:

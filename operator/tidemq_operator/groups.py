@@ -9,11 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from tidemq.operator.topics import InvalidSpec, cluster_ref
 
 MAX_GROUP_LENGTH = 255
 _GROUP_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789%|-_")
+
+
+class GroupSettings(TypedDict):
+    """The keyword arguments of ``Admin.update_subscription_group`` besides the group and where to
+    send it (a TypedDict, so that the type checker matches ``**settings`` to that signature)."""
+
+    consume_enable: bool
+    consume_broadcast_enable: bool
+    retry_max_times: int
+    retry_queue_nums: int
+    consume_from_min_enable: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +38,7 @@ class GroupSpec:
     retry_queue_nums: int = 1
     consume_from_min_enable: bool = True
 
-    def admin_kwargs(self) -> dict[str, object]:
+    def admin_kwargs(self) -> GroupSettings:
         """Keyword arguments of ``Admin.update_subscription_group`` (besides the group)."""
         return {
             "consume_enable": self.consume_enable,

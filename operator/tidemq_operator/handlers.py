@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 GROUP = "tidemq.io"
 VERSION = "v1alpha1"
 FINALIZER = "tidemq.io/finalizer"
+# The id of the index of Clusters: kopf passes it to every handler as a keyword argument of that
+# name. Handlers read it from their **kwargs, since kopf's handler protocols (ChangingFn, TimerFn)
+# do not name it and a parameter of its own would not type-check against them.
+CLUSTER_INDEX = "cluster_index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +116,11 @@ def set_condition(conditions: list[dict] | None, ctype: str, status: bool, reaso
     value = "True" if status else "False"
     out = [dict(c) for c in conditions or [] if c.get("type") != ctype]
     old = next((c for c in conditions or [] if c.get("type") == ctype), None)
-    changed = old is None or old.get("status") != value
-    out.append({
-        "type": ctype, "status": value, "reason": reason, "message": message,
-        "lastTransitionTime": (now or _now()) if changed else old.get("lastTransitionTime", now or _now()),
-    })
+    since = now or _now()
+    if old is not None and old.get("status") == value:
+        since = old.get("lastTransitionTime", since)
+    out.append({"type": ctype, "status": value, "reason": reason, "message": message,
+                "lastTransitionTime": since})
     return sorted(out, key=lambda c: c["type"])
 
 
@@ -314,7 +318,8 @@ def _create_once(obj: dict, namespace: str) -> bool:
     if obj["kind"] != "Secret":
         raise ConfigError(f"cannot create {obj['kind']} once")
     try:
-        api.create_namespaced_secret(obj["metadata"].get("namespace") or namespace, obj)
+        # the client sends a dict body as it is; its annotations name only the V1Secret model
+        api.create_namespaced_secret(obj["metadata"].get("namespace") or namespace, obj)  # type: ignore[arg-type]
     except kubernetes.client.ApiException as exc:
         if exc.status != 409:  # 409 AlreadyExists; any other refusal is an error
             raise
@@ -480,7 +485,8 @@ def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | Non
                 raise
             out[name] = None
             continue
-        out[name] = json.loads(resp.data)
+        # unpreloaded, the call returns urllib3's response, not the model its annotation names
+        out[name] = json.loads(resp.data)  # type: ignore[attr-defined]
     return out
 
 
@@ -539,7 +545,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
         return (kopf.login_with_service_account(**kwargs)
                 or kopf.login_with_kubeconfig(**kwargs))
 
-    @kopf.index(GROUP, VERSION, "clusters", id="cluster_index", **reg)
+    @kopf.index(GROUP, VERSION, "clusters", id=CLUSTER_INDEX, **reg)
     def cluster_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict:
         return {(namespace, name): {"spec": dict(body.spec), "status": dict(body.status),
                                     "metadata": {"name": name, "namespace": namespace}}}
@@ -561,42 +567,37 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
     @kopf.on.resume(GROUP, VERSION, "topics", **reg)
     @kopf.on.create(GROUP, VERSION, "topics", **reg)
     @kopf.on.update(GROUP, VERSION, "topics", **reg)
-    async def topic_changed(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
-                            **_: Any) -> None:
-        await topic_pass(config, metrics, body, patch, cluster_index)
+    async def topic_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+        await topic_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX])
 
     @kopf.timer(GROUP, VERSION, "topics", interval=config.timer_interval,
                 initial_delay=config.timer_interval,
                 backoff=config.retry_delay, **reg)
-    async def topic_timer(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
-                          **_: Any) -> None:
+    async def topic_timer(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         if body.metadata.get("deletionTimestamp"):
             return
         try:
-            await topic_pass(config, metrics, body, patch, cluster_index, timer=True)
+            await topic_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX], timer=True)
         except kopf.TemporaryError as exc:
             log.info("topic %s: %s", body.metadata.name, exc)
 
     @kopf.on.delete(GROUP, VERSION, "topics", **reg)
-    async def topic_deleted(body: kopf.Body, cluster_index: kopf.Index, retry: int,
-                            **_: Any) -> None:
-        await topic_delete(config, metrics, body, cluster_index, retry)
+    async def topic_deleted(body: kopf.Body, retry: int, **kwargs: Any) -> None:
+        await topic_delete(config, metrics, body, kwargs[CLUSTER_INDEX], retry)
 
     # ConsumerGroup
     @kopf.on.resume(GROUP, VERSION, "consumergroups", **reg)
     @kopf.on.create(GROUP, VERSION, "consumergroups", **reg)
     @kopf.on.update(GROUP, VERSION, "consumergroups", **reg)
-    async def group_changed(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
-                            **_: Any) -> None:
-        await group_pass(config, metrics, body, patch, cluster_index)
+    async def group_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+        await group_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX])
 
     @kopf.timer(GROUP, VERSION, "consumergroups", interval=config.timer_interval,
                 initial_delay=config.timer_interval,
                 backoff=config.retry_delay, **reg)
-    async def group_timer(body: kopf.Body, patch: kopf.Patch, cluster_index: kopf.Index,
-                          **_: Any) -> None:
+    async def group_timer(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         try:
-            await group_pass(config, metrics, body, patch, cluster_index, timer=True)
+            await group_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX], timer=True)
         except kopf.TemporaryError as exc:
             log.info("consumer group %s: %s", body.metadata.name, exc)
 

@@ -403,7 +403,7 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
     labels = _labels(name, "namesrv")
     selector = _selector(name, "namesrv")
     ports = [("remoting", port), ("metrics", mport)]
-    container = {
+    container: dict[str, Any] = {
         "name": "namesrv",
         "image": spec["image"],
         "imagePullPolicy": spec["imagePullPolicy"],
@@ -418,7 +418,7 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
     }
     if _resources(n):
         container["resources"] = _resources(n)
-    sts = {
+    sts: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": _metadata(c, namesrv_name(name), labels),
@@ -465,7 +465,7 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: b
     labels = _labels(name, "broker", group)
     selector = _selector(name, "broker", group)
     conf = broker_config_text(c, group)
-    cm = {
+    cm: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(c, broker_config_name(name, group), labels),
@@ -473,7 +473,7 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: b
     }
     headless = broker_headless_name(name, group)
     ports = [("remoting", port), ("metrics", mport)]
-    container = {
+    container: dict[str, Any] = {
         "name": "broker",
         "image": spec["image"],
         "imagePullPolicy": spec["imagePullPolicy"],
@@ -515,7 +515,7 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: b
     }
     if b["storage"].get("storageClassName"):
         pvc_spec["storageClassName"] = b["storage"]["storageClassName"]
-    sts = {
+    sts: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": _metadata(c, broker_name(name, group), labels),
