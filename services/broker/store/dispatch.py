@@ -64,7 +64,8 @@ class Record(Protocol):
 
 
 class Replayed(NamedTuple):
-    """A record found in the CommitLog by recovery, as the dispatcher reads it."""
+    """A record found in the CommitLog by recovery, as the dispatcher reads it (a NamedTuple, not
+    a frozen dataclass: one is made per replayed record, and a start may replay millions)."""
 
     total: int
     tags_code: int

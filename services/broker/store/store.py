@@ -104,6 +104,7 @@ class MessageStore:
         self._state = "new"  # new -> loaded -> running -> closed
         self._refuse: str | None = "the store is not loaded"
         self._last_store_ts = 0
+        self._id_prefix: tuple[bytes, int, str] = (b"", 0, "")  # store host, port -> offset id prefix
         self._stats = {"messages_put": 0, "bytes_put": 0, "batches_put": 0, "puts_refused": 0,
                        "index_errors": 0, "recovered_messages": 0, "crash_recoveries": 0}
 
@@ -297,12 +298,13 @@ class MessageStore:
         self._last_store_ts = now
         self._dispatcher.dispatch(topic, queue_id, req0.sys_flag, first_q, base, now, pending)
         msg_ids = []
-        id_prefix, id_store, id_port = None, b"", 0
+        id_store, id_port, id_prefix = self._id_prefix  # a broker stores under one host: kept across puts
         phys = base
         for p in pending:
             if p.store is not id_store or p.store_port != id_port:
                 id_store, id_port = p.store, p.store_port
                 id_prefix = encode_offset_msg_id(id_store, id_port, 0)[:-16]
+                self._id_prefix = (id_store, id_port, id_prefix)
             msg_ids.append(f"{id_prefix}{phys:016X}")
             phys += p.total
         stats = self._stats
