@@ -46,7 +46,7 @@ from tidemq.broker.topics import (
     validate_topic_name,
 )
 from tidemq.broker.transaction.half import is_transactional
-from tidemq.errors import CodecError
+from tidemq.errors import BrokerError, CodecError
 from tidemq.message import Prop, SysFlag, count_batch, decode_batch, decode_properties, inflate
 from tidemq.remoting.codes import Perm, ResponseCode
 
@@ -67,6 +67,7 @@ _VALID_TOPICS_MAX = 10_000
 _WRITE = int(Perm.WRITE)
 _COMPRESSED = int(SysFlag.COMPRESSED)
 _SYNC = FlushMode.SYNC
+_PUT_OK = PutStatus.PUT_OK
 
 _PUT_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -273,7 +274,7 @@ class SendService:
                     put.add(items[i:i + BATCH_SLICE])
                     prepared = store.prepare_batch(put.reqs[start:])
                     if isinstance(prepared, PutResult):
-                        return self._stored(prepared, put.queue_id, put.size, put.topic)
+                        raise _refusal(prepared)
                     pending += prepared[0]
                     total += prepared[1]
             except CodecError as exc:
@@ -283,17 +284,17 @@ class SendService:
         return await answer if isinstance(answer, asyncio.Future) else answer
 
     # respond ----------------------------------------------------------------------------------
-    def _stored(self, result: PutResult, queue_id: int, size: int, topic: str) -> SendResult:
-        """The result of a put the store answered; raises the refusal when it did not store it."""
-        code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-        if code is not ResponseCode.SUCCESS and code is not ResponseCode.FLUSH_DISK_TIMEOUT:
-            raise refused(code, result.remark or f"store refused the message: {result.status.name}")
-        self._on_put(topic, result.count, size)
-        return SendResult(",".join(result.msg_ids), queue_id, result.queue_offset, code)
-
     def _respond(self, cfg: "BrokerConfig", result: PutResult, queue_id: int, wait: bool, size: int,
                  topic: str) -> SendResult | Awaitable[SendResult]:
-        stored = self._stored(result, queue_id, size, topic)
+        """The result of a put the store answered; raises the refusal when it did not store it."""
+        if result.status is _PUT_OK:
+            code = ResponseCode.SUCCESS
+        else:
+            code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+            if code is not ResponseCode.FLUSH_DISK_TIMEOUT:
+                raise _refusal(result)
+        self._on_put(topic, result.count, size)
+        stored = SendResult(",".join(result.msg_ids), queue_id, result.queue_offset, code)
         if not wait or cfg.store.flush_mode is not _SYNC:
             return stored
         durable = self._store.durable(result.end_offset)
@@ -303,6 +304,12 @@ class SendService:
         answer: asyncio.Future[SendResult] = durable.get_loop().create_future()
         durable.add_done_callback(lambda f: _settle(answer, f, stored, result.end_offset))
         return answer
+
+
+def _refusal(result: PutResult) -> BrokerError:
+    """The refusal of a put the store did not take."""
+    code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+    return refused(code, result.remark or f"store refused the message: {result.status.name}")
 
 
 def _settle(answer: asyncio.Future, durable: asyncio.Future, stored: SendResult, end_offset: int) -> None:

@@ -8,6 +8,8 @@ must not name the principal.
 
 from __future__ import annotations
 
+import functools
+
 from tidemq.broker.messaging.context import Caller
 from tidemq.remoting import Connection, RemotingCommand
 from tidemq.remoting.acl import ACCESS_KEY
@@ -37,6 +39,7 @@ class Callers:
         return caller
 
 
+@functools.lru_cache(maxsize=_CACHED_CALLERS)  # once per peer, not per message (bench/hot_path.py)
 def born_host(peer: str) -> tuple[str, int]:
     """(host, port) of a connection's ``peer``, as stored in a message's born host."""
     host, _, port = peer.rpartition(":")

@@ -61,8 +61,9 @@ class SendProcessor:
         except BrokerError as exc:
             log.debug("send from %s refused (%s): %s", conn.peer, exc.code, exc.remark)
             return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
-        if result.__class__ is SendResult:
-            return self._respond(cmd, result)
+        if result.__class__ is SendResult:  # hot path: answered now
+            return cmd.response(result.code, result.remark, send_response_fields(
+                result.msg_id, result.queue_id, result.queue_offset, self.region))
         if isinstance(result, asyncio.Future):  # stored, waiting for SYNC_FLUSH: no task per send
             cmd.body = None  # a send waiting for its flush must not pin its body
             answer: asyncio.Future[RemotingCommand] = result.get_loop().create_future()
