@@ -57,10 +57,14 @@ def enters_index(sys_flag: int) -> bool:
 class Record(Protocol):
     """What the dispatcher reads of each record of a run (the writer's Pending has these)."""
 
-    total: int
-    tags_code: int
-    keys: str | None
-    uniq: str | None
+    @property
+    def total(self) -> int: ...
+    @property
+    def tags_code(self) -> int: ...
+    @property
+    def keys(self) -> str | None: ...
+    @property
+    def uniq(self) -> str | None: ...
 
 
 class Replayed(NamedTuple):
@@ -124,7 +128,7 @@ class ConsumeQueueBuilder:
                 self.units_replaced += 1
                 return
             claim = self.claim_at(u[0]) if self.claim_at is not None and u is not None else ()
-            if claim is None or (claim and claim[:3] != (topic, queue_id, q)):
+            if u is not None and (claim is None or (claim and claim[:3] != (topic, queue_id, q))):
                 # The unit points at no record claiming this queue offset: it is a unit the
                 # checkpoint never vouched for (replay starts past its mark), left by a put that
                 # a crash or power cut lost, whose queue offset a later put reused. The CommitLog

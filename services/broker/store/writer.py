@@ -58,6 +58,19 @@ class Pending:
 
     __slots__ = ("req", "total", "topic_tail", "props", "crc", "born", "born_port", "store",
                  "store_port", "sys_flag", "tags_code", "keys", "uniq")
+    req: PutRequest
+    total: int  # the record's size (TOTALSIZE)
+    topic_tail: bytes  # TOPICLENGTH byte + topic
+    props: bytes
+    crc: int
+    born: bytes
+    born_port: int
+    store: bytes
+    store_port: int
+    sys_flag: int
+    tags_code: int
+    keys: str | None
+    uniq: str | None
 
     def __init__(self, req: PutRequest) -> None:
         self.req = req
