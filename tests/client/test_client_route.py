@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tidemq.client.fault import FaultStrategy
 from tidemq.client.route import BrokerData, ClusterInfo, MessageQueue, Perm, QueueData, TopicRouteData
 from tidemq.client.route_cache import RouteCache
 from tidemq.errors import CodecError
@@ -145,32 +146,22 @@ def test_cluster_info_parses_bare_keys_and_lists_masters():
 # --- route cache -------------------------------------------------------------------------------
 
 def test_route_cache_tracks_brokers_and_new_addresses():
-    cache = RouteCache(seed=1)
+    cache = RouteCache()
     new = cache.update("T", TopicRouteData.from_json(REFERENCE_ROUTE))
     assert new == {"10.0.0.5:10911", "10.0.0.6:10911"}
     assert cache.master_addr("broker-a") == "10.0.0.5:10911"
     assert cache.update("T", TopicRouteData.from_json(REFERENCE_ROUTE)) == set()
     assert cache.master_addrs() == {"broker-a": "10.0.0.5:10911"}
-    assert cache.broker_name_of("10.0.0.6:10911") == "broker-a"
 
 
-def test_select_queue_round_robins_over_every_publish_queue():
-    cache = RouteCache(seed=7)
+def test_sends_round_robin_over_every_publish_queue_of_the_cached_route():
+    cache = RouteCache()
     cache.update("T", _route(("a", 2, 2, 6, {0: "h:1"}), ("b", 2, 2, 6, {0: "h:2"})))
-    picks = [cache.select_queue("T") for _ in range(8)]
+    fs = FaultStrategy(True, seed=7)
+    picks = [fs.select("T", cache.publish_queues("T")) for _ in range(8)]
     assert sorted(picks[:4]) == cache.publish_queues("T")
     assert picks[:4] == picks[4:]
-
-
-def test_select_queue_avoids_the_broker_that_just_failed():
-    cache = RouteCache(seed=3)
-    cache.update("T", _route(("a", 4, 4, 6, {0: "h:1"}), ("b", 1, 1, 6, {0: "h:2"})))
-    for _ in range(10):
-        assert cache.select_queue("T", avoid_broker="a").broker_name == "b"
-    single = RouteCache(seed=3)
-    single.update("T", _route(("a", 2, 2, 6, {0: "h:1"})))
-    assert single.select_queue("T", avoid_broker="a").broker_name == "a"
-    assert single.select_queue("unknown") is None
+    assert fs.select("unknown", cache.publish_queues("unknown")) is None
 
 
 def test_route_cache_is_bounded():

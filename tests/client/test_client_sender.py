@@ -44,7 +44,7 @@ class FakeInstance:
     ``answer(addr, cmd)`` gives the response code of each request (or raises)."""
 
     def __init__(self, known: dict[str, TopicRouteData], answer=None) -> None:
-        self.routes = RouteCache(seed=1)
+        self.routes = RouteCache()
         self.known = known
         self.answer = answer or (lambda addr, cmd: ResponseCode.SUCCESS)
         self.sent: list[tuple[str, RemotingCommand]] = []

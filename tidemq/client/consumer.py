@@ -98,9 +98,7 @@ class PullConsumer(ClientBase):
     async def _addr(self, inst: ClientInstance, mq: MessageQueue) -> str:
         if not isinstance(mq, MessageQueue):
             raise ClientError(f"expected a MessageQueue, got {type(mq).__name__}")
-        if inst.routes.get(mq.topic) is None and await inst.get_route(mq.topic) is None:
-            raise ClientError(f"no route for topic {mq.topic}: create the topic first")
-        return await inst.master_addr(mq.topic, mq.broker_name)
+        return await inst.queue_master_addr(mq)
 
     # pulling -----------------------------------------------------------------------------------
     async def pull(

@@ -31,7 +31,7 @@ from tidemq.client.config import ClientConfig
 from tidemq.client.heartbeat import ConsumerData, build_heartbeat, build_unregister
 from tidemq.client.ids import UniqIdGenerator, make_client_id
 from tidemq.client.response import check
-from tidemq.client.route import TopicRouteData
+from tidemq.client.route import MessageQueue, TopicRouteData
 from tidemq.client.route_cache import RouteCache
 from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
@@ -311,6 +311,13 @@ class ClientInstance:
                 "is the broker running and registered with the name server?"
             )
         return addr
+
+    async def queue_master_addr(self, mq: MessageQueue) -> str:
+        """The master address serving ``mq``. Its topic's route is fetched first when not cached
+        (so the route refresh keeps it current); :meth:`master_addr` then finds the broker."""
+        if self.routes.get(mq.topic) is None and await self.get_route(mq.topic) is None:
+            raise ClientError(f"no route for topic {mq.topic}: create the topic first")
+        return await self.master_addr(mq.topic, mq.broker_name)
 
     # brokers -----------------------------------------------------------------------------------
     def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> Awaitable[RemotingCommand]:

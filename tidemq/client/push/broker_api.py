@@ -28,15 +28,10 @@ class ConsumerBrokerApi:
         self.inst = inst
         self.group = group
 
-    async def addr(self, mq: MessageQueue) -> str:
-        if self.inst.routes.get(mq.topic) is None:
-            await self.inst.get_route(mq.topic)
-        return await self.inst.master_addr(mq.topic, mq.broker_name)
-
     # offsets -----------------------------------------------------------------------------------
     async def query_offset(self, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq``; None when the broker has none."""
-        addr = await self.addr(mq)
+        addr = await self.inst.queue_master_addr(mq)
         resp = await self.inst.invoke(addr, protocol.build_query_offset(self.group, mq))
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None
@@ -45,7 +40,7 @@ class ConsumerBrokerApi:
         return header_int(resp, "offset", what)
 
     async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = False) -> None:
-        addr = await self.addr(mq)
+        addr = await self.inst.queue_master_addr(mq)
         cmd = protocol.build_update_offset(self.group, mq, offset, oneway)
         if oneway:
             await self.inst.invoke_oneway(addr, cmd)
@@ -53,7 +48,7 @@ class ConsumerBrokerApi:
         check(await self.inst.invoke(addr, cmd), f"commit offset of group {self.group} on {mq}", addr)
 
     async def _offset(self, code: RequestCode, mq: MessageQueue, what: str, **extra: object) -> int:
-        addr = await self.addr(mq)
+        addr = await self.inst.queue_master_addr(mq)
         resp = check(await self.inst.invoke(addr, protocol.build_offset_request(code, mq, **extra)),
                      f"{what} of {mq}", addr)
         return header_int(resp, "offset", f"{what} of {mq}")
@@ -126,7 +121,7 @@ class ConsumerBrokerApi:
                         max_reconsume_times: int) -> None:
         """CONSUMER_SEND_MSG_BACK to the broker that stored ``msg``; raises on any failure."""
         try:
-            addr = await self.addr(mq)
+            addr = await self.inst.queue_master_addr(mq)
         except TideMQError:
             addr = msg.store_host
         cmd = protocol.build_send_back(msg, self.group, delay_level, max_reconsume_times)

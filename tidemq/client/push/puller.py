@@ -93,7 +93,7 @@ class QueuePuller:
                                      sub.expression, s.suspend_ms, sub.sub_version, commit)
             pq.mark_pulled()
             try:
-                addr = await self.host.api.addr(mq)
+                addr = await inst.queue_master_addr(mq)
                 resp = await inst.invoke(addr, cmd, inst.config.request_timeout + s.suspend_ms / 1000)
                 result = parse_pull_response(resp, mq, parse_tag_expression(sub.expression), addr)
             except TideMQError as exc:
