@@ -3,8 +3,8 @@ per-resource permissions (RocketMQ's PlainAccessValidator / PlainPermissionManag
 
 Invariants:
 
-- ACL off: ``Broker.acl`` is None and a request pays one attribute check. ACL on: *every* request
-  carries ``AccessKey`` and a valid ``Signature``. Nothing skips the signature: RocketMQ's
+- ACL off: ``Broker.acl`` is None and dispatch has no ACL hook, so a request pays nothing for it.
+  ACL on: *every* request carries ``AccessKey`` and a valid ``Signature``. Nothing skips the signature: RocketMQ's
   ``globalWhiteRemoteAddresses`` (addresses allowed without any credentials) is ignored with a
   warning, and an account's ``whiteRemoteAddress``, which in RocketMQ also skips the signature and
   the permission checks, here only *restricts* where that account may connect from.
@@ -46,7 +46,7 @@ from tidemq.broker.topics import is_holding_topic
 from tidemq.errors import BrokerError, ConfigError, FrameError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting import fastjson
-from tidemq.remoting.acl import ACCESS_KEY, RefusalLog, check_account, loggable, peer_host
+from tidemq.remoting.acl import RefusalLog, check_account, loggable, peer_host
 
 if TYPE_CHECKING:
     from tidemq.broker.messaging.context import Caller
@@ -277,7 +277,7 @@ def _group(name: str | None) -> str | None:
 #   "admin":     the account needs ``admin: true`` (RocketMQ's Permission.ADMIN_CODE)
 #   "resources": topics/groups read from the header or body by needed_resources()
 #   "stored":    resources read from the header, plus the topic of the stored message the request
-#                names by offset, checked by the processor once it has read it
+#                names by offset, checked by its service (StoredAccess) once it has read it
 #   "open: ...": any signed account, with the reason (metadata reads RocketMQ leaves open too)
 REQUEST_ACCESS: dict[int, str] = {
     RequestCode.SEND_MESSAGE: "resources",  # topic PUB; %RETRY%<g>: group g SUB
@@ -465,20 +465,6 @@ class AclService:
     def check(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """None when allowed; else the refusal to send back (RocketMQ's SYSTEM_ERROR)."""
         ak, reason = authorize(self.config, cmd, peer_host(conn.peer))
-        if reason is None:
-            return None
-        self.refused += 1
-        self._refusals.refused(f"request code {cmd.code}", conn.peer, ak, reason)
-        return cmd.response(ResponseCode.SYSTEM_ERROR, f"AclException: {reason}")
-
-    def check_resources(self, conn: Connection, cmd: RemotingCommand,
-                        need: Mapping[str, Perm]) -> RemotingCommand | None:
-        """The refusal when the (already verified) account of ``cmd`` may not use ``need``: for
-        resources a processor learns only from the store (the topic of a message looked up by
-        offset). None when allowed."""
-        ak = cmd.ext_fields.get(ACCESS_KEY) or ""
-        acct = self.config.accounts.get(ak)
-        reason = "No accessKey is configured" if acct is None else missing_permission(acct, need)
         if reason is None:
             return None
         self.refused += 1

@@ -132,7 +132,7 @@ class SendService:
         self._schedule = schedule
         self._transactions = transactions
         self._store_host = store_host
-        self._on_put = on_put  # messages and body bytes stored, by the topic the producer named
+        self._on_put = on_put  # messages and body bytes stored, by topic (a delayed one: its own, not the schedule topic)
         self._valid_topics: set[str] = set()
         self._big_batches = asyncio.Lock()  # one batch of more than BATCH_SLICE messages at a time
 
