@@ -4,9 +4,9 @@ per-resource permissions (RocketMQ's PlainAccessValidator / PlainPermissionManag
 Invariants:
 
 - ACL off: ``Broker.acl`` is None and dispatch has no ACL hook, so a request pays nothing for it.
-  ACL on: *every* request carries ``AccessKey`` and a valid ``Signature``. Nothing skips the signature: RocketMQ's
-  ``globalWhiteRemoteAddresses`` (addresses allowed without any credentials) is ignored with a
-  warning, and an account's ``whiteRemoteAddress``, which in RocketMQ also skips the signature and
+  ACL on: *every* request carries ``AccessKey`` and a valid ``Signature``. Nothing skips the
+  signature: RocketMQ's ``globalWhiteRemoteAddresses`` (addresses allowed without any
+  credentials) is ignored with a warning, and an account's ``whiteRemoteAddress``, which in RocketMQ also skips the signature and
   the permission checks, here only *restricts* where that account may connect from.
 - The signature is HMAC-SHA1 (secret key) over the values of every extFields entry but
   ``Signature`` and ``_UNIQUE_KEY_QUERY``, ordered by key, then the body, Base64
