@@ -13,6 +13,7 @@ from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.store.config import StoreConfig
 from tidemq.errors import ConfigError
+from tests.cli.clirun import tidemq
 
 UNRESOLVABLE = "no-such-broker.invalid"  # .invalid never resolves (RFC 6761)
 
@@ -50,3 +51,10 @@ def test_a_broker_stores_the_resolved_address(tmp_path, monkeypatch):
     monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.9.8.7")
     broker = Broker(BrokerConfig(store=StoreConfig(tmp_path / "store"), advertise_host="broker-0.svc"))
     assert broker.store_host == ("10.9.8.7", 10911)
+
+
+def test_the_broker_command_names_the_option_when_its_advertised_host_does_not_resolve(tmp_path):
+    r = tidemq("broker", "--store", str(tmp_path / "store"), "--listen", "127.0.0.1:0",
+               "--namesrv", "127.0.0.1:1", "--advertise", f"{UNRESOLVABLE}:10911", timeout=30)
+    assert r.rc == 1
+    assert "--advertise" in r.err and UNRESOLVABLE in r.err and "Traceback" not in r.err
