@@ -2,9 +2,10 @@
 GET_CONSUMER_LIST_BY_GROUP, GET_CONSUMER_CONNECTION_LIST, LOCK_BATCH_MQ and UNLOCK_BATCH_MQ.
 
 Decodes the header or JSON body, calls :class:`tidemq.broker.messaging.consumers.ConsumerService`
-and encodes its answer; :func:`notify_consumer_ids_changed` is the client registry's notifier. Bodies are read leniently, as RocketMQ's clients of every language send
-them: entries without a group or topic and values of the wrong type are skipped, enums arrive as
-names (Java) or ordinals (C++); a body that is not a JSON object is a bad request.
+and encodes its answer; :func:`notify_consumer_ids_changed` is the client registry's notifier.
+Bodies are read leniently, as RocketMQ's clients of every language send them: entries without a
+group or topic and values of the wrong type are skipped, enums arrive as names (Java) or ordinals
+(C++); a body that is not a JSON object is a bad request.
 """
 
 from __future__ import annotations
