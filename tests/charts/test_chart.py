@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.kube import ThreadedEmulator, status_emulator
+from tidemq.cli.operator import operator_cmd
+from tidemq.operator import crds, workloads
 
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
@@ -221,8 +224,6 @@ def test_schema_covers_every_value() -> None:
 # -- the values against the CRDs (what the templates put into the custom resources) ------------
 
 def _crd_spec_schema(kind: str) -> dict:
-    from tidemq.operator import crds  # noqa: PLC0415
-
     return crds.openapi_schema(kind)["properties"]["spec"]
 
 
@@ -247,8 +248,6 @@ def test_cluster_values_are_crd_fields() -> None:
 
 def test_default_cluster_is_reliable_and_admitted() -> None:
     """The default Cluster flushes synchronously; a Cluster made from the values is admitted."""
-    from tidemq.operator import crds  # noqa: PLC0415
-
     values = load_values()
     assert values["cluster"]["enabled"] is True
     assert values["cluster"]["brokers"]["flushMode"] == "sync"
@@ -269,8 +268,6 @@ def test_default_cluster_is_reliable_and_admitted() -> None:
 
 @pytest.mark.parametrize("kind, key", [("Topic", "topics"), ("ConsumerGroup", "consumerGroups")])
 def test_topic_and_group_values_are_admitted(kind, key) -> None:
-    from tidemq.operator import crds  # noqa: PLC0415
-
     items = values_all()[key]
     assert items
     item_keys = set(values_schema()["properties"][key]["items"]["properties"]) - {"name"}
@@ -308,8 +305,6 @@ def test_rbac_is_least_privilege() -> None:
 def test_rbac_covers_what_the_operator_creates() -> None:
     """Every kind the operator applies for a Cluster (operator/tidemq_operator/workloads.py) may be created and
     patched; StatefulSets also read; the custom resources watched and their status patched."""
-    from tidemq.operator import workloads  # noqa: PLC0415
-
     granted = {(g, r, v) for rule in operator_rules() for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
     cluster = yaml.safe_load((ROOT / "crds" / "examples" / "cluster.yaml").read_text())
@@ -346,8 +341,6 @@ def test_rbac_templates_are_namespaced_by_default() -> None:
 
 def test_operator_flags_exist() -> None:
     """Every flag the Deployment passes is a flag of `tidemq operator`."""
-    from tidemq.cli.operator import operator_cmd  # noqa: PLC0415
-
     known = {opt for p in operator_cmd.params for opt in p.opts}
     text = (CHART / "templates" / "operator-deployment.yaml").read_text(encoding="utf-8")
     used = set(re.findall(r"^\s*- (--[a-z-]+)", text, re.M))
@@ -383,8 +376,6 @@ def test_versions_match_the_project() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == version
     assert f"ARG VERSION={version}" in (ROOT / "Dockerfile").read_text()
-    from tidemq.operator import crds  # noqa: PLC0415
-
     assert crds.openapi_schema("Cluster")["properties"]["spec"]["properties"]["image"]["default"].endswith(
         f":{version}")
 
@@ -466,8 +457,6 @@ def kubeconfig(tmp_path_factory) -> Path:
 
 def render(helm_python: Path, kubeconfig: Path, release: str, values: dict) -> list[dict]:
     """The objects Helm renders for ``values`` (installed into the emulator)."""
-    import os  # noqa: PLC0415
-
     proc = subprocess.run(
         [str(helm_python), "-c", INSTALL, str(kubeconfig), release, str(CHART), json.dumps(values)],
         capture_output=True, text=True, timeout=120, cwd=CHART.parent,
@@ -496,8 +485,6 @@ def _thirdparty_schema(kind: str) -> dict:
 
 def validate_object(obj: dict) -> None:
     """Validate one rendered object as an API server would (raises AssertionError)."""
-    from tidemq.operator import crds  # noqa: PLC0415
-
     group = obj["apiVersion"].rpartition("/")[0]
     where = f"{obj['kind']}/{obj['metadata'].get('name')}"
     if group == "tidemq.io":
@@ -665,14 +652,12 @@ def test_master_key_role_where_the_release_namespace_is_not_watched(helm_python,
 def test_cluster_pods_get_network_policies_for_exactly_their_ports(rendered) -> None:
     """Every name-server and broker pod the operator makes from the chart's Cluster is selected by
     one of the chart's NetworkPolicies, which opens exactly that pod's container ports."""
-    from tidemq.operator.workloads import desired_objects
-
     objs = rendered["all"]
     values = load_values(VALUES_ALL)
     cluster = next(o for o in objs if o["kind"] == "Cluster")
     cluster = {**cluster, "metadata": {**cluster["metadata"], "uid": "0000-test"}}
     policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
-    sets = [o for o in desired_objects(cluster) if o["kind"] == "StatefulSet"]
+    sets = [o for o in workloads.desired_objects(cluster) if o["kind"] == "StatefulSet"]
     assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in sets} == {"namesrv", "broker"}
     for sts in sets:
         template = sts["spec"]["template"]

@@ -14,8 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tests.procs import free_port, tidemq_cmd
+from tidemq.cli.common import OneLineFormatter
+from tidemq.cli.kube import OneLineConnectionErrors
+from tidemq.cli.operator import operator_cmd
 
 pytest.importorskip("kopf")
 
@@ -98,10 +102,6 @@ def test_ports_in_use_name_their_option(tmp_path):
 
 def test_liveness_is_on_by_default_in_the_code_help_readme_and_chart():
     """Item 12 of issue 15: on by default (a pod's liveness probe needs it), said everywhere."""
-    from click.testing import CliRunner
-
-    from tidemq.cli.operator import operator_cmd
-
     default = "http://0.0.0.0:8080/healthz"
     param = next(p for p in operator_cmd.params if p.name == "liveness")
     assert param.default == default
@@ -115,9 +115,6 @@ def test_liveness_is_on_by_default_in_the_code_help_readme_and_chart():
 
 
 def test_kopf_connection_errors_lose_their_tracebacks():
-    from tidemq.cli.common import OneLineFormatter
-    from tidemq.cli.kube import OneLineConnectionErrors
-
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))

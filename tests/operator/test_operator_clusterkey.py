@@ -8,14 +8,15 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 
 import kubernetes_validate
 import pytest
 
 from tests.operator.test_operator_workloads import UID, _arg, _by, _cluster, _container
 from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tests.support.waiting import wait_until_sync
 from tidemq.broker.acl import parse_acl_config
+from tidemq.cli.servers import broker_cmd, namesrv_cmd
 from tidemq.operator import clusterkey as ck
 from tidemq.operator import workloads as w
 
@@ -69,8 +70,6 @@ def test_read_master_key_waits_for_a_real_key(tmp_path) -> None:
 
 
 def test_name_servers_mount_the_key_and_brokers_sign_with_it(monkeypatch, tmp_path) -> None:
-    from tidemq.cli.servers import broker_cmd, namesrv_cmd
-
     objs = w.desired_objects(_cluster())
     for o in objs:
         kubernetes_validate.validate(o, "1.30", strict=True)
@@ -164,10 +163,12 @@ def test_generated_files_work_with_real_processes(tmp_path) -> None:
                 os.environ.clear()
                 os.environ.update(saved)
         signed, unsigned = brokers
-        deadline = time.monotonic() + 20
-        while "registered signed" not in signed.log() or "AclException" not in unsigned.log():
-            assert time.monotonic() < deadline, signed.log()[-1500:] + unsigned.log()[-1500:]
-            time.sleep(0.1)
+        try:
+            wait_until_sync(lambda: "registered signed" in signed.log() and "AclException" in unsigned.log(),
+                            "the signed broker registered and the unsigned one refused", timeout=20, interval=0.1)
+        except AssertionError as exc:
+            exc.add_note(f"--- signed broker ---\n{signed.log()[-1500:]}\n--- unsigned broker ---\n{unsigned.log()[-1500:]}")
+            raise
         assert "registered unsigned" not in unsigned.log()
     finally:
         for b in brokers:

@@ -69,7 +69,7 @@ def test_any_other_read_error_is_an_error_not_a_missing_statefulset(api, monkeyp
     assert info.value.status == status
 
 
-def test_a_cluster_pass_whose_reads_fail_applies_nothing_and_retries(api, monkeypatch):
+async def test_a_cluster_pass_whose_reads_fail_applies_nothing_and_retries(api, monkeypatch):
     """Taken for missing, every StatefulSet would be applied at once: all broker groups rolling
     together instead of one after the other."""
     _fail_reads(monkeypatch, 500)
@@ -82,27 +82,24 @@ def test_a_cluster_pass_whose_reads_fail_applies_nothing_and_retries(api, monkey
     assert not errors
     config = handlers.OperatorConfig(retry_delay=7.0)
     with pytest.raises(kopf.TemporaryError) as info:
-        asyncio.run(handlers.cluster_pass(config, OperatorMetrics(), kopf.Body(cluster), kopf.Patch()))
+        await handlers.cluster_pass(config, OperatorMetrics(), kopf.Body(cluster), kopf.Patch())
     assert info.value.delay == 7.0 and "500" in str(info.value)
     assert applied == []
 
 
-def test_topic_locks_live_only_while_a_pass_holds_or_awaits_them():
-    async def passes() -> None:
-        for i in range(1000):  # one pass each for a thousand Topics, since deleted
-            async with handlers._lock(f"uid-{i}"):
-                await asyncio.sleep(0)
-        order = []
+async def test_topic_locks_live_only_while_a_pass_holds_or_awaits_them():
+    for i in range(1000):  # one pass each for a thousand Topics, since deleted
+        async with handlers._lock(f"uid-{i}"):
+            await asyncio.sleep(0)
+    order = []
 
-        async def one(tag: str) -> None:  # two passes of one Topic still take turns
-            async with handlers._lock("uid-same"):
-                order.append(f"{tag} in")
-                await asyncio.sleep(0.01)
-                order.append(f"{tag} out")
+    async def one(tag: str) -> None:  # two passes of one Topic still take turns
+        async with handlers._lock("uid-same"):
+            order.append(f"{tag} in")
+            await asyncio.sleep(0.01)
+            order.append(f"{tag} out")
 
-        await asyncio.gather(one("a"), one("b"))
-        assert order == ["a in", "a out", "b in", "b out"]
-
-    asyncio.run(passes())
+    await asyncio.gather(one("a"), one("b"))
+    assert order == ["a in", "a out", "b in", "b out"]
     gc.collect()
     assert len(handlers._LOCKS) == 0

@@ -30,6 +30,7 @@ How the emulator is adapted (kmock 0.8):
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import subprocess
 import time
@@ -37,6 +38,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 import pytest
@@ -47,18 +49,20 @@ pytest.importorskip("kopf")
 
 from tests.procs import free_port, tidemq_cmd  # noqa: E402
 from tests.support import rbac  # noqa: E402
-from tests.charts.test_chart import helm_python, kubeconfig  # noqa: E402,F401 (fixtures)
+from tests.charts.test_chart import helm_python, kubeconfig, render  # noqa: E402,F401 (fixtures)
 from tests.support.kube import ThreadedEmulator, status_emulator  # noqa: E402
+from tests.support.waiting import wait_until_sync  # noqa: E402
 from tidemq.client.route import MessageQueue  # noqa: E402
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer  # noqa: E402
 from tidemq.message import Message  # noqa: E402
-from tidemq.operator import crds  # noqa: E402
+from tidemq.operator import clusterkey, crds  # noqa: E402
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 
 GROUP, VERSION, NS = "tidemq.io", "v1alpha1", "default"
 WAIT = 30.0
+T = TypeVar("T")
 
 
 # the emulator ------------------------------------------------------------------------------------
@@ -176,15 +180,35 @@ class Operator:
                 "--admin-timeout", "10",
                 "--cluster-key-file", str(self.master_key_file), "--cluster-key-secret", MASTER_SECRET,
             ), stdout=log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"operator exited:\n{self.log()}"
+
+        def alive() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
-                    return self
+                    return True
             except OSError:
-                time.sleep(0.1)
-        raise AssertionError(f"operator liveness endpoint never answered:\n{self.log()}")
+                return False
+
+        self.wait("the operator's liveness endpoint", alive)
+        return self
+
+    def wait(self, what: str, check: Callable[[], T], timeout: float = WAIT) -> T:
+        """``check``'s first truthy value (tests/support/waiting.py's wait_until_sync). A 404 from
+        the API server is "not there yet"; the wait fails at once if the operator exits, and any
+        failure carries the operator's log (what it did, or why it did nothing)."""
+        def attempt() -> T | None:
+            assert self.proc is not None and self.proc.poll() is None, f"the operator exited while waiting for {what}"
+            try:
+                return check()
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return None
+
+        try:
+            return wait_until_sync(attempt, what, timeout=timeout, interval=0.2)
+        except Exception as exc:
+            exc.add_note(f"--- operator log ---\n{self.log()}")
+            raise
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -212,11 +236,9 @@ MASTER_SECRET = "tidemq-operator-cluster-key"
 
 def mount_master_key(kube, op: "Operator") -> bytes:
     """Play the kubelet: once the operator created its master key Secret, project it as a file."""
-    import base64  # noqa: PLC0415
-
     _, api = kube
     core = kubernetes.client.CoreV1Api(api)
-    secret = wait_for(op, "the master key Secret", lambda: core.read_namespaced_secret(MASTER_SECRET, NS))
+    secret = op.wait("the master key Secret", lambda: core.read_namespaced_secret(MASTER_SECRET, NS))
     key = base64.b64decode(secret.data["masterKey"])
     op.master_key_file.parent.mkdir(parents=True, exist_ok=True)
     op.master_key_file.write_bytes(key)
@@ -229,22 +251,6 @@ def operator(emulator, cluster, kube, tmp_path_factory):
     op.master_key = mount_master_key(kube, op)
     yield op
     op.stop()
-
-
-def wait_for(op: Operator, what: str, fn: Callable[[], object], timeout: float = WAIT):
-    """Poll ``fn`` until truthy; on timeout fail with the operator's log."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except Exception as exc:  # noqa: BLE001 (not there yet)
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n--- operator log ---\n{op.log()}")
 
 
 def expect(op: Operator, ok: bool, what: str) -> None:
@@ -294,7 +300,7 @@ def gone(kube, kind: str, name: str) -> bool:
     try:
         get(kube, kind, name)
     except kubernetes.client.ApiException as exc:
-        return exc.status in (404, 500)  # kmock 0.8 answers a missing object with 500
+        return exc.status == 404
     return False
 
 
@@ -328,8 +334,8 @@ def counts(cluster, topic: str) -> tuple[int, int] | None:
 @pytest.fixture(scope="module")
 def external(kube, operator, cluster):
     create(kube, "Cluster", "ext", {"external": {"nameServers": [cluster.namesrv_addr]}})
-    wait_for(operator, "the external Cluster Ready",
-             lambda: condition(get(kube, "Cluster", "ext"), "Ready").get("status") == "True")
+    operator.wait("the external Cluster Ready",
+                  lambda: condition(get(kube, "Cluster", "ext"), "Ready").get("status") == "True")
     return "ext"
 
 
@@ -345,22 +351,22 @@ def test_topic_create_grow_shrink_with_draining_then_delete(kube, operator, clus
     topic = "OpTopic_" + uuid.uuid4().hex[:6]
     create(kube, "Topic", "op-topic", {"clusterRef": {"name": external}, "topicName": topic,
                                        "readQueueNums": 4, "writeQueueNums": 4})
-    wait_for(operator, "topic created with 4/4", lambda: counts(cluster, topic) == (4, 4))
-    obj = wait_for(operator, "Topic Ready",
-                   lambda: (o := get(kube, "Topic", "op-topic")) and
-                   condition(o, "Ready").get("status") == "True" and o)
+    operator.wait("topic created with 4/4", lambda: counts(cluster, topic) == (4, 4))
+    obj = operator.wait("Topic Ready",
+                        lambda: (o := get(kube, "Topic", "op-topic")) and
+                        condition(o, "Ready").get("status") == "True" and o)
     assert obj["status"]["topicName"] == topic
     assert obj["status"]["brokers"][0]["readQueueNums"] == 4
     assert "tidemq.io/finalizer" in obj["metadata"]["finalizers"]
 
     # grow: immediate
     patch_spec(kube, "Topic", "op-topic", {"readQueueNums": 6, "writeQueueNums": 6})
-    wait_for(operator, "topic grown to 6/6", lambda: counts(cluster, topic) == (6, 6))
+    operator.wait("topic grown to 6/6", lambda: counts(cluster, topic) == (6, 6))
 
     # messages on the queues that will go away (4, 5); a group that consumed nothing of them
     with SyncProducer("op_pg", cluster.namesrv_addr) as p:
-        wait_for(operator, "route with 6 queues",
-                 lambda: len(route_queues(cluster, topic)) == 6)
+        operator.wait("route with 6 queues",
+                      lambda: len(route_queues(cluster, topic)) == 6)
         for q in (0, 4, 4, 5):
             p.send(Message(topic, f"m{q}".encode()), queue=MessageQueue(topic, cluster.broker_name, q))
     consumer = SyncPullConsumer("op_drainer", cluster.namesrv_addr)
@@ -370,10 +376,10 @@ def test_topic_create_grow_shrink_with_draining_then_delete(kube, operator, clus
 
         # shrink: writes first, read stays while queues 4 and 5 hold unconsumed messages
         patch_spec(kube, "Topic", "op-topic", {"readQueueNums": 4, "writeQueueNums": 4})
-        wait_for(operator, "write lowered to 4, read kept at 6", lambda: counts(cluster, topic) == (6, 4))
-        obj = wait_for(operator, "Draining condition",
-                       lambda: (o := get(kube, "Topic", "op-topic")) and
-                       condition(o, "Draining").get("status") == "True" and o)
+        operator.wait("write lowered to 4, read kept at 6", lambda: counts(cluster, topic) == (6, 4))
+        obj = operator.wait("Draining condition",
+                            lambda: (o := get(kube, "Topic", "op-topic")) and
+                            condition(o, "Draining").get("status") == "True" and o)
         assert condition(obj, "Ready")["status"] == "False"
         time.sleep(3)  # three timer passes: still draining, nothing dropped
         expect(operator, counts(cluster, topic) == (6, 4), "read kept at 6 while undrained")
@@ -386,18 +392,18 @@ def test_topic_create_grow_shrink_with_draining_then_delete(kube, operator, clus
             r = consumer.pull(mq, 0)
             assert r.messages, f"queue {q} should hold messages"
             consumer.commit(mq, r.next_begin_offset)
-    wait_for(operator, "read lowered to 4 once drained", lambda: counts(cluster, topic) == (4, 4))
-    wait_for(operator, "Ready again, not Draining",
-             lambda: (o := get(kube, "Topic", "op-topic")) and
-             condition(o, "Ready").get("status") == "True" and
-             condition(o, "Draining").get("status") == "False")
+    operator.wait("read lowered to 4 once drained", lambda: counts(cluster, topic) == (4, 4))
+    operator.wait("Ready again, not Draining",
+                  lambda: (o := get(kube, "Topic", "op-topic")) and
+                  condition(o, "Ready").get("status") == "True" and
+                  condition(o, "Draining").get("status") == "False")
 
     # delete: gone from broker and name server, finalizer released
     delete(kube, "Topic", "op-topic")
-    wait_for(operator, "Topic object released", lambda: gone(kube, "Topic", "op-topic"))
-    wait_for(operator, "topic gone from the broker", lambda: broker_topic(cluster, topic) is None)
+    operator.wait("Topic object released", lambda: gone(kube, "Topic", "op-topic"))
+    operator.wait("topic gone from the broker", lambda: broker_topic(cluster, topic) is None)
     with SyncAdmin(cluster.namesrv_addr) as admin:
-        wait_for(operator, "topic gone from the name server", lambda: topic not in admin.topic_list())
+        operator.wait("topic gone from the name server", lambda: topic not in admin.topic_list())
     metrics = operator.metrics()
     assert 'tidemq_operator_reconciles_total{kind="Topic",result="ok"}' in metrics
     assert 'tidemq_operator_reconciles_total{kind="Topic",result="draining"}' in metrics
@@ -416,24 +422,24 @@ def test_invalid_spec_gets_a_permanent_error_condition(kube, operator, external,
                             "metadata": {"name": name}, "spec": spec})
     assert errors, "the CRD schema itself refuses this spec"
     create(kube, "Topic", name, spec, validate=False)
-    obj = wait_for(operator, "InvalidSpec condition",
-                   lambda: (o := get(kube, "Topic", name)) and
-                   condition(o, "Error").get("reason") == "InvalidSpec" and o)
+    obj = operator.wait("InvalidSpec condition",
+                        lambda: (o := get(kube, "Topic", name)) and
+                        condition(o, "Error").get("reason") == "InvalidSpec" and o)
     assert condition(obj, "Ready")["status"] == "False"
     assert next(iter(bad)) in condition(obj, "Error")["message"]
     events = kubernetes.client.CoreV1Api(kube[1]).list_namespaced_event(NS).items
     expect(operator, any(e.reason == "InvalidSpec" and e.involved_object.name == name
                          for e in events), "an InvalidSpec event")
     delete(kube, "Topic", name)
-    wait_for(operator, "invalid Topic released", lambda: gone(kube, "Topic", name))
+    operator.wait("invalid Topic released", lambda: gone(kube, "Topic", name))
 
 
 def test_topic_of_a_missing_cluster_is_released_after_bounded_retries(kube, operator, external):
     create(kube, "Topic", "orphan", {"clusterRef": {"name": "nowhere"}})
-    wait_for(operator, "ClusterNotFound condition",
-             lambda: condition(get(kube, "Topic", "orphan"), "Ready").get("reason") == "ClusterNotFound")
+    operator.wait("ClusterNotFound condition",
+                  lambda: condition(get(kube, "Topic", "orphan"), "Ready").get("reason") == "ClusterNotFound")
     delete(kube, "Topic", "orphan")
-    wait_for(operator, "finalizer released after bounded retries", lambda: gone(kube, "Topic", "orphan"))
+    operator.wait("finalizer released after bounded retries", lambda: gone(kube, "Topic", "orphan"))
     _, api = kube
     events = kubernetes.client.CoreV1Api(api).list_namespaced_event(NS).items
     released = [e for e in events if e.reason == "FinalizerReleased"
@@ -453,10 +459,10 @@ def test_consumer_group_is_created_on_the_broker_and_reports_lag(kube, operator,
         table = broker_json(cluster.broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         return table["subscriptionGroupTable"].get(group)
 
-    cfg = wait_for(operator, "group on the broker", on_broker)
+    cfg = operator.wait("group on the broker", on_broker)
     assert (cfg["retryMaxTimes"], cfg["consumeBroadcastEnable"]) == (5, False)
-    wait_for(operator, "ConsumerGroup Ready",
-             lambda: condition(get(kube, "ConsumerGroup", "op-group"), "Ready").get("status") == "True")
+    operator.wait("ConsumerGroup Ready",
+                  lambda: condition(get(kube, "ConsumerGroup", "op-group"), "Ready").get("status") == "True")
 
     with SyncProducer("op_lag_pg", cluster.namesrv_addr) as p:
         for i in range(5):
@@ -464,9 +470,9 @@ def test_consumer_group_is_created_on_the_broker_and_reports_lag(kube, operator,
     with SyncPullConsumer(group, cluster.namesrv_addr) as c:
         (mq,) = c.fetch_queues(topic)
         c.commit(mq, 2)
-    status = wait_for(operator, "lag of 3 in the status",
-                      lambda: (s := get(kube, "ConsumerGroup", "op-group").get("status", {})) and
-                      s.get("totalLag") == 3 and s)
+    status = operator.wait("lag of 3 in the status",
+                           lambda: (s := get(kube, "ConsumerGroup", "op-group").get("status", {})) and
+                           s.get("totalLag") == 3 and s)
     assert status["lag"] == [{"topic": topic, "lag": 3}]
     assert status["groupName"] == group
 
@@ -481,14 +487,14 @@ def test_managed_cluster_reconcile_creates_workloads(kube, operator):
     def names(items) -> set[str]:
         return {i.metadata.name for i in items if i.metadata.name.startswith("demo-")}
 
-    sts = wait_for(operator, "StatefulSets",
-                   lambda: len(x := names(apps.list_namespaced_stateful_set(NS).items)) >= 3 and x)
+    sts = operator.wait("StatefulSets",
+                        lambda: len(x := names(apps.list_namespaced_stateful_set(NS).items)) >= 3 and x)
     assert len(sts) == 3  # name servers + two broker groups
     assert len(names(core.list_namespaced_service(NS).items)) >= 3
     assert len(names(core.list_namespaced_config_map(NS).items)) >= 2
     assert len(names(policy.list_namespaced_pod_disruption_budget(NS).items)) >= 1
-    status = wait_for(operator, "Cluster status",
-                      lambda: get(kube, "Cluster", "demo").get("status", {}).get("nameServerAddress"))
+    status = operator.wait("Cluster status",
+                           lambda: get(kube, "Cluster", "demo").get("status", {}).get("nameServerAddress"))
     assert status.count(";") == 1  # two name servers
     one = apps.read_namespaced_stateful_set("demo-namesrv", NS)
     assert one.metadata.owner_references[0].kind == "Cluster"
@@ -504,25 +510,21 @@ def test_managed_cluster_gets_its_key_once(kube, operator):
     """Name-server write protection: the Cluster's key Secret (derived from the master key, owned by
     the Cluster), the name servers' --acl-file, the brokers' credentials; the Secret is created
     once and never patched, even when someone changes it."""
-    import base64  # noqa: PLC0415
-
-    from tidemq.operator import clusterkey  # noqa: PLC0415
-
     _, api = kube
     core, apps = kubernetes.client.CoreV1Api(api), kubernetes.client.AppsV1Api(api)
     create(kube, "Cluster", "keyed", {"nameServers": {"replicas": 1}, "brokers": {"groups": 1}})
-    secret = wait_for(operator, "the Cluster key Secret", lambda: core.read_namespaced_secret("keyed-namesrv-acl", NS))
+    secret = operator.wait("the Cluster key Secret", lambda: core.read_namespaced_secret("keyed-namesrv-acl", NS))
     data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
     assert (data["accessKey"], data["secretKey"]) == clusterkey.derive_credentials(operator.master_key, NS, "keyed")
     assert "admin: true" in data["plain_acl.yml"]
     assert secret.metadata.owner_references[0].kind == "Cluster"
-    wait_for(operator, "StatefulSets", lambda: apps.read_namespaced_stateful_set("keyed-broker-0", NS))
+    operator.wait("StatefulSets", lambda: apps.read_namespaced_stateful_set("keyed-broker-0", NS))
     ns_args = apps.read_namespaced_stateful_set("keyed-namesrv", NS).spec.template.spec.containers[0].args
     assert "--acl-file" in ns_args  # a new Cluster: protected from the start
     env = {e.name: e for e in apps.read_namespaced_stateful_set("keyed-broker-0", NS).spec.template.spec.containers[0].env}
     assert env["TIDEMQ_BROKER_NAMESRV_SECRET_KEY"].value_from.secret_key_ref.name == "keyed-namesrv-acl"
-    wait_for(operator, "status Enforced",
-             lambda: get(kube, "Cluster", "keyed").get("status", {}).get("nameServerWriteProtection") == "Enforced")
+    operator.wait("status Enforced",
+                  lambda: get(kube, "Cluster", "keyed").get("status", {}).get("nameServerWriteProtection") == "Enforced")
     core.patch_namespaced_secret("keyed-namesrv-acl", NS, {"data": {"secretKey": base64.b64encode(b"changed-by-a-person").decode()}})
     time.sleep(2.5)  # timer passes
     kept = core.read_namespaced_secret("keyed-namesrv-acl", NS).data["secretKey"]
@@ -556,15 +558,15 @@ def test_managed_cluster_rolls_one_statefulset_at_a_time(kube, operator):
         return condition(get(kube, "Cluster", "roll"), ctype)
 
     for name in sts:  # first install: everything at once
-        wait_for(operator, f"{name} created", lambda n=name: sts_image(apps, n) == "tidemq:1")
-    wait_for(operator, "Progressing while pods start",
-             lambda: cluster_cond("Progressing").get("status") == "True")
+        operator.wait(f"{name} created", lambda n=name: sts_image(apps, n) == "tidemq:1")
+    operator.wait("Progressing while pods start",
+                  lambda: cluster_cond("Progressing").get("status") == "True")
     assert cluster_cond("Ready")["status"] == "False"
 
     for name in sts:
         mark_ready(apps, name)
-    wait_for(operator, "Ready once every StatefulSet is ready",
-             lambda: cluster_cond("Ready").get("status") == "True")
+    operator.wait("Ready once every StatefulSet is ready",
+                  lambda: cluster_cond("Ready").get("status") == "True")
     status = get(kube, "Cluster", "roll")["status"]
     assert (status["readyNameServers"], status["readyBrokers"]) == (1, 2)
     assert cluster_cond("Progressing")["status"] == "False"
@@ -575,15 +577,15 @@ def test_managed_cluster_rolls_one_statefulset_at_a_time(kube, operator):
 
     # a broker pod that was ready is lost: Degraded, then healed
     mark_ready(apps, "roll-broker-1", ready=0)
-    wait_for(operator, "Degraded", lambda: cluster_cond("Degraded").get("status") == "True")
+    operator.wait("Degraded", lambda: cluster_cond("Degraded").get("status") == "True")
     assert cluster_cond("Ready")["status"] == "False"
     mark_ready(apps, "roll-broker-1")
-    wait_for(operator, "healed", lambda: cluster_cond("Degraded").get("status") == "False"
-             and cluster_cond("Ready").get("status") == "True")
+    operator.wait("healed", lambda: cluster_cond("Degraded").get("status") == "False"
+                  and cluster_cond("Ready").get("status") == "True")
 
     # an image change rolls name servers, then group 0, then group 1
     patch_spec(kube, "Cluster", "roll", {"image": "tidemq:2"})
-    wait_for(operator, "name servers patched first", lambda: sts_image(apps, "roll-namesrv") == "tidemq:2")
+    operator.wait("name servers patched first", lambda: sts_image(apps, "roll-namesrv") == "tidemq:2")
     time.sleep(2.5)  # two timer passes: the brokers wait for the name servers
     expect(operator, sts_image(apps, "roll-broker-0") == "tidemq:1", "group 0 waits for name servers")
     expect(operator, sts_image(apps, "roll-broker-1") == "tidemq:1", "group 1 waits")
@@ -591,16 +593,16 @@ def test_managed_cluster_rolls_one_statefulset_at_a_time(kube, operator):
     assert cluster_cond("Ready")["status"] == "False"
 
     mark_ready(apps, "roll-namesrv")
-    wait_for(operator, "group 0 patched", lambda: sts_image(apps, "roll-broker-0") == "tidemq:2")
+    operator.wait("group 0 patched", lambda: sts_image(apps, "roll-broker-0") == "tidemq:2")
     time.sleep(2.5)
     expect(operator, sts_image(apps, "roll-broker-1") == "tidemq:1", "group 1 waits for group 0")
 
     mark_ready(apps, "roll-broker-0")
-    wait_for(operator, "group 1 patched", lambda: sts_image(apps, "roll-broker-1") == "tidemq:2")
+    operator.wait("group 1 patched", lambda: sts_image(apps, "roll-broker-1") == "tidemq:2")
     mark_ready(apps, "roll-broker-1")
-    wait_for(operator, "Ready after the rollout",
-             lambda: cluster_cond("Ready").get("status") == "True"
-             and cluster_cond("Progressing").get("status") == "False")
+    operator.wait("Ready after the rollout",
+                  lambda: cluster_cond("Ready").get("status") == "True"
+                  and cluster_cond("Progressing").get("status") == "False")
     status = get(kube, "Cluster", "roll")["status"]
     assert status["observedGeneration"] == 2
     assert {b["version"] for b in status["brokers"]} == {"2"}
@@ -611,18 +613,18 @@ def test_immutable_change_is_reported_not_applied(kube, operator):
     apps = kubernetes.client.AppsV1Api(api)
     create(kube, "Cluster", "imm", {"nameServers": {"replicas": 1},
                                     "brokers": {"groups": 1, "storage": {"size": "10Gi"}}})
-    wait_for(operator, "broker StatefulSet", lambda: apps.read_namespaced_stateful_set("imm-broker-0", NS))
+    operator.wait("broker StatefulSet", lambda: apps.read_namespaced_stateful_set("imm-broker-0", NS))
     def ready() -> bool:  # keep playing the StatefulSet controller while waiting
         for name in ("imm-namesrv", "imm-broker-0"):
             mark_ready(apps, name)
         return condition(get(kube, "Cluster", "imm"), "Ready").get("status") == "True"
 
-    wait_for(operator, "Ready", ready)
+    operator.wait("Ready", ready)
     patch_spec(kube, "Cluster", "imm", {"brokers": {**get(kube, "Cluster", "imm")["spec"]["brokers"],
                                                     "storage": {"size": "20Gi"}}})
-    cond = wait_for(operator, "ImmutableFieldChange condition",
-                    lambda: (c := condition(get(kube, "Cluster", "imm"), "Ready")) and
-                    c.get("reason") == "ImmutableFieldChange" and c)
+    cond = operator.wait("ImmutableFieldChange condition",
+                         lambda: (c := condition(get(kube, "Cluster", "imm"), "Ready")) and
+                         c.get("reason") == "ImmutableFieldChange" and c)
     assert cond["status"] == "False" and "volumeClaimTemplates" in cond["message"]
     vct = apps.read_namespaced_stateful_set("imm-broker-0", NS).spec.volume_claim_templates[0]
     assert vct.spec.resources.requests["storage"] == "10Gi"  # not patched
@@ -647,8 +649,6 @@ def test_rbac_grants_exactly_what_the_operator_used(request):
     while this module ran (plus the finalizer update implied by blockOwnerDeletion, and the
     documented UNRECORDED_BUT_NEEDED). The operator here runs --all-namespaces, so its requests are
     cluster-wide; the chart grants the same (group, resource, verb) in a Role per watched namespace."""
-    from tests.charts.test_chart import render  # noqa: PLC0415
-
     module_tests = {n for n, f in globals().items() if n.startswith("test_") and callable(f)}
     ran = {i.originalname for i in request.session.items if i.path == request.node.path}
     objs = render(request.getfixturevalue("helm_python"), request.getfixturevalue("kubeconfig"), "rbac", {})

@@ -7,14 +7,19 @@ tests/operator/test_operator_integration.py (it needs the operator running again
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 yaml = pytest.importorskip("yaml")
 
+from tests.charts import test_chart  # noqa: E402
 from tests.charts.test_chart import helm_python, kubeconfig  # noqa: E402,F401 (fixtures, for Helm rendering)
-from tidemq.operator import workloads  # noqa: E402
+from tidemq.cli.operator import operator_cmd  # noqa: E402
+from tidemq.cli.servers import broker_cmd, namesrv_cmd  # noqa: E402
+from tidemq.operator import crds, workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
@@ -68,8 +73,6 @@ def test_check_pod_has_teeth():
         lambda p: p["containers"][0]["securityContext"]["capabilities"].__setitem__("drop", []),
         lambda p: p["securityContext"].pop("seccompProfile"),
     ):
-        import copy
-
         bad = copy.deepcopy(pod)
         breaker(bad)
         with pytest.raises(AssertionError):
@@ -98,11 +101,6 @@ def _container(sts: dict) -> dict:
 
 
 def test_tls_spec_mounts_the_secret_and_passes_the_flags():
-    from click.testing import CliRunner  # noqa: PLC0415
-
-    from tidemq.cli.servers import broker_cmd, namesrv_cmd  # noqa: PLC0415
-    from tidemq.operator import crds  # noqa: PLC0415
-
     cluster = example_cluster(tls={"mode": "enforcing", "secretName": "demo-tls", "metrics": True})
     assert crds.admit({**cluster, "apiVersion": "tidemq.io/v1alpha1", "kind": "Cluster"})[1] == []
     sts = [o for o in workloads.desired_objects(cluster) if o["kind"] == "StatefulSet"]
@@ -141,8 +139,6 @@ def test_tls_spec_mounts_the_secret_and_passes_the_flags():
     ({"mode": "strict", "secretName": "s"}, False),  # unknown mode: refused, never a fallback
 ])
 def test_tls_spec_is_validated_by_the_crd(tls, ok):
-    from tidemq.operator import crds  # noqa: PLC0415
-
     cluster = example_cluster(tls=tls)
     problems = crds.admit({**cluster, "apiVersion": "tidemq.io/v1alpha1", "kind": "Cluster"})[1]
     assert (problems == []) is ok, problems
@@ -153,7 +149,6 @@ def test_chart_rendered_by_helm_hardens_the_operator_and_wires_tls(request):
     HTTPS metrics): the operator pod is hardened, keeps its API token, and gets only ca.crt of the
     TLS Secret; the Cluster carries spec.tls; the PodMonitor scrapes over verified HTTPS."""
     pytest.importorskip("kmock")
-    from tests.charts import test_chart  # noqa: PLC0415
 
     helm = request.getfixturevalue("helm_python")
     kube = request.getfixturevalue("kubeconfig")
@@ -165,10 +160,6 @@ def test_chart_rendered_by_helm_hardens_the_operator_and_wires_tls(request):
     check_pod("operator Deployment", pod, needs_api=True)
     container = pod["containers"][0]
     assert "--tls-ca-file=/etc/tidemq-tls/ca.crt" in container["args"]
-    from click.testing import CliRunner  # noqa: PLC0415
-
-    from tidemq.cli.operator import operator_cmd  # noqa: PLC0415
-
     parsed = CliRunner().invoke(operator_cmd, container["args"][1:] + ["--help"])  # every flag exists
     assert parsed.exit_code == 0, parsed.output
     tls_volume = next(v for v in pod["volumes"] if v["name"] == "tls-ca")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tidemq.cli.config import load_config_file
+from tidemq.cli.servers import broker_cmd
 from tidemq.errors import ConfigError
 from tidemq.operator import workloads as w
 
@@ -197,8 +198,6 @@ def test_broker_config_file_is_read_by_the_cli(objs, tmp_path):
 def test_connection_limits_in_spec_brokers_config_reach_the_broker(tmp_path):
     """RocketMQ's keys and our option names both work in spec.brokers.config (the chart's
     cluster.brokers.config): the broker command the operator renders reads them from broker.conf."""
-    from tidemq.cli.servers import broker_cmd
-
     c = _cluster()
     c["spec"]["brokers"]["config"] = {"serverChannelMaxIdleTimeSeconds": "60", "waitTimeMillsInSendQueue": "200",
                                       "max-connections": "2048", "max-buffered-bytes": "67108864"}
@@ -211,8 +210,6 @@ def test_connection_limits_in_spec_brokers_config_reach_the_broker(tmp_path):
 
 
 def test_broker_command_line_is_accepted_by_the_cli(objs, tmp_path):
-    from tidemq.cli.servers import broker_cmd
-
     sts = _by(objs, "StatefulSet", "demo-broker-0")
     cm = _by(objs, "ConfigMap", "demo-broker-0-config")
     conf = tmp_path / "broker.conf"
