@@ -8,12 +8,18 @@ import threading
 
 import pytest
 
-from tests.client.push.helpers import cfg, create_topic, run, send, wait_until
+from tests.client.push.helpers import cfg, send
 from tests.procs import Cluster
+from tests.support.topics import create_topic
+from tests.support.waiting import wait_until
 from tidemq.client import PullConsumer
 from tidemq.client.pull import PullStatus
 from tidemq.client.push import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus, PushConsumer
 from tidemq.message import MessageExt, Prop
+
+
+# A bound per test body (the shared cluster's start is not counted): a stuck consumer fails the test.
+pytestmark = pytest.mark.timeout(40, func_only=True)
 
 FAST_LEVELS = " ".join(["200ms"] * 18)
 
@@ -62,86 +68,77 @@ async def dlq_messages(cluster, group: str) -> list[MessageExt]:
         return out
 
 
-def test_failing_three_times_then_succeeding_sees_reconsume_times_0_to_3(fast_cluster):
+async def test_failing_three_times_then_succeeding_sees_reconsume_times_0_to_3(fast_cluster):
     topic, group = "PushRetry", "push-retry-cg"
 
-    async def main():
-        await create_topic(fast_cluster, topic, 2)
-        flaky = Flaky(3)
-        c = PushConsumer(group, config=cfg(fast_cluster, "rt"), rebalance_interval=1.0)
-        c.subscribe(topic, "TagR")
-        c.register_listener(flaky)
-        async with c:
-            [sent] = await send(fast_cluster, topic, [b"retry-me"], tags="TagR", keys="k1")
-            await wait_until(lambda: len(flaky.seen) >= 4, 15, "four deliveries")
-            await asyncio.sleep(0.8)  # nothing more after the success
-        assert [m.reconsume_times for m in flaky.seen] == [0, 1, 2, 3]
-        assert all(m.topic == topic for m in flaky.seen)  # real topic restored
-        assert {m.msg_id for m in flaky.seen} == {sent.msg_id}
-        assert all(m.body == b"retry-me" and m.tags == "TagR" for m in flaky.seen)
-        # the broker records the first incarnation's offset id (Java's broker does the same)
-        origin = [m.properties.get(Prop.ORIGIN_MESSAGE_ID) for m in flaky.seen[1:]]
-        assert origin == [sent.offset_msg_id] * 3
-        assert c.send_back.sent_back == 3 and c.send_back.resent == 0
-
-    run(main)
+    await create_topic(fast_cluster, topic, 2)
+    flaky = Flaky(3)
+    c = PushConsumer(group, config=cfg(fast_cluster, "rt"), rebalance_interval=1.0)
+    c.subscribe(topic, "TagR")
+    c.register_listener(flaky)
+    async with c:
+        [sent] = await send(fast_cluster, topic, [b"retry-me"], tags="TagR", keys="k1")
+        await wait_until(lambda: len(flaky.seen) >= 4, "four deliveries", timeout=15)
+        await asyncio.sleep(0.8)  # nothing more after the success
+    assert [m.reconsume_times for m in flaky.seen] == [0, 1, 2, 3]
+    assert all(m.topic == topic for m in flaky.seen)  # real topic restored
+    assert {m.msg_id for m in flaky.seen} == {sent.msg_id}
+    assert all(m.body == b"retry-me" and m.tags == "TagR" for m in flaky.seen)
+    # the broker records the first incarnation's offset id (Java's broker does the same)
+    origin = [m.properties.get(Prop.ORIGIN_MESSAGE_ID) for m in flaky.seen[1:]]
+    assert origin == [sent.offset_msg_id] * 3
+    assert c.send_back.sent_back == 3 and c.send_back.resent == 0
 
 
-def test_always_failing_message_ends_in_the_dlq(fast_cluster):
+async def test_always_failing_message_ends_in_the_dlq(fast_cluster):
     topic, group = "PushDlq", "push-dlq-cg"
 
-    async def main():
-        await create_topic(fast_cluster, topic, 1)
-        flaky = Flaky(None)
-        c = PushConsumer(group, config=cfg(fast_cluster, "dq"), max_reconsume_times=2,
-                         rebalance_interval=1.0)
-        c.subscribe(topic)
-        c.register_listener(flaky)
-        async with c:
-            [sent] = await send(fast_cluster, topic, [b"poison"])
-            await wait_until(lambda: len(flaky.seen) >= 3, 15, "three deliveries")
-            dead: list[MessageExt] = []
+    await create_topic(fast_cluster, topic, 1)
+    flaky = Flaky(None)
+    c = PushConsumer(group, config=cfg(fast_cluster, "dq"), max_reconsume_times=2,
+                     rebalance_interval=1.0)
+    c.subscribe(topic)
+    c.register_listener(flaky)
+    async with c:
+        [sent] = await send(fast_cluster, topic, [b"poison"])
+        await wait_until(lambda: len(flaky.seen) >= 3, "three deliveries", timeout=15)
+        dead: list[MessageExt] = []
 
-            async def in_dlq():
-                dead[:] = await dlq_messages(fast_cluster, group)
-                return dead
+        async def in_dlq():
+            dead[:] = await dlq_messages(fast_cluster, group)
+            return dead
 
-            deadline = asyncio.get_running_loop().time() + 10
-            while not await in_dlq():
-                assert asyncio.get_running_loop().time() < deadline, "nothing in the DLQ"
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(0.6)
-        assert [m.reconsume_times for m in flaky.seen] == [0, 1, 2]
-        assert len(dead) == 1 and dead[0].body == b"poison" and dead[0].msg_id == sent.msg_id
-
-    run(main)
-
-
-def test_orderly_consumer_parks_a_poison_message_in_the_dlq(fast_cluster):
-    topic, group = "PushOrderlyDlq", "push-odlq-cg"
-
-    async def main():
-        await create_topic(fast_cluster, topic, 1)
-        calls = []
-
-        def listener(msgs):
-            calls.append((msgs[0].body, msgs[0].reconsume_times))
-            if msgs[0].body == b"poison":
-                return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-            return ConsumeOrderlyStatus.SUCCESS
-
-        c = PushConsumer(group, config=cfg(fast_cluster, "od"), orderly=True, max_reconsume_times=1)
-        c.subscribe(topic)
-        c.register_listener(listener)
-        async with c:
-            await send(fast_cluster, topic, [b"poison", b"after"])
-            await wait_until(lambda: (b"after", 0) in calls, 10, "the message after the poison")
-        assert calls == [(b"poison", 0), (b"poison", 1), (b"after", 0)]
-        # the DLQ topic reaches the name server's routes with the broker's next registration
         deadline = asyncio.get_running_loop().time() + 10
-        while not (dead := await dlq_messages(fast_cluster, group)):
+        while not await in_dlq():
             assert asyncio.get_running_loop().time() < deadline, "nothing in the DLQ"
             await asyncio.sleep(0.2)
-        assert [m.body for m in dead] == [b"poison"]
+        await asyncio.sleep(0.6)
+    assert [m.reconsume_times for m in flaky.seen] == [0, 1, 2]
+    assert len(dead) == 1 and dead[0].body == b"poison" and dead[0].msg_id == sent.msg_id
 
-    run(main)
+
+async def test_orderly_consumer_parks_a_poison_message_in_the_dlq(fast_cluster):
+    topic, group = "PushOrderlyDlq", "push-odlq-cg"
+
+    await create_topic(fast_cluster, topic, 1)
+    calls = []
+
+    def listener(msgs):
+        calls.append((msgs[0].body, msgs[0].reconsume_times))
+        if msgs[0].body == b"poison":
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = PushConsumer(group, config=cfg(fast_cluster, "od"), orderly=True, max_reconsume_times=1)
+    c.subscribe(topic)
+    c.register_listener(listener)
+    async with c:
+        await send(fast_cluster, topic, [b"poison", b"after"])
+        await wait_until(lambda: (b"after", 0) in calls, "the message after the poison", timeout=10)
+    assert calls == [(b"poison", 0), (b"poison", 1), (b"after", 0)]
+    # the DLQ topic reaches the name server's routes with the broker's next registration
+    deadline = asyncio.get_running_loop().time() + 10
+    while not (dead := await dlq_messages(fast_cluster, group)):
+        assert asyncio.get_running_loop().time() < deadline, "nothing in the DLQ"
+        await asyncio.sleep(0.2)
+    assert [m.body for m in dead] == [b"poison"]
