@@ -49,7 +49,7 @@ from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.reply import ConnectedRequesters, ReplyProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.processors.sendback import SendBackProcessor
-from tidemq.broker.processors.transaction import EndTransactionProcessor
+from tidemq.broker.processors.transaction import EndTransactionProcessor, ask_transaction_state
 from tidemq.broker.quota import CreationQuota
 from tidemq.broker.register import NamesrvRegistrar
 from tidemq.broker.schedule import ScheduleMessageService
@@ -103,7 +103,8 @@ class Broker:
             self.store_host, root / "config" / "transactionProgress.json", clock,
         )
         self.tx_checker = TransactionChecker(
-            self.transactions, lambda g: [ch.conn for ch in self.clients.producers.get(g, {}).values()]
+            self.transactions, lambda g: [ch.conn for ch in self.clients.producers.get(g, {}).values()],
+            ask_transaction_state,
         )
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
             config.idle_timeout, config.max_connections, config.max_buffered_bytes,

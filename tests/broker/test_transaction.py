@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidemq.broker.processors.transaction import ask_transaction_state, check_request
 from tidemq.broker.store.store import PutRequest
 from tidemq.broker.transaction.book import CheckPolicy, OpBook, Verdict, judge
 from tidemq.broker.transaction.checker import TransactionChecker
@@ -26,7 +27,7 @@ from tidemq.broker.transaction.half import (
     PROP_ROOT_OFFSET,
     EndType,
     HalfInfo,
-    check_request,
+    check_record,
     half_info,
     is_transactional,
     parse_op_body,
@@ -157,7 +158,7 @@ class Rig:
         self.svc.load()
         self.svc.rebuild()
         self.producers: dict[str, list[FakeConn]] = producers if producers is not None else {}
-        self.checker = TransactionChecker(self.svc, lambda g: list(self.producers.get(g, [])))
+        self.checker = TransactionChecker(self.svc, lambda g: list(self.producers.get(g, [])), ask_transaction_state)
 
     def half(self, **props: str):
         r = self.svc.prepare(send_req(**props))
@@ -373,7 +374,10 @@ def test_check_request_body_round_trips_a_compressed_half(tmp_path):
     req.sys_flag |= SysFlag.COMPRESSED
     r = rig.svc.prepare(req)
     half = decode_record(rig.store.read_record(r.physical_offset))
-    cmd = check_request(half)
+    cmd = check_request(half, check_record(half))
+    assert (cmd.code, cmd.is_oneway) == (RequestCode.CHECK_TRANSACTION_STATE, True)
+    assert cmd.ext_fields["commitLogOffset"] == str(half.commit_log_offset)
+    assert cmd.ext_fields["msgId"] == cmd.ext_fields["transactionId"] == half.properties["UNIQ_KEY"]
     back = decode_record(cmd.body_bytes())
     assert back.sys_flag & SysFlag.COMPRESSED and back.body == b"zz" and back.body_crc == half.body_crc
     assert back.store_host == "127.0.0.1:10911" and back.born_host == "10.0.0.2:4000"

@@ -1,5 +1,6 @@
-"""Remoting adapter of END_TRANSACTION (37): a producer's commit or rollback of a half message
-(usually oneway).
+"""Remoting adapter of the transaction family: END_TRANSACTION (37), a producer's commit or
+rollback of a half message (usually oneway), and the broker's CHECK_TRANSACTION_STATE (39)
+check-backs to producers (:func:`ask_transaction_state`, the checker's ``ask``).
 
 Decodes the header (tidemq.remoting.headers.transaction) and calls
 :class:`tidemq.broker.messaging.transaction.EndTransactionService`. A sync request is answered
@@ -14,6 +15,7 @@ from collections.abc import Awaitable
 from tidemq.broker.messaging.transaction import EndTransaction, EndTransactionService
 from tidemq.broker.processors.common import Callers
 from tidemq.errors import BrokerError
+from tidemq.message import MessageExt, Prop
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.transaction import decode_end_transaction_header
 
@@ -43,3 +45,22 @@ async def _answer_when_durable(cmd: RemotingCommand, durable: Awaitable[bool]) -
     if await durable:
         return cmd.response(ResponseCode.SUCCESS)
     return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the committed message is stored")
+
+
+def check_request(half: MessageExt, record: bytes) -> RemotingCommand:
+    """CHECK_TRANSACTION_STATE (oneway) about a half record: the header names the transaction, the
+    body is ``record``, the message as the producer sent it (tidemq.broker.transaction.half.check_record)."""
+    uniq = half.properties.get(Prop.UNIQ_KEY, "")
+    header = {
+        "tranStateTableOffset": half.queue_offset,
+        "commitLogOffset": half.commit_log_offset,
+        "msgId": uniq,
+        "transactionId": uniq,
+        "offsetMsgId": half.offset_msg_id,
+    }
+    return RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header, record, oneway=True)
+
+
+def ask_transaction_state(conn: Connection, half: MessageExt, record: bytes) -> None:
+    """The transaction checker's ``ask`` over remoting; RemotingError when the connection cannot take it."""
+    conn.invoke_oneway(check_request(half, record))

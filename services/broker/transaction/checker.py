@@ -1,6 +1,7 @@
 """The check-back service: every ``check_interval`` it walks the half queue from its progress
 offset and asks a producer of the group about each transaction that is still open after
-``timeout`` (CHECK_TRANSACTION_STATE, oneway).
+``timeout`` (remoting: CHECK_TRANSACTION_STATE, oneway; the front-end serving the producer's
+connection provides the ``ask``).
 
 One round (``check_once``) looks only at half records that existed when it began (copies it
 appends wait for a later round). For each record (see ``book.judge``): resolved ones are passed;
@@ -22,13 +23,14 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from tidemq.broker.store.store import GetStatus
 from tidemq.broker.transaction.book import CheckPolicy, Verdict, judge
 from tidemq.broker.transaction.half import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
-    check_request,
+    check_record,
     half_info,
     root_of,
     to_copy,
@@ -37,15 +39,25 @@ from tidemq.broker.transaction.half import (
 from tidemq.broker.transaction.service import TransactionService
 from tidemq.errors import CodecError, RemotingError
 from tidemq.message import MessageExt, Prop, decode_record
-from tidemq.remoting import Connection
 
 log = logging.getLogger(__name__)
 
 BATCH = 32
 MAX_READ_BYTES = 1 << 20
 
-# Live connections of the producers of a group.
-ProducerLookup = Callable[[str], list[Connection]]
+
+
+class ProducerConnection(Protocol):
+    """What the checker needs of a producer's connection (the front-end's own type)."""
+
+    @property
+    def peer(self) -> str: ...  # "host:port", for logs
+
+    @property
+    def is_open(self) -> bool: ...
+
+
+P = TypeVar("P", bound=ProducerConnection)
 
 
 @dataclass(slots=True)
@@ -57,11 +69,15 @@ class RoundStats:
     no_producer: int = 0
 
 
-class TransactionChecker:
-    def __init__(self, service: TransactionService, producers: ProducerLookup,
-                 rng: random.Random | None = None) -> None:
+class TransactionChecker(Generic[P]):
+    def __init__(self, service: TransactionService, producers: Callable[[str], list[P]],
+                 ask: Callable[[P, MessageExt, bytes], None], rng: random.Random | None = None) -> None:
         self.service = service
-        self.producers = producers
+        self.producers = producers  # the connections of a group's producers
+        # Asks one producer about a half message (a re-appended copy, and the record to show:
+        # half.check_record); raises RemotingError when that connection cannot take it, and the
+        # next one is tried.
+        self.ask = ask
         self.rng = rng or random.Random()
         cfg = service.config
         self.policy = CheckPolicy(
@@ -182,12 +198,12 @@ class TransactionChecker:
                     msg.properties.get(Prop.PGROUP), msg.properties.get(Prop.REAL_TOPIC), check_times)
         return None
 
-    def _send_check(self, copy: MessageExt, conns: list[Connection], group: str) -> bool:
-        cmd = check_request(copy)
+    def _send_check(self, copy: MessageExt, conns: list[P], group: str) -> bool:
+        record = check_record(copy)
         self.rng.shuffle(conns)
         for conn in conns:
             try:
-                conn.invoke_oneway(cmd)
+                self.ask(conn, copy, record)
             except RemotingError as exc:
                 log.debug("check of %s to %s failed: %s", group, conn.peer, exc)
                 continue

@@ -1,5 +1,5 @@
 """Pure conversions between a transactional send, its half message, the committed message, op
-records and the CHECK_TRANSACTION_STATE request (PROTOCOL-REFERENCE 6.9). No I/O, no clock.
+records and the record a check-back shows the producer (PROTOCOL-REFERENCE 6.9). No I/O, no clock.
 
 Invariants:
 - A half message lives in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with transaction type NOT (so the
@@ -34,7 +34,6 @@ from tidemq.message import (
     pack_host,
     split_host,
 )
-from tidemq.remoting import RemotingCommand, RequestCode
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -198,14 +197,13 @@ def parse_op_body(body: bytes) -> int | None:
     return value if value >= 0 else None
 
 
-def check_request(half: MessageExt) -> RemotingCommand:
-    """CHECK_TRANSACTION_STATE (oneway) for a half record: the body is the record with its real
-    topic and queue restored, so the producer sees the message it sent."""
+def check_record(half: MessageExt) -> bytes:
+    """The stored record a check-back carries for a half record: its real topic and queue
+    restored, so the producer sees the message it sent."""
     props = half.properties
-    uniq = props.get(Prop.UNIQ_KEY, "")
     born_host, born_port = split_host(half.born_host)
     store_host, store_port = split_host(half.store_host)
-    body = encode_record(
+    return encode_record(
         topic=props.get(Prop.REAL_TOPIC, half.topic).encode("utf-8"),
         body=half.body,
         properties=encode_properties(props).encode("utf-8"),
@@ -224,11 +222,3 @@ def check_request(half: MessageExt) -> RemotingCommand:
         prepared_transaction_offset=half.prepared_transaction_offset,
         crc=half.body_crc,
     )
-    header = {
-        "tranStateTableOffset": half.queue_offset,
-        "commitLogOffset": half.commit_log_offset,
-        "msgId": uniq,
-        "transactionId": uniq,
-        "offsetMsgId": half.offset_msg_id,
-    }
-    return RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header, body, oneway=True)
