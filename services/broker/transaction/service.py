@@ -42,7 +42,7 @@ from tidemq.broker.transaction.half import (
 )
 from tidemq.errors import BrokerError, CodecError, ConfigError
 from tidemq.message import MessageExt, Prop, decode_record
-from tidemq.remoting import ResponseCode
+from tidemq.remoting.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 
