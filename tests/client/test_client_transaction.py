@@ -13,18 +13,20 @@ import pytest
 
 from tests.procs import Cluster
 from tidemq.client import (
-    Admin,
     ClientConfig,
     LocalTransactionState,
     PullConsumer,
     SyncTransactionProducer,
     TransactionProducer,
+    TransactionSendResult,
 )
 from tidemq.client.pull import PullStatus
 from tidemq.client.send import SendStatus
 from tidemq.client.transaction import build_end_transaction, coerce_state
 from tidemq.errors import ClientError
 from tidemq.message import Message, MessageExt, decode_offset_msg_id
+from tests.support.topics import create_topic
+from tests.support.waiting import wait_until
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
@@ -41,8 +43,8 @@ SETTLE = PATIENT_TIMEOUT + 1.0  # past timeout + check interval, with slack
 QUEUES = 2
 
 
-def run(coro_fn, timeout: float = 30):
-    asyncio.run(asyncio.wait_for(coro_fn(), timeout))
+# A bound per test body (the module's clusters' start is not counted).
+pytestmark = pytest.mark.timeout(30, func_only=True)
 
 
 def _start(root, args: list[str] = TX_ARGS, **kw) -> Cluster:
@@ -79,21 +81,6 @@ def cfg(c: Cluster, instance: str = "DEFAULT", **kw) -> ClientConfig:
     return ClientConfig(name_servers=c.namesrv_addr, instance_name=instance, **kw)
 
 
-async def create_topic(c: Cluster, topic: str) -> None:
-    async with Admin(c.namesrv_addr) as admin:
-        await admin.create_topic(topic, QUEUES, QUEUES, cluster=c.cluster_name)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                route = await admin.topic_route(topic)
-                if len(route.publish_queues(topic)) == QUEUES:
-                    return
-            except Exception:
-                pass
-            assert time.monotonic() < deadline, "topic never routed"
-            await asyncio.sleep(0.05)
-
-
 async def visible(c: Cluster, topic: str) -> list[MessageExt]:
     """Every message a consumer of ``topic`` can pull now."""
     out: list[MessageExt] = []
@@ -107,15 +94,6 @@ async def visible(c: Cluster, topic: str) -> list[MessageExt]:
                 out.extend(r.messages)
                 offset = r.next_begin_offset
     return out
-
-
-async def eventually(fn, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await fn()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.1)
 
 
 class Listener:
@@ -140,156 +118,153 @@ class Listener:
         return self.check
 
 
-def test_commit_is_visible_exactly_once_with_the_producers_ids(txp):
+async def test_commit_is_visible_exactly_once_with_the_producers_ids(txp):
     txc = txp
     topic, group = names()
 
-    async def main():
-        await create_topic(txc, topic)
-        listener = Listener(COMMIT)
-        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
-            msg = Message(topic, b"order-1", tags="TagT", keys=["k1", "k2"], properties={"p": "v"})
-            res = await p.send_message_in_transaction(msg, arg={"n": 1})
-            assert res.status is SendStatus.SEND_OK and res.local_state is COMMIT
-            [(seen, arg)] = listener.executed
-            assert arg == {"n": 1}
-            assert seen.properties["UNIQ_KEY"] == res.transaction_id == res.msg_id
-            assert seen.properties["TRAN_MSG"] == "true" and seen.properties["PGROUP"] == group
-            assert "UNIQ_KEY" not in msg.properties  # the caller's message is left alone
-            got = await eventually(lambda: visible(txc, topic))
-            await asyncio.sleep(SETTLE)  # past timeout + interval: no check, no second copy
-            again = await visible(txc, topic)
-            assert listener.checked == [] and p.checks_answered == 0
-        assert len(got) == 1 and len(again) == 1
-        m = again[0]
-        assert (m.body, m.tags, m.keys, m.properties["p"]) == (b"order-1", "TagT", ["k1", "k2"], "v")
-        assert m.msg_id == res.transaction_id
-        assert m.queue_id == res.message_queue.queue_id
-        assert m.sys_flag & 0xC == 0x8
-        assert m.prepared_transaction_offset == decode_offset_msg_id(res.offset_msg_id)[1]
-        assert not {"TRAN_MSG", "REAL_TOPIC", "REAL_QID"} & set(m.properties)
-    run(main)
+    await create_topic(txc, topic, QUEUES)
+    listener = Listener(COMMIT)
+    async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+        msg = Message(topic, b"order-1", tags="TagT", keys=["k1", "k2"], properties={"p": "v"})
+        res = await p.send_message_in_transaction(msg, arg={"n": 1})
+        assert res.status is SendStatus.SEND_OK and res.local_state is COMMIT
+        [(seen, arg)] = listener.executed
+        assert arg == {"n": 1}
+        assert seen.properties["UNIQ_KEY"] == res.transaction_id == res.msg_id
+        assert seen.properties["TRAN_MSG"] == "true" and seen.properties["PGROUP"] == group
+        assert "UNIQ_KEY" not in msg.properties  # the caller's message is left alone
+        got = await wait_until(lambda: visible(txc, topic), f"the committed message in {topic}")
+        await asyncio.sleep(SETTLE)  # past timeout + interval: no check, no second copy
+        again = await visible(txc, topic)
+        assert listener.checked == [] and p.checks_answered == 0
+    assert len(got) == 1 and len(again) == 1
+    m = again[0]
+    assert (m.body, m.tags, m.keys, m.properties["p"]) == (b"order-1", "TagT", ["k1", "k2"], "v")
+    assert m.msg_id == res.transaction_id
+    assert m.queue_id == res.message_queue.queue_id
+    assert m.sys_flag & 0xC == 0x8
+    assert m.prepared_transaction_offset == decode_offset_msg_id(res.offset_msg_id)[1]
+    assert not {"TRAN_MSG", "REAL_TOPIC", "REAL_QID"} & set(m.properties)
 
 
-def test_rollback_is_never_visible(txp):
+async def test_rollback_is_never_visible(txp):
     txc = txp
     topic, group = names()
 
-    async def main():
-        await create_topic(txc, topic)
-        listener = Listener(ROLLBACK, check=COMMIT)
-        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
-            res = await p.send_message_in_transaction(Message(topic, b"nope"))
-            assert res.local_state is ROLLBACK
-            await asyncio.sleep(SETTLE)
-            assert await visible(txc, topic) == []
-            assert listener.checked == []  # resolved: never asked
-    run(main)
+    await create_topic(txc, topic, QUEUES)
+    listener = Listener(ROLLBACK, check=COMMIT)
+    async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+        res = await p.send_message_in_transaction(Message(topic, b"nope"))
+        assert res.local_state is ROLLBACK
+        await asyncio.sleep(SETTLE)
+        assert await visible(txc, topic) == []
+        assert listener.checked == []  # resolved: never asked
 
 
 @pytest.mark.parametrize("answer", [COMMIT, ROLLBACK])
-def test_unknown_state_is_checked_back_and_the_answer_decides(txp, answer):
+async def test_unknown_state_is_checked_back_and_the_answer_decides(txp, answer):
     txc = txp
     topic, group = names()
 
-    async def main():
-        await create_topic(txc, topic)
-        listener = Listener(UNKNOW, check=answer)
-        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
-            res = await p.send_message_in_transaction(Message(topic, b"maybe", tags="TagU", keys="ku"))
-            assert res.local_state is UNKNOW
-            assert await visible(txc, topic) == []  # the half message is invisible
-            assert await eventually(lambda: asyncio.sleep(0, listener.checked))
-            await eventually(lambda: asyncio.sleep(0, p.checks_answered))
-            checked = listener.checked[0]
-            assert (checked.topic, checked.body, checked.msg_id) == (topic, b"maybe", res.transaction_id)
-            assert checked.queue_id == res.message_queue.queue_id and checked.tags == "TagU"
-            assert "MainThread" not in listener.check_threads  # a plain function runs off the loop
-            if answer is COMMIT:
-                got = await eventually(lambda: visible(txc, topic))
-                assert [m.msg_id for m in got] == [res.transaction_id] and got[0].keys == ["ku"]
-            await asyncio.sleep(SETTLE)  # an unresolved copy would be checked again by now
-            final = await visible(txc, topic)
-            assert len(listener.checked) == 1  # resolved by the answer: not asked again
-        assert len(final) == (1 if answer is COMMIT else 0)
-    run(main)
+    await create_topic(txc, topic, QUEUES)
+    listener = Listener(UNKNOW, check=answer)
+    async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+        res = await p.send_message_in_transaction(Message(topic, b"maybe", tags="TagU", keys="ku"))
+        assert res.local_state is UNKNOW
+        assert await visible(txc, topic) == []  # the half message is invisible
+        await wait_until(lambda: listener.checked, "the broker to check the transaction back")
+        await wait_until(lambda: p.checks_answered, "the producer to answer the check")
+        checked = listener.checked[0]
+        assert (checked.topic, checked.body, checked.msg_id) == (topic, b"maybe", res.transaction_id)
+        assert checked.queue_id == res.message_queue.queue_id and checked.tags == "TagU"
+        assert "MainThread" not in listener.check_threads  # a plain function runs off the loop
+        if answer is COMMIT:
+            got = await wait_until(lambda: visible(txc, topic),
+                                   f"the message the check committed in {topic}")
+            assert [m.msg_id for m in got] == [res.transaction_id] and got[0].keys == ["ku"]
+        await asyncio.sleep(SETTLE)  # an unresolved copy would be checked again by now
+        final = await visible(txc, topic)
+        assert len(listener.checked) == 1  # resolved by the answer: not asked again
+    assert len(final) == (1 if answer is COMMIT else 0)
 
 
-def test_another_producer_of_the_group_answers_for_a_crashed_one(txp):
+async def test_another_producer_of_the_group_answers_for_a_crashed_one(txp):
     txc = txp  # p1 must be gone before the first check, however slow its close
     topic, group = names()
 
-    async def main():
-        await create_topic(txc, topic)
-        first = Listener(UNKNOW, check=ROLLBACK)
-        p1 = TransactionProducer(group, first, config=cfg(txc, "p1"))
-        await p1.start()
-        res = await p1.send_message_in_transaction(Message(topic, b"orphan"))
-        assert res.local_state is UNKNOW
-        await p1.close()  # gone without finishing the transaction
-        second = Listener(UNKNOW, check=COMMIT)
-        async with TransactionProducer(group, second, config=cfg(txc, "p2"), topics=[topic]):
-            got = await eventually(lambda: visible(txc, topic))
-        assert [m.msg_id for m in got] == [res.transaction_id]
-        assert first.checked == [] and [m.msg_id for m in second.checked] == [res.transaction_id]
-    run(main)
+    await create_topic(txc, topic, QUEUES)
+    first = Listener(UNKNOW, check=ROLLBACK)
+    p1 = TransactionProducer(group, first, config=cfg(txc, "p1"))
+    await p1.start()
+    res = await p1.send_message_in_transaction(Message(topic, b"orphan"))
+    assert res.local_state is UNKNOW
+    await p1.close()  # gone without finishing the transaction
+    second = Listener(UNKNOW, check=COMMIT)
+    async with TransactionProducer(group, second, config=cfg(txc, "p2"), topics=[topic]):
+        got = await wait_until(lambda: visible(txc, topic),
+                               f"the message the second producer committed in {topic}")
+    assert [m.msg_id for m in got] == [res.transaction_id]
+    assert first.checked == [] and [m.msg_id for m in second.checked] == [res.transaction_id]
 
 
-def test_after_check_max_unknown_answers_the_half_is_discarded(txc):
+async def test_after_check_max_unknown_answers_the_half_is_discarded(txc):
     topic, group = names()
 
-    async def main():
-        await create_topic(txc, topic)
-        listener = Listener(UNKNOW, check=UNKNOW)
-        async with TransactionProducer(group, listener, config=cfg(txc)) as p:
-            await p.send_message_in_transaction(Message(topic, b"never"))
-            assert await eventually(lambda: asyncio.sleep(0, len(listener.checked) >= 3))
-            await asyncio.sleep(1.5)  # a further round would ask a 4th time
-            assert len(listener.checked) == 3
-            assert await visible(txc, topic) == []
-    run(main)
+    await create_topic(txc, topic, QUEUES)
+    listener = Listener(UNKNOW, check=UNKNOW)
+    async with TransactionProducer(group, listener, config=cfg(txc)) as p:
+        await p.send_message_in_transaction(Message(topic, b"never"))
+        await wait_until(lambda: len(listener.checked) >= 3, "three checks of the transaction")
+        await asyncio.sleep(1.5)  # a further round would ask a 4th time
+        assert len(listener.checked) == 3
+        assert await visible(txc, topic) == []
     assert "discarded after 3 check(s)" in txc.broker.log()
 
 
-def test_broker_restart_in_the_middle_of_transactions(tmp_path):
+@pytest.fixture
+def own_txc(tmp_path):
+    """A cluster of the test's own, for a test that restarts its broker."""
     c = _start(tmp_path)
+    yield c
+    c.stop()
+
+
+@pytest.mark.timeout(60, func_only=True)
+async def test_broker_restart_in_the_middle_of_transactions(own_txc):
+    c = own_txc
     topic, group = names()
-    try:
-        async def main():
-            await create_topic(c, topic)
-            release = asyncio.Event()
+    await create_topic(c, topic, QUEUES)
+    release = asyncio.Event()
 
-            class Slow(Listener):
-                async def execute_local_transaction(self, msg, arg):
-                    self.executed.append((msg, arg))
-                    if arg == "slow":
-                        await release.wait()
-                        return COMMIT
-                    return UNKNOW
+    class Slow(Listener):
+        async def execute_local_transaction(self, msg, arg):
+            self.executed.append((msg, arg))
+            if arg == "slow":
+                await release.wait()
+                return COMMIT
+            return UNKNOW
 
-            listener = Slow(UNKNOW, check=COMMIT)
-            conf = cfg(c, heartbeat_interval=0.3)
-            async with TransactionProducer(group, listener, config=conf) as p:
-                # Immune for 3 s (longer than the 0.5 s timeout): checked after the restart.
-                sent_at = time.monotonic()
-                unknown = await p.send_message_in_transaction(
-                    Message(topic, b"checked", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3"}), "unknown")
-                slow = asyncio.ensure_future(p.send_message_in_transaction(Message(topic, b"slow"), "slow"))
-                await eventually(lambda: asyncio.sleep(0, len(listener.executed) == 2))
-                await asyncio.to_thread(c.restart_broker)
-                release.set()
-                committed = await slow
-                await eventually(lambda: _count(visible(c, topic), 2), 15)
-                await asyncio.sleep(1.0)
-                final = await visible(c, topic)
-            assert committed.local_state is COMMIT
-            assert sorted(m.body for m in final) == [b"checked", b"slow"]
-            assert {m.msg_id for m in final} == {unknown.transaction_id, committed.transaction_id}
-            assert [m.msg_id for m in listener.checked] == [unknown.transaction_id]
-            assert listener.check_times[0] - sent_at >= 2.9
-        run(main, 60)
-    finally:
-        c.stop()
+    listener = Slow(UNKNOW, check=COMMIT)
+    conf = cfg(c, heartbeat_interval=0.3)
+    async with TransactionProducer(group, listener, config=conf) as p:
+        # Immune for 3 s (longer than the 0.5 s timeout): checked after the restart.
+        sent_at = time.monotonic()
+        unknown = await p.send_message_in_transaction(
+            Message(topic, b"checked", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3"}), "unknown")
+        slow = asyncio.ensure_future(p.send_message_in_transaction(Message(topic, b"slow"), "slow"))
+        await wait_until(lambda: len(listener.executed) == 2, "both transactions to execute locally")
+        await asyncio.to_thread(c.restart_broker)
+        release.set()
+        committed = await slow
+        await wait_until(lambda: _count(visible(c, topic), 2),
+                         f"both messages in {topic} after the restart", timeout=15)
+        await asyncio.sleep(1.0)
+        final = await visible(c, topic)
+    assert committed.local_state is COMMIT
+    assert sorted(m.body for m in final) == [b"checked", b"slow"]
+    assert {m.msg_id for m in final} == {unknown.transaction_id, committed.transaction_id}
+    assert [m.msg_id for m in listener.checked] == [unknown.transaction_id]
+    assert listener.check_times[0] - sent_at >= 2.9
 
 
 async def _count(coro, n: int):
@@ -297,10 +272,10 @@ async def _count(coro, n: int):
     return got if len(got) >= n else None
 
 
-def test_sync_facade_commits(txp):
+async def test_sync_facade_commits(txp):
     txc = txp  # a check before the commit lands would be answered ROLLBACK
     topic, group = names()
-    run(lambda: create_topic(txc, topic))
+    await create_topic(txc, topic, QUEUES)
 
     class SyncListener:
         def execute_local_transaction(self, msg, arg):
@@ -309,14 +284,14 @@ def test_sync_facade_commits(txp):
         def check_local_transaction(self, msg):
             return ROLLBACK
 
-    with SyncTransactionProducer(group, SyncListener(), config=cfg(txc)) as p:
-        res = p.send_message_in_transaction(Message(topic, b"sync"))
-    assert res.local_state is COMMIT
+    def send_in_transaction() -> TransactionSendResult:  # blocking: off the test's loop
+        with SyncTransactionProducer(group, SyncListener(), config=cfg(txc)) as p:
+            return p.send_message_in_transaction(Message(topic, b"sync"))
 
-    async def check():
-        got = await eventually(lambda: visible(txc, topic))
-        assert [m.body for m in got] == [b"sync"]
-    run(check)
+    res = await asyncio.to_thread(send_in_transaction)
+    assert res.local_state is COMMIT
+    got = await wait_until(lambda: visible(txc, topic), f"the committed message in {topic}")
+    assert [m.body for m in got] == [b"sync"]
 
 
 def test_listener_and_state_validation():
@@ -349,30 +324,22 @@ def _cpp(scenario: str, timeout: float = 90, **args) -> dict:
 
 
 @pytest.mark.interop
-def test_cpp_push_consumer_sees_only_committed_transactional_messages(txc):
+@pytest.mark.timeout(150, func_only=True)  # the C++ scenario alone may take 90 s
+async def test_cpp_push_consumer_sees_only_committed_transactional_messages(txc):
     topic, group = names()
 
     class ByBody(Listener):
         async def execute_local_transaction(self, msg, arg):
             return {b"yes": COMMIT, b"no": ROLLBACK}.get(msg.body, UNKNOW)
 
-    async def produce():
-        await create_topic(txc, topic)
-        p = TransactionProducer(group, ByBody(UNKNOW, check=UNKNOW), config=cfg(txc))
-        await p.start()
+    await create_topic(txc, topic, QUEUES)
+    p = TransactionProducer(group, ByBody(UNKNOW, check=UNKNOW), config=cfg(txc))
+    await p.start()
+    try:
         for body in (b"yes", b"no", b"open"):
             await p.send_message_in_transaction(Message(topic, body, tags="T"))
-        return p
-
-    async def close(p):
-        await p.close()
-
-    loop = asyncio.new_event_loop()
-    try:
-        p = loop.run_until_complete(produce())
-        res = _cpp("push_consume", namesrv=txc.namesrv_addr, topic=topic, group=f"cpp_{group}",
-                   expect=1, timeout=30, linger=1.5)
-        loop.run_until_complete(close(p))
+        res = await asyncio.to_thread(_cpp, "push_consume", namesrv=txc.namesrv_addr, topic=topic,
+                                      group=f"cpp_{group}", expect=1, timeout=30, linger=1.5)
     finally:
-        loop.close()
+        await p.close()
     assert [m["body"] for m in res["messages"]] == ["yes"]
