@@ -10,11 +10,11 @@ Invariants: every request that reaches :meth:`Dispatcher.handle` gets exactly on
 per hook, with its final outcome, also when the handler answered later (a future or a coroutine:
 long polls, SYNC_FLUSH waits) or failed; a request answered later also gets one ``deferred`` call
 when it is deferred and one ``settled`` call before its ``after``; a request refused by a hook's
-``before`` runs no handler and no later ``before``. A handler's ValueError/TypeError is a bad request (SYSTEM_ERROR naming
-it); any other exception is the transport's SYSTEM_ERROR.
+``before`` runs no handler and no later ``before``. A handler's ValueError/TypeError is a bad
+request (SYSTEM_ERROR naming it); any other exception is the transport's SYSTEM_ERROR.
 
-Hot path (guarded by bench/hot_path.py): no allocation per request beyond what handlers make,
-hooks pre-sorted into plain lists of bound methods.
+Hot path (guarded by bench/hot_path.py): a request answered at once allocates nothing here; the
+hooks are sorted once into plain lists of bound methods.
 """
 
 from __future__ import annotations
