@@ -2,6 +2,7 @@
 
 Not a broker: no persistence, no long polling. It follows PROTOCOL-REFERENCE for the shapes of
 headers and bodies, records every request, and lets a test script failures (``fail_next``).
+Tests get a started one from a fixture made by :func:`fake_fixture`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import orjson
+import pytest
 
 from tidemq.message import (
     decode_batch,
@@ -264,23 +266,21 @@ def props_string(**kw: str) -> str:
     return encode_properties(kw)
 
 
-def with_fake(factory: type[FakeCluster] = FakeCluster, timeout: float = 20.0):
-    """Decorator: run the async test ``fn(fake)`` in a fresh event loop with a started fake."""
+def fake_fixture(factory: type[FakeCluster] = FakeCluster):
+    """A pytest fixture named ``fake``: a started ``factory()`` for each test, stopped after it.
 
-    def decorate(fn):
-        def wrapper():
-            async def main():
-                fake = await factory().start()
-                try:
-                    await asyncio.wait_for(fn(fake), timeout)
-                finally:
-                    await fake.stop()
-            asyncio.run(main())
+    A test module takes it by assignment (``fake = fake_fixture()``) and its tests ask for ``fake``.
+    """
 
-        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
-        return wrapper
+    @pytest.fixture
+    async def fake():
+        server = await factory().start()
+        try:
+            yield server
+        finally:
+            await server.stop()
 
-    return decorate
+    return fake
 
 
 def fake_config(fake: FakeCluster, **kw):

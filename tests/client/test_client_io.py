@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from tests.client.fake_server import FakeCluster, fake_config, with_fake
+from tests.client.fake_server import fake_config, fake_fixture
 from tidemq.client import Admin, ClientConfig, ClientInstance, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
 from tidemq.client.send import SendStatus
@@ -24,11 +24,12 @@ from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 from tests.procs import free_port
 
 
-run = with_fake()  # run ``fn(fake)`` in a fresh event loop with a started FakeCluster
+# The fake answers at once: a test body that takes longer than this is stuck.
+pytestmark = pytest.mark.timeout(20, func_only=True)
+fake = fake_fixture()
 cfg = fake_config
 
 
-@run
 async def test_send_and_pull_round_trip(fake):
     fake.topics["T"] = (4, 4, 6)
     async with Producer("pg", config=cfg(fake)) as p:
@@ -58,7 +59,6 @@ async def test_send_and_pull_round_trip(fake):
         assert any(hb["consumerDataSet"] and hb["consumerDataSet"][0]["groupName"] == "cg" for hb in fake.heartbeats)
 
 
-@run
 async def test_compressed_body_is_sent_compressed_and_read_back_inflated(fake):
     fake.topics["T"] = (1, 1, 6)
     body = b"compressible " * 8000
@@ -70,7 +70,6 @@ async def test_compressed_body_is_sent_compressed_and_read_back_inflated(fake):
         assert r.messages[0].body == body
 
 
-@run
 async def test_batch_lands_on_one_queue_with_consecutive_offsets(fake):
     fake.topics["T"] = (2, 2, 6)
     async with Producer("pg", config=cfg(fake)) as p, PullConsumer("cg", config=cfg(fake)) as c:
@@ -84,7 +83,6 @@ async def test_batch_lands_on_one_queue_with_consecutive_offsets(fake):
         assert [m.queue_offset for m in r.messages] == list(range(32))
 
 
-@run
 async def test_tag_filtering(fake):
     fake.topics["T"] = (1, 1, 6)
     mq = MessageQueue("T", "broker-a", 0)
@@ -99,7 +97,6 @@ async def test_tag_filtering(fake):
         assert r.status is PullStatus.NO_MATCHED_MSG and r.next_begin_offset == 2
 
 
-@run
 async def test_offsets_commit_and_query(fake):
     fake.topics["T"] = (1, 1, 6)
     mq = MessageQueue("T", "broker-a", 0)
@@ -113,7 +110,6 @@ async def test_offsets_commit_and_query(fake):
         assert await c.search_offset(mq, 2**50) == 1
 
 
-@run
 async def test_send_retries_on_retryable_code_and_raises_on_others(fake):
     fake.topics["T"] = (2, 2, 6)
     async with Producer("pg", config=cfg(fake)) as p:
@@ -136,7 +132,6 @@ async def test_send_retries_on_retryable_code_and_raises_on_others(fake):
             await p.send(Message("T", b"x"))  # scripted reply lacks the send header
 
 
-@run
 async def test_send_moves_to_another_broker_when_one_is_unreachable(fake):
     fake.topics["T"] = (1, 1, 6)
     fake.extra_brokers["broker-dead"] = f"127.0.0.1:{free_port()}"
@@ -145,7 +140,6 @@ async def test_send_moves_to_another_broker_when_one_is_unreachable(fake):
     assert {r.message_queue.broker_name for r in results} == {"broker-a"}
 
 
-@run
 async def test_send_timeout_bounds_the_whole_send(fake):
     fake.topics["T"] = (1, 1, 6)
     fake.hold.add(RequestCode.SEND_MESSAGE_V2)
@@ -158,7 +152,6 @@ async def test_send_timeout_bounds_the_whole_send(fake):
         assert loop.time() - t0 < 3.0
 
 
-@run
 async def test_no_route_and_validation_errors(fake):
     async with Producer("pg", config=cfg(fake)) as p:
         with pytest.raises(ClientError, match="no route for topic Missing.*updateTopic"):
@@ -171,7 +164,6 @@ async def test_no_route_and_validation_errors(fake):
         await Producer("pg", config=cfg(fake)).send(Message("T", b"x"))
 
 
-@run
 async def test_name_servers_are_tried_in_turn(fake):
     fake.topics["T"] = (1, 1, 6)
     dead = f"127.0.0.1:{free_port()}"
@@ -183,7 +175,6 @@ async def test_name_servers_are_tried_in_turn(fake):
             await a.topic_list()
 
 
-@run
 async def test_server_requests_are_answered_not_supported_or_ignored(fake):
     fake.topics["T"] = (1, 1, 6)
     async with Producer("pg", config=cfg(fake)) as p:
@@ -195,7 +186,6 @@ async def test_server_requests_are_answered_not_supported_or_ignored(fake):
         assert (await p.send(Message("T", b"y"))).status is SendStatus.SEND_OK
 
 
-@run
 async def test_producer_heartbeat_and_shared_instance(fake):
     fake.topics["T"] = (1, 1, 6)
     config = cfg(fake)
@@ -212,7 +202,6 @@ async def test_producer_heartbeat_and_shared_instance(fake):
     assert RequestCode.UNREGISTER_CLIENT in fake.codes()
 
 
-@run
 async def test_admin_operations(fake):
     async with Admin(config=cfg(fake)) as a:
         assert await a.create_topic("T", 2, 2, cluster="DefaultCluster") == [fake.addr]
@@ -258,33 +247,27 @@ async def test_admin_operations(fake):
         assert await a.topic_list() == ["U"]
 
 
-def test_sync_facades_round_trip():
-    async def main():
-        fake = await FakeCluster().start()
-        try:
-            await asyncio.to_thread(sync_part, fake)
-        finally:
-            await fake.stop()
+async def test_sync_facades_round_trip(fake):
+    await asyncio.to_thread(sync_part, fake)  # the blocking facades run off the test's loop
 
-    def sync_part(fake):
-        with SyncAdmin(fake.addr) as a:
-            a.create_topic("S", 1, 1, cluster="DefaultCluster")
-        with SyncProducer("pg", fake.addr) as p:
-            r = p.send(Message("S", b"sync"))
-            p.send_batch([Message("S", b"b1"), Message("S", b"b2")])
-            p.send_oneway(Message("S", b"oneway"))
-        with SyncPullConsumer("cg", fake.addr) as c:
-            (mq,) = c.fetch_queues("S")
-            deadline = 50
-            while c.max_offset(mq) < 4 and deadline:
-                deadline -= 1
-            res = c.pull(mq, 0)
-            assert [m.body for m in res.messages][:3] == [b"sync", b"b1", b"b2"]
-            assert res.messages[0].msg_id == r.msg_id
-            c.commit(mq, 2)
-            assert c.committed_offset(mq) == 2
-        p.close()  # idempotent
-        with pytest.raises(ClientError, match="closed"):
-            p.send(Message("S", b"late"))
 
-    asyncio.run(asyncio.wait_for(main(), 20))
+def sync_part(fake):
+    with SyncAdmin(fake.addr) as a:
+        a.create_topic("S", 1, 1, cluster="DefaultCluster")
+    with SyncProducer("pg", fake.addr) as p:
+        r = p.send(Message("S", b"sync"))
+        p.send_batch([Message("S", b"b1"), Message("S", b"b2")])
+        p.send_oneway(Message("S", b"oneway"))
+    with SyncPullConsumer("cg", fake.addr) as c:
+        (mq,) = c.fetch_queues("S")
+        deadline = 50
+        while c.max_offset(mq) < 4 and deadline:
+            deadline -= 1
+        res = c.pull(mq, 0)
+        assert [m.body for m in res.messages][:3] == [b"sync", b"b1", b"b2"]
+        assert res.messages[0].msg_id == r.msg_id
+        c.commit(mq, 2)
+        assert c.committed_offset(mq) == 2
+    p.close()  # idempotent
+    with pytest.raises(ClientError, match="closed"):
+        p.send(Message("S", b"late"))

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.client.fake_server import FakeCluster, fake_config, with_fake
+from tests.client.fake_server import FakeCluster, fake_config, fake_fixture
 from tests.procs import ServerProcess, free_port, tidemq_cmd
 from tests.support.routes import wait_for_route
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer
@@ -235,11 +235,11 @@ class ReplyFake(FakeCluster):
         return self.on_send_message_v2(conn, cmd)
 
 
-run = with_fake(ReplyFake)
+fake = fake_fixture(ReplyFake)
 cfg = fake_config
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_send_async_calls_back_and_close_waits(fake):
     fake.topics["T"] = (2, 2, 6)
     got: list[object] = []
@@ -265,7 +265,7 @@ async def test_send_async_calls_back_and_close_waits(fake):
         p.send_async(Message("T", b"x"))
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_send_async_validates_eagerly_and_survives_a_failing_callback(fake):
     fake.topics["T"] = (1, 1, 6)
     async with Producer("pg", config=cfg(fake)) as p:
@@ -281,7 +281,7 @@ async def test_send_async_validates_eagerly_and_survives_a_failing_callback(fake
         assert result is not None and result.status is SendStatus.SEND_OK
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_close_bounds_the_wait_for_stuck_sends(fake):
     fake.topics["T"] = (1, 1, 6)
     fake.hold.add(RequestCode.SEND_MESSAGE_V2)
@@ -297,7 +297,7 @@ async def test_close_bounds_the_wait_for_stuck_sends(fake):
     assert task.cancelled() and called == []
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_send_batch_over_the_limit_and_send_batches(fake):
     fake.topics["T"] = (1, 1, 6)
     async with Producer("pg", config=cfg(fake, max_message_size=50_000)) as p:
@@ -314,7 +314,7 @@ async def test_send_batch_over_the_limit_and_send_batches(fake):
     assert [len(r.msg_id.split(",")) for r in results] == [len(p) for p in parts]
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_selectors_route_sends(fake):
     fake.topics["T"] = (4, 4, 6)
     async with Producer("pg", config=cfg(fake)) as p:
@@ -329,7 +329,7 @@ async def test_selectors_route_sends(fake):
             await p.send(Message("T", b"x"), selector=select_queue(9))
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_reply_messages_use_send_reply_message_v2(fake):
     fake.topics["DefaultCluster_REPLY_TOPIC"] = (1, 1, 6)
     reply = Message("DefaultCluster_REPLY_TOPIC", b"answer",
@@ -346,7 +346,7 @@ async def test_reply_messages_use_send_reply_message_v2(fake):
     assert decode_properties(first.ext_fields["i"])[Prop.CORRELATION_ID] == "c-1"
 
 
-@run
+@pytest.mark.timeout(20, func_only=True)
 async def test_fault_avoidance_stops_trying_an_unreachable_broker(fake):
     fake.topics["T"] = (2, 2, 6)
     fake.extra_brokers["broker-dead"] = f"127.0.0.1:{free_port()}"
@@ -404,31 +404,24 @@ def two_brokers(cluster_factory, tmp_path):
         b.stop()
 
 
-async def _wait_route(admin: Admin, topic: str, queues: int) -> None:
-    await wait_for_route(admin, topic, queues, timeout=15)
-
-
 @pytest.mark.parametrize("fault_enabled", [True, False])
-def test_sends_survive_a_killed_broker(two_brokers, fault_enabled):
+@pytest.mark.timeout(60, func_only=True)
+async def test_sends_survive_a_killed_broker(two_brokers, fault_enabled):
     cluster, broker_b = two_brokers
     topic = f"TwoBrokers{int(fault_enabled)}"
-    cluster.create_topic(topic, 4)  # updateTopic -c: on both masters
-
-    async def main():
-        config = ClientConfig(name_servers=cluster.namesrv_addr)
-        async with Admin(config=config) as admin:
-            await _wait_route(admin, topic, 8)
-        async with Producer("two-brokers-pg", config=config,
-                            send_latency_fault_enable=fault_enabled) as p:
-            before = [await p.send(Message(topic, f"b{i}".encode())) for i in range(8)]
-            assert {r.message_queue.broker_name for r in before} == {cluster.broker_name, "broker-b"}
-            broker_b.kill()
-            loop = asyncio.get_running_loop()
-            t0 = loop.time()
-            after = [await p.send(Message(topic, f"a{i}".encode())) for i in range(20)]
-            elapsed = loop.time() - t0
-        assert all(r.status is SendStatus.SEND_OK for r in after)
-        assert {r.message_queue.broker_name for r in after} == {cluster.broker_name}
-        assert elapsed < 10, elapsed
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    await asyncio.to_thread(cluster.create_topic, topic, 4)  # updateTopic -c: on both masters
+    config = ClientConfig(name_servers=cluster.namesrv_addr)
+    async with Admin(config=config) as admin:
+        await wait_for_route(admin, topic, 8, timeout=15)
+    async with Producer("two-brokers-pg", config=config,
+                        send_latency_fault_enable=fault_enabled) as p:
+        before = [await p.send(Message(topic, f"b{i}".encode())) for i in range(8)]
+        assert {r.message_queue.broker_name for r in before} == {cluster.broker_name, "broker-b"}
+        broker_b.kill()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        after = [await p.send(Message(topic, f"a{i}".encode())) for i in range(20)]
+        elapsed = loop.time() - t0
+    assert all(r.status is SendStatus.SEND_OK for r in after)
+    assert {r.message_queue.broker_name for r in after} == {cluster.broker_name}
+    assert elapsed < 10, elapsed

@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from tests.client.fake_server import fake_config, with_fake
+from tests.client.fake_server import fake_config, fake_fixture
 from tests.remoting.hostile import closed_within, read_frame, request
 from tidemq.client import Producer
 from tidemq.client.fault import BUSY_BACKOFF_MAX, busy_backoff
@@ -19,6 +19,8 @@ from tidemq.errors import CodecError, ConfigError
 from tidemq.message import MAX_INFLATED, Message, SysFlag, decode_records, encode_record, inflate
 from tidemq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode
 from tidemq.remoting.limits import BufferBudget, RateLimitedLog, ServerLimits
+
+fake = fake_fixture()  # the in-memory name server + broker of the client tests
 
 
 class _Holder:
@@ -158,7 +160,7 @@ def test_busy_backoff_grows_and_is_capped():
     assert busy_backoff(50, lambda: 1.0) == BUSY_BACKOFF_MAX
 
 
-@with_fake()
+@pytest.mark.timeout(20, func_only=True)
 async def test_producer_backs_off_and_retries_system_busy_beyond_its_retry_budget(fake):
     fake.topics["T"] = (1, 1, 6)
     async with Producer("pg", config=fake_config(fake, retry_times_when_send_failed=1)) as p:
