@@ -14,7 +14,7 @@ from tidemq.client.push.types import ConsumeConcurrentlyStatus, ConsumeOrderlySt
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
 
-def test_plain_listeners_run_in_threads_at_most_concurrency_at_once():
+async def test_plain_listeners_run_in_threads_at_most_concurrency_at_once():
     running, peak, threads = [0], [0], set()
     lock = threading.Lock()
 
@@ -28,64 +28,54 @@ def test_plain_listeners_run_in_threads_at_most_concurrency_at_once():
             running[0] -= 1
         return OK
 
-    async def main():
-        inv = ListenerInvoker(blocking, 3, "g")
-        ticks = 0
+    inv = ListenerInvoker(blocking, 3, "g")
+    ticks = 0
 
-        async def ticker():
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.005)
 
-        t = asyncio.ensure_future(ticker())
-        results = await asyncio.gather(*(inv.call([msg(i)]) for i in range(9)))
-        t.cancel()
-        inv.shutdown()
-        assert results == [OK] * 9
-        assert ticks > 10  # the loop kept running while listeners blocked
-        return inv
-
-    inv = asyncio.run(main())
+    t = asyncio.ensure_future(ticker())
+    results = await asyncio.gather(*(inv.call([msg(i)]) for i in range(9)))
+    t.cancel()
+    inv.shutdown()
+    assert results == [OK] * 9
+    assert ticks > 10  # the loop kept running while listeners blocked
     assert peak[0] == 3 and all(n.startswith("tidemq-consume-g") for n in threads)
     assert inv.calls == 9
 
 
-def test_async_listeners_and_callable_objects_run_on_the_loop():
+async def test_async_listeners_and_callable_objects_run_on_the_loop():
     class Handler:
         async def __call__(self, msgs):
             await asyncio.sleep(0)
             return ConsumeOrderlyStatus.SUCCESS
 
-    async def main():
-        inv = ListenerInvoker(Handler(), 2, "g")
-        assert inv._pool is None
-        assert await inv.call([msg(1)]) is ConsumeOrderlyStatus.SUCCESS
-        inv.closing = True
-        assert await inv.call([msg(1)]) is SKIPPED
-
-    asyncio.run(main())
+    inv = ListenerInvoker(Handler(), 2, "g")
+    assert inv._pool is None
+    assert await inv.call([msg(1)]) is ConsumeOrderlyStatus.SUCCESS
+    inv.closing = True
+    assert await inv.call([msg(1)]) is SKIPPED
 
 
-def test_exceptions_and_none_mean_later(caplog):
+async def test_exceptions_and_none_mean_later(caplog):
     def boom(msgs):
         raise RuntimeError("bad")
 
-    async def main():
-        inv = ListenerInvoker(boom, 1, "g")
-        with caplog.at_level(logging.WARNING):
-            assert await inv.call([msg(1)]) is None
-        assert inv.failures == 1 and "bad" in caplog.text
-        caplog.clear()
-        lazy = ListenerInvoker(lambda msgs: None, 1, "g")
-        with caplog.at_level(logging.WARNING):
-            assert await lazy.call([msg(1)]) is None
-            assert await lazy.call([msg(2)]) is None
-        assert caplog.text.count("returned None") == 1
-        inv.shutdown()
-        lazy.shutdown()
-
-    asyncio.run(main())
+    inv = ListenerInvoker(boom, 1, "g")
+    with caplog.at_level(logging.WARNING):
+        assert await inv.call([msg(1)]) is None
+    assert inv.failures == 1 and "bad" in caplog.text
+    caplog.clear()
+    lazy = ListenerInvoker(lambda msgs: None, 1, "g")
+    with caplog.at_level(logging.WARNING):
+        assert await lazy.call([msg(1)]) is None
+        assert await lazy.call([msg(2)]) is None
+    assert caplog.text.count("returned None") == 1
+    inv.shutdown()
+    lazy.shutdown()
     assert succeeded(OK) and succeeded(ConsumeOrderlyStatus.SUCCESS)
     assert not succeeded(None) and not succeeded(ConsumeConcurrentlyStatus.RECONSUME_LATER)
     assert not succeeded(ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT) and not succeeded(True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tidemq.client.allocate import allocate_averagely
@@ -81,60 +79,54 @@ RMQ = MessageQueue("%RETRY%g", "broker-a", 0)
     (ConsumeFromWhere.FIRST_OFFSET, 0, 0),
     (ConsumeFromWhere.TIMESTAMP, 42, 100),
 ])
-def test_start_offset_table_of_reference_6_3(where, normal, retry):
-    async def main():
-        api = FakeApi(FakeInstance())
-        store = RemoteOffsetStore(api)  # type: ignore[arg-type]
-        assert await compute_pull_from_where(api, store, MQ, where, 1) == normal  # type: ignore[arg-type]
-        assert await compute_pull_from_where(api, store, RMQ, where, 1) == retry  # type: ignore[arg-type]
-        api.committed[MQ] = 7  # a stored offset always wins
-        assert await compute_pull_from_where(api, store, MQ, where, 1) == 7  # type: ignore[arg-type]
-        api.fail_query = True  # the broker could not say: try again later
-        assert await compute_pull_from_where(api, store, MQ, where, 1) == -1  # type: ignore[arg-type]
-    asyncio.run(main())
+async def test_start_offset_table_of_reference_6_3(where, normal, retry):
+    api = FakeApi(FakeInstance())
+    store = RemoteOffsetStore(api)  # type: ignore[arg-type]
+    assert await compute_pull_from_where(api, store, MQ, where, 1) == normal  # type: ignore[arg-type]
+    assert await compute_pull_from_where(api, store, RMQ, where, 1) == retry  # type: ignore[arg-type]
+    api.committed[MQ] = 7  # a stored offset always wins
+    assert await compute_pull_from_where(api, store, MQ, where, 1) == 7  # type: ignore[arg-type]
+    api.fail_query = True  # the broker could not say: try again later
+    assert await compute_pull_from_where(api, store, MQ, where, 1) == -1  # type: ignore[arg-type]
 
 
-def test_remote_store_reads_updates_and_persists():
-    async def main():
-        api = FakeApi(FakeInstance())
-        store = RemoteOffsetStore(api)  # type: ignore[arg-type]
-        assert await store.read(MQ, ReadOffsetType.MEMORY) == NOT_FOUND
-        assert await store.read(MQ, ReadOffsetType.MEMORY_THEN_STORE) == NOT_FOUND
-        api.committed[MQ] = 5
-        assert await store.read(MQ, ReadOffsetType.MEMORY_THEN_STORE) == 5
-        store.update(MQ, 3, increase_only=True)
-        assert store.snapshot() == {MQ: 5}  # never backwards when increase_only
-        store.update(MQ, 9, increase_only=True)
-        store.update(RMQ, 1, increase_only=False)
-        await store.persist_all([MQ])
-        assert api.commits == [(MQ, 9, True)] and store.snapshot() == {MQ: 9}  # RMQ not owned
-        await store.persist(MQ)
-        assert api.commits[-1] == (MQ, 9, False)
-        api.fail_query = True
-        assert await store.read(MQ, ReadOffsetType.STORE) == READ_ERROR
-        store.remove(MQ)
-        assert store.snapshot() == {}
-    asyncio.run(main())
+async def test_remote_store_reads_updates_and_persists():
+    api = FakeApi(FakeInstance())
+    store = RemoteOffsetStore(api)  # type: ignore[arg-type]
+    assert await store.read(MQ, ReadOffsetType.MEMORY) == NOT_FOUND
+    assert await store.read(MQ, ReadOffsetType.MEMORY_THEN_STORE) == NOT_FOUND
+    api.committed[MQ] = 5
+    assert await store.read(MQ, ReadOffsetType.MEMORY_THEN_STORE) == 5
+    store.update(MQ, 3, increase_only=True)
+    assert store.snapshot() == {MQ: 5}  # never backwards when increase_only
+    store.update(MQ, 9, increase_only=True)
+    store.update(RMQ, 1, increase_only=False)
+    await store.persist_all([MQ])
+    assert api.commits == [(MQ, 9, True)] and store.snapshot() == {MQ: 9}  # RMQ not owned
+    await store.persist(MQ)
+    assert api.commits[-1] == (MQ, 9, False)
+    api.fail_query = True
+    assert await store.read(MQ, ReadOffsetType.STORE) == READ_ERROR
+    store.remove(MQ)
+    assert store.snapshot() == {}
 
 
-def test_local_file_store_round_trips_and_refuses_damage(tmp_path):
+async def test_local_file_store_round_trips_and_refuses_damage(tmp_path):
     path = tmp_path / "a" / "g.json"
 
-    async def main():
-        s = LocalFileOffsetStore(path, "g")
-        await s.load()
-        assert await s.read(MQ, ReadOffsetType.STORE) == NOT_FOUND
-        s.update(MQ, 12, increase_only=False)
-        s.update(RMQ, 3, increase_only=False)
-        await s.persist_all([MQ, RMQ])
-        t = LocalFileOffsetStore(path, "g")
-        await t.load()
-        assert await t.read(MQ, ReadOffsetType.STORE) == 12
-        assert await t.read(RMQ, ReadOffsetType.MEMORY) == 3
-        t.update(MQ, 20, increase_only=False)
-        await t.persist_all([MQ])  # RMQ not owned now but its stored offset is kept
-        assert read_offset_file(path) == {MQ: 20, RMQ: 3}
-    asyncio.run(main())
+    s = LocalFileOffsetStore(path, "g")
+    await s.load()
+    assert await s.read(MQ, ReadOffsetType.STORE) == NOT_FOUND
+    s.update(MQ, 12, increase_only=False)
+    s.update(RMQ, 3, increase_only=False)
+    await s.persist_all([MQ, RMQ])
+    t = LocalFileOffsetStore(path, "g")
+    await t.load()
+    assert await t.read(MQ, ReadOffsetType.STORE) == 12
+    assert await t.read(RMQ, ReadOffsetType.MEMORY) == 3
+    t.update(MQ, 20, increase_only=False)
+    await t.persist_all([MQ])  # RMQ not owned now but its stored offset is kept
+    assert read_offset_file(path) == {MQ: 20, RMQ: 3}
     path.write_bytes(b"{nope")
     with pytest.raises(ClientError, match="damaged"):
         read_offset_file(path)
@@ -180,77 +172,67 @@ def qs(*ids: int) -> list[MessageQueue]:
     return [MessageQueue("T", "broker-a", i) for i in ids]
 
 
-def test_rebalance_takes_its_share_and_gives_up_the_rest():
-    async def main():
-        host = Host()
-        r, api, _ = make(host, ids=["c1"])
-        await r.rebalance()
-        assert r.assigned() == qs(0, 1, 2, 3) and host.added == qs(0, 1, 2, 3)
-        api.ids = ["c0", "c1"]  # c1 is second of two: takes queues 2, 3
-        await r.rebalance()
-        assert r.assigned() == qs(2, 3) and host.removed == qs(0, 1)
-        api.ids = None  # no consumer list: nothing changes
-        await r.rebalance()
-        assert r.assigned() == qs(2, 3)
-        r.subscriptions = {}
-        await r.rebalance()
-        assert r.assigned() == []
-    asyncio.run(main())
+async def test_rebalance_takes_its_share_and_gives_up_the_rest():
+    host = Host()
+    r, api, _ = make(host, ids=["c1"])
+    await r.rebalance()
+    assert r.assigned() == qs(0, 1, 2, 3) and host.added == qs(0, 1, 2, 3)
+    api.ids = ["c0", "c1"]  # c1 is second of two: takes queues 2, 3
+    await r.rebalance()
+    assert r.assigned() == qs(2, 3) and host.removed == qs(0, 1)
+    api.ids = None  # no consumer list: nothing changes
+    await r.rebalance()
+    assert r.assigned() == qs(2, 3)
+    r.subscriptions = {}
+    await r.rebalance()
+    assert r.assigned() == []
 
 
-def test_broadcasting_takes_every_queue():
-    async def main():
-        r, api, _ = make(Host(), ids=["c0", "c1", "c2"], model=MessageModel.BROADCASTING)
-        await r.rebalance()
-        assert r.assigned() == qs(0, 1, 2, 3)
-    asyncio.run(main())
+async def test_broadcasting_takes_every_queue():
+    r, api, _ = make(Host(), ids=["c0", "c1", "c2"], model=MessageModel.BROADCASTING)
+    await r.rebalance()
+    assert r.assigned() == qs(0, 1, 2, 3)
 
 
-def test_orderly_adds_only_locked_queues_and_retries_refused_removals():
-    async def main():
-        host = Host(lockable=set(qs(0, 2)))
-        r, api, _ = make(host, orderly=True)
-        await r.rebalance()
-        assert r.assigned() == qs(0, 2)
-        assert all(r.process_queues[mq].locked for mq in qs(0, 2))
-        host.lockable = None
-        await r.rebalance()
-        assert r.assigned() == qs(0, 1, 2, 3)
-        host.lockable = set(qs(1, 2, 3))
-        await r.lock_all()
-        assert not r.process_queues[qs(0)[0]].locked and r.process_queues[qs(1)[0]].locked
-        host.refuse_removal = True  # a listener is still running
-        api.ids = ["c1", "c2"]
-        await r.rebalance()
-        assert r.assigned() == qs(0, 1, 2, 3)
-        host.refuse_removal = False
-        await r.rebalance()
-        assert r.assigned() == qs(0, 1)
-    asyncio.run(main())
+async def test_orderly_adds_only_locked_queues_and_retries_refused_removals():
+    host = Host(lockable=set(qs(0, 2)))
+    r, api, _ = make(host, orderly=True)
+    await r.rebalance()
+    assert r.assigned() == qs(0, 2)
+    assert all(r.process_queues[mq].locked for mq in qs(0, 2))
+    host.lockable = None
+    await r.rebalance()
+    assert r.assigned() == qs(0, 1, 2, 3)
+    host.lockable = set(qs(1, 2, 3))
+    await r.lock_all()
+    assert not r.process_queues[qs(0)[0]].locked and r.process_queues[qs(1)[0]].locked
+    host.refuse_removal = True  # a listener is still running
+    api.ids = ["c1", "c2"]
+    await r.rebalance()
+    assert r.assigned() == qs(0, 1, 2, 3)
+    host.refuse_removal = False
+    await r.rebalance()
+    assert r.assigned() == qs(0, 1)
 
 
-def test_queue_without_a_start_offset_is_retried_next_round():
-    async def main():
-        host = Host()
-        host.unknown_offset = set(qs(1))
-        r, _, _ = make(host)
-        await r.rebalance()
-        assert r.assigned() == qs(0, 2, 3)
-        host.unknown_offset = set()
-        await r.rebalance()
-        assert r.assigned() == qs(0, 1, 2, 3)
-    asyncio.run(main())
+async def test_queue_without_a_start_offset_is_retried_next_round():
+    host = Host()
+    host.unknown_offset = set(qs(1))
+    r, _, _ = make(host)
+    await r.rebalance()
+    assert r.assigned() == qs(0, 2, 3)
+    host.unknown_offset = set()
+    await r.rebalance()
+    assert r.assigned() == qs(0, 1, 2, 3)
 
 
-def test_assign_mode_owns_exactly_the_given_queues():
-    async def main():
-        host = Host()
-        r, _, _ = make(host)
-        await r.assign(set(qs(1, 3)))
-        assert r.assigned() == qs(1, 3)
-        await r.assign({qs(0)[0], MessageQueue("U", "broker-a", 0)})
-        assert r.assigned() == [MessageQueue("T", "broker-a", 0), MessageQueue("U", "broker-a", 0)]
-    asyncio.run(main())
+async def test_assign_mode_owns_exactly_the_given_queues():
+    host = Host()
+    r, _, _ = make(host)
+    await r.assign(set(qs(1, 3)))
+    assert r.assigned() == qs(1, 3)
+    await r.assign({qs(0)[0], MessageQueue("U", "broker-a", 0)})
+    assert r.assigned() == [MessageQueue("T", "broker-a", 0), MessageQueue("U", "broker-a", 0)]
 
 
 def test_one_rebalancing_consumer_per_group_and_instance():
