@@ -13,8 +13,10 @@ import zlib
 import pytest
 
 from tests.client.fake_server import fake_config, fake_fixture
+from tests.support.waiting import wait_until_sync
 from tidemq.client import Admin, ClientConfig, ClientInstance, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
+from tidemq.client.push.broker_api import ConsumerBrokerApi
 from tidemq.client.send import SendStatus
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
 from tidemq.errors import AdminError, BrokerError, ClientError, ConnectError, RemotingTimeoutError
@@ -247,6 +249,20 @@ async def test_admin_operations(fake):
         assert await a.topic_list() == ["U"]
 
 
+async def test_a_queue_of_a_topic_nobody_created_says_to_create_it(fake):
+    """The pull consumer and the push consumer's broker calls find a queue's broker the same way
+    (ClientInstance.queue_master_addr): an unknown topic is a ClientError saying what to do."""
+    nope = MessageQueue("Nope", "broker-a", 0)
+    async with PullConsumer("cg", config=cfg(fake)) as c:
+        with pytest.raises(ClientError, match="no route for topic Nope: create the topic first"):
+            await c.pull(nope, 0)
+        api = ConsumerBrokerApi(c._instance, "cg")
+        with pytest.raises(ClientError, match="no route for topic Nope: create the topic first"):
+            await api.query_offset(nope)
+    assert not [cmd for cmd in fake.requests if cmd.code in (RequestCode.PULL_MESSAGE,
+                                                             RequestCode.QUERY_CONSUMER_OFFSET)]
+
+
 async def test_sync_facades_round_trip(fake):
     await asyncio.to_thread(sync_part, fake)  # the blocking facades run off the test's loop
 
@@ -260,9 +276,7 @@ def sync_part(fake):
         p.send_oneway(Message("S", b"oneway"))
     with SyncPullConsumer("cg", fake.addr) as c:
         (mq,) = c.fetch_queues("S")
-        deadline = 50
-        while c.max_offset(mq) < 4 and deadline:
-            deadline -= 1
+        wait_until_sync(lambda: c.max_offset(mq) >= 4, "the oneway send to be stored")
         res = c.pull(mq, 0)
         assert [m.body for m in res.messages][:3] == [b"sync", b"b1", b"b2"]
         assert res.messages[0].msg_id == r.msg_id

@@ -11,7 +11,7 @@ import pytest
 
 from tests.client.push.helpers import Collector, cfg, committed_offsets, send, send_sync
 from tests.support.topics import create_topic, create_topic_sync
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_sync
 from tidemq.client import PullConsumer
 from tidemq.client.push import (
     ConsumeConcurrentlyStatus,
@@ -254,8 +254,5 @@ def test_blocking_push_consumer(cluster):
     with c:
         assert len(c.assigned_queues(topic)) == 2
         send_sync(cluster, topic, [b"p", b"q"])
-        deadline = time.monotonic() + 10
-        while len(got) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until_sync(lambda: len(got) >= 2, "both messages")
     assert sorted(got.bodies()) == [b"p", b"q"]

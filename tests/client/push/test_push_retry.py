@@ -102,16 +102,8 @@ async def test_always_failing_message_ends_in_the_dlq(fast_cluster):
     async with c:
         [sent] = await send(fast_cluster, topic, [b"poison"])
         await wait_until(lambda: len(flaky.seen) >= 3, "three deliveries", timeout=15)
-        dead: list[MessageExt] = []
-
-        async def in_dlq():
-            dead[:] = await dlq_messages(fast_cluster, group)
-            return dead
-
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await in_dlq():
-            assert asyncio.get_running_loop().time() < deadline, "nothing in the DLQ"
-            await asyncio.sleep(0.2)
+        dead = await wait_until(lambda: dlq_messages(fast_cluster, group), f"a message in the DLQ of {group}",
+                                interval=0.2)
         await asyncio.sleep(0.6)
     assert [m.reconsume_times for m in flaky.seen] == [0, 1, 2]
     assert len(dead) == 1 and dead[0].body == b"poison" and dead[0].msg_id == sent.msg_id
@@ -137,8 +129,6 @@ async def test_orderly_consumer_parks_a_poison_message_in_the_dlq(fast_cluster):
         await wait_until(lambda: (b"after", 0) in calls, "the message after the poison", timeout=10)
     assert calls == [(b"poison", 0), (b"poison", 1), (b"after", 0)]
     # the DLQ topic reaches the name server's routes with the broker's next registration
-    deadline = asyncio.get_running_loop().time() + 10
-    while not (dead := await dlq_messages(fast_cluster, group)):
-        assert asyncio.get_running_loop().time() < deadline, "nothing in the DLQ"
-        await asyncio.sleep(0.2)
+    dead = await wait_until(lambda: dlq_messages(fast_cluster, group), f"a message in the DLQ of {group}",
+                            interval=0.2)
     assert [m.body for m in dead] == [b"poison"]
