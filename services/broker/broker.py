@@ -24,7 +24,7 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.creation import ImplicitCreation
 from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
-from tidemq.broker.hooks import AclHook, Answer, Dispatcher, FlowControlHook, MetricsHook
+from tidemq.broker.hooks import AclHook, Dispatcher, FlowControlHook, MetricsHook
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.longpoll import PullHoldService
 from tidemq.broker.messaging.admin import AdminService
@@ -41,7 +41,7 @@ from tidemq.broker.metrics import BrokerMetrics
 from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.brokerconfig import BrokerConfigProcessor
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Answer, Callers, Handler
 from tidemq.broker.processors.consumers import ConsumerProcessor, notify_consumer_ids_changed
 from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.broker.processors.pull import PullProcessor
@@ -120,7 +120,7 @@ class Broker:
         self.acl = AclService(config.acl_file, config.acl_reload_interval) if config.acl_file else None
         callers = Callers(self.acl is not None)  # with ACL on, the verified access key names a caller
         settings = self._settings  # each request reads the config of the moment (UPDATE_BROKER_CONFIG)
-        self.handlers: dict[int, Callable] = {}
+        self.handlers: dict[int, Handler] = {}
         for proc in (  # sending and pulling: the hot paths
             SendProcessor(SendService(
                 settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from tidemq.broker.metrics import TIMED_REQUESTS
+from tidemq.broker.processors.common import Answer, Handler
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A request's answer: now, none (oneway), or later.
-Answer = RemotingCommand | None | Awaitable[RemotingCommand | None]
-Handler = Callable[[Connection, RemotingCommand], Answer]
 SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 _UNKNOWN_LOGGED = 20  # unsupported request codes logged (then counted only)
 _now = time.perf_counter
@@ -105,7 +103,7 @@ class Dispatcher:
         except Exception:
             self._after(cmd, None, _FAILED, started)
             raise
-        if result.__class__ is RemotingCommand or result is None:  # hot path: answered now
+        if result is None or isinstance(result, RemotingCommand):  # hot path: answered now
             for after in self._afters:
                 after(cmd, result, _ANSWERED, started)
             return result

@@ -13,10 +13,12 @@ Invariants:
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
+    Metric,
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
@@ -114,7 +116,7 @@ class _HotCollector(Collector):
     def __init__(self, metrics: BrokerMetrics) -> None:
         self.m = metrics
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         m = self.m
         base = m._base
         topic_labels = ["cluster", "broker", "topic"]
@@ -174,7 +176,7 @@ class _BrokerCollector(Collector):
         store = self.broker.store
         return sum(max(0, store.max_offset(topic, q) - store.min_offset(topic, q)) for q in store.queue_ids(topic))
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         b = self.broker
         base = self.base
         store = b.store
@@ -189,7 +191,7 @@ class _BrokerCollector(Collector):
                      stats["disk_usage_ratio"])
         flush = SummaryMetricFamily("tidemq_broker_commitlog_flush_seconds", "CommitLog flush rounds (fsync time)",
                                     labels=["cluster", "broker"])
-        flush.add_metric(base, count_value=stats["flush_rounds"], sum_value=stats.get("flush_seconds", 0.0))
+        flush.add_metric(base, count_value=int(stats["flush_rounds"]), sum_value=stats.get("flush_seconds", 0.0))
         yield flush
         yield _gauge("tidemq_broker_long_poll_waiters", "Pull requests held by long polling", base, b.holds.waiting)
         yield _gauge("tidemq_broker_connections", "Open client connections", base, b.connection_count)
@@ -252,7 +254,7 @@ class _BrokerCollector(Collector):
         start = max(svc.half_progress, store.min_offset(HALF_TOPIC, HALF_QUEUE_ID))
         return max(0, store.max_offset(HALF_TOPIC, HALF_QUEUE_ID) - start - len(svc.book))
 
-    def _lag(self):
+    def _lag(self) -> Iterator[Metric]:
         b = self.broker
         base = self.base
         lag = GaugeMetricFamily(

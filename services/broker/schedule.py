@@ -233,7 +233,7 @@ class ScheduleMessageService:
     async def start(self) -> None:
         self._persist_lock = asyncio.Lock()
         self._wakes = [asyncio.Event() for _ in range(len(self.level_timers) + 1)]
-        steps: list[tuple[str, Callable[[int], int | None], object]] = [
+        steps: list[tuple[str, Callable[[int], int | None], LevelTimer | DeliveryTimer]] = [
             (f"delay-level-{t.level}", t.run_due, t) for t in self.level_timers
         ]
         steps.append(("delivery-timer", self.timer.run_due, self.timer))
@@ -249,7 +249,8 @@ class ScheduleMessageService:
         self._wakes = []
         await self._persist_logged()
 
-    async def _drive(self, step: Callable[[int], int | None], holder, wake: asyncio.Event) -> None:
+    async def _drive(self, step: Callable[[int], int | None], holder: LevelTimer | DeliveryTimer,
+                     wake: asyncio.Event) -> None:
         while True:
             wake.clear()
             now = self.now_ms()

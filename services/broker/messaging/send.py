@@ -281,7 +281,7 @@ class SendService:
                 raise refused(ResponseCode.MESSAGE_ILLEGAL, f"bad message body: {exc}") from None
             result = store.put_prepared(pending, total)  # one append: all of the batch or nothing
         answer = self._respond(cfg, result, put.queue_id, put.wait, put.size, put.topic)
-        return await answer if isinstance(answer, asyncio.Future) else answer
+        return answer if isinstance(answer, SendResult) else await answer
 
     # respond ----------------------------------------------------------------------------------
     def _respond(self, cfg: "BrokerConfig", result: PutResult, queue_id: int, wait: bool, size: int,

@@ -9,11 +9,16 @@ must not name the principal.
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 
 from tidemq.broker.messaging.context import Caller
 from tidemq.remoting import Connection, RemotingCommand
 from tidemq.remoting.acl import ACCESS_KEY
 
+
+# A request's answer: now, none (oneway), or later; and what answers a request code.
+Answer = RemotingCommand | None | Awaitable[RemotingCommand | None]
+Handler = Callable[[Connection, RemotingCommand], Answer]
 
 _CACHED_CALLERS = 4096  # (peer, code, access key) combinations remembered, then forgotten at once
 

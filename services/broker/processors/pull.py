@@ -9,9 +9,10 @@ on a refusal); a found pull's body is the stored records, as stored.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from tidemq.broker.messaging.pull import PullRequest, PullResult, PullService
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.pull import decode_pull_header, pull_response_fields
@@ -24,10 +25,10 @@ class PullProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull, RequestCode.LITE_PULL_MESSAGE: self.pull}
 
-    def pull(self, conn: Connection, cmd: RemotingCommand):
+    def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             h = decode_pull_header(cmd.ext_fields)
         except ValueError as exc:
@@ -42,12 +43,12 @@ class PullProcessor:
             result = self.service.pull(req)
         except BrokerError as exc:
             log.debug("pull from %s refused (%d): %s", conn.peer, exc.code, exc.remark)
-            return cmd.response(exc.code, exc.remark, pull_response_fields(0, 0, 0))
-        if result.__class__ is PullResult:
+            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark, pull_response_fields(0, 0, 0))
+        if isinstance(result, PullResult):
             return _respond(cmd, result)
         return self._held(cmd, result)
 
-    async def _held(self, cmd: RemotingCommand, pending) -> RemotingCommand:
+    async def _held(self, cmd: RemotingCommand, pending: Awaitable[PullResult]) -> RemotingCommand:
         return _respond(cmd, await pending)
 
 

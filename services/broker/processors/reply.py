@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from tidemq.broker.messaging.reply import PushedReply, ReplyRequest, ReplyService
-from tidemq.broker.processors.common import Callers, born_host
+from tidemq.broker.processors.common import Callers, Handler, born_host
 from tidemq.errors import BrokerError, RemotingError
 from tidemq.message import encode_properties
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
@@ -77,7 +77,7 @@ class ReplyProcessor:
         self.callers = callers
         self.region = region  # MSG_REGION of every answer
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.SEND_REPLY_MESSAGE: self.reply,
             RequestCode.SEND_REPLY_MESSAGE_V2: self.reply,
@@ -96,7 +96,7 @@ class ReplyProcessor:
         try:
             r = await self.service.reply(req)
         except BrokerError as exc:
-            return self._answer(cmd, exc.code, exc.remark)
+            return self._answer(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         return self._answer(cmd, r.code, r.remark, r.msg_id, r.queue_id, r.queue_offset)
 
     def _answer(self, cmd: RemotingCommand, code: int, remark: str | None, msg_id: str = "0", queue_id: int = 0,

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 from tidemq.broker.messaging.send import SendRequest, SendResult, SendService
-from tidemq.broker.processors.common import Callers, born_host
+from tidemq.broker.processors.common import Callers, Handler, born_host
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.send import decode_send_header, send_response_fields
@@ -37,14 +38,14 @@ class SendProcessor:
         self.callers = callers
         self.region = region  # MSG_REGION of every answer
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.SEND_MESSAGE: self.send,
             RequestCode.SEND_MESSAGE_V2: self.send,
             RequestCode.SEND_BATCH_MESSAGE: self.send,
         }
 
-    def send(self, conn: Connection, cmd: RemotingCommand):
+    def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         code = cmd.code
         try:
             h = decode_send_header(cmd.ext_fields, code != _SEND_MESSAGE)
@@ -61,7 +62,7 @@ class SendProcessor:
         except BrokerError as exc:
             log.debug("send from %s refused (%s): %s", conn.peer, exc.code, exc.remark)
             return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
-        if result.__class__ is SendResult:  # hot path: answered now
+        if isinstance(result, SendResult):  # hot path: answered now
             return cmd.response(result.code, result.remark, send_response_fields(
                 result.msg_id, result.queue_id, result.queue_offset, self.region))
         if isinstance(result, asyncio.Future):  # stored, waiting for SYNC_FLUSH: no task per send
@@ -71,7 +72,7 @@ class SendProcessor:
             return answer
         return self._later(conn, cmd, result)
 
-    async def _later(self, conn: Connection, cmd: RemotingCommand, pending) -> RemotingCommand:
+    async def _later(self, conn: Connection, cmd: RemotingCommand, pending: Awaitable[SendResult]) -> RemotingCommand:
         try:
             result = await pending
         except BrokerError as exc:
@@ -89,7 +90,7 @@ def _answer(answer: asyncio.Future, result: asyncio.Future, proc: SendProcessor,
         return
     if result.cancelled():
         answer.cancel()
-    elif result.exception() is not None:
-        answer.set_exception(result.exception())
+    elif (exc := result.exception()) is not None:
+        answer.set_exception(exc)
     else:
         answer.set_result(proc._respond(cmd, result.result()))

@@ -9,9 +9,10 @@ refusal's code and remark.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from tidemq.broker.messaging.sendback import SendBackRequest, SendBackResult, SendBackService
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.sendback import MAX_RECONSUME_HEADER_VERSION, decode_send_back_header
@@ -24,10 +25,10 @@ class SendBackProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back}
 
-    def send_back(self, conn: Connection, cmd: RemotingCommand):
+    def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             h = decode_send_back_header(cmd.ext_fields)
         except ValueError as exc:
@@ -42,7 +43,8 @@ class SendBackProcessor:
             return cmd.response(ResponseCode.SUCCESS)
         return self._durable(conn, cmd, result)
 
-    async def _durable(self, conn: Connection, cmd: RemotingCommand, pending) -> RemotingCommand:
+    async def _durable(self, conn: Connection, cmd: RemotingCommand,
+                       pending: Awaitable[SendBackResult]) -> RemotingCommand:
         try:
             await pending
         except BrokerError as exc:
