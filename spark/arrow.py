@@ -19,6 +19,7 @@ and an offsets array instead of one Python ``bytes`` per body.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -224,7 +225,7 @@ def _properties(blobs: list[bytes]) -> pa.Array:
                                    pa.array(items, pa.string()))
 
 
-def _strings(values: list[bytes | None]) -> pa.Array:
+def _strings(values: Sequence[bytes | None]) -> pa.Array:
     """A string array from UTF-8 bytes: one cast, or a decode with replacement when not UTF-8."""
     arr = pa.array(values, pa.binary())
     try:

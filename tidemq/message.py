@@ -17,6 +17,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from enum import IntFlag
+from typing import Final
 
 from tidemq.errors import CodecError
 
@@ -218,7 +219,7 @@ class Message:
         return props
 
 
-_EXT_FIELDS = (
+_EXT_FIELDS: Final = (  # Final keeps the names literal: mypy checks match statements on them
     "topic", "body", "queue_id", "queue_offset", "commit_log_offset", "store_size", "flag",
     "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
     "prepared_transaction_offset", "properties", "body_crc", "offset_msg_id",
@@ -243,6 +244,15 @@ class MessageExt:
     )
     __match_args__ = _EXT_FIELDS
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as the dataclass)
+    # The lazy parts: a None host, id or properties is computed on first access from ``_hosts``
+    # (born address and port, store address and port) or ``_props_text``, which a lazy message
+    # always carries; an eager one carries placeholders that are never read.
+    _properties: dict[str, str] | None
+    _props_text: str
+    _born_host: str | None
+    _store_host: str | None
+    _offset_msg_id: str | None
+    _hosts: tuple[bytes, int, bytes, int]
 
     def __init__(
         self, topic: str, body: bytes, queue_id: int, queue_offset: int, commit_log_offset: int,
@@ -266,10 +276,10 @@ class MessageExt:
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self._properties = properties
-        self._props_text = None
+        self._props_text = ""
         self.body_crc = body_crc
         self._offset_msg_id = offset_msg_id
-        self._hosts = None
+        self._hosts = _NO_HOSTS
 
     # lazy parts (hot path: bench/produce_consume.py pull) --------------------------------------
     @property
@@ -277,19 +287,19 @@ class MessageExt:
         props = self._properties
         if props is None:
             props = self._properties = decode_properties(self._props_text)
-            self._props_text = None
+            self._props_text = ""
         return props
 
     @properties.setter
     def properties(self, value: dict[str, str]) -> None:
         self._properties = value
-        self._props_text = None
+        self._props_text = ""
 
     @property
     def born_host(self) -> str:
         host = self._born_host
         if host is None:
-            born, port = self._hosts[0], self._hosts[1]  # type: ignore[index]
+            born, port = self._hosts[0], self._hosts[1]
             host = self._born_host = format_host(born, port)
         return host
 
@@ -301,7 +311,7 @@ class MessageExt:
     def store_host(self) -> str:
         host = self._store_host
         if host is None:
-            store, port = self._hosts[2], self._hosts[3]  # type: ignore[index]
+            store, port = self._hosts[2], self._hosts[3]
             host = self._store_host = format_host(store, port)
         return host
 
@@ -314,7 +324,7 @@ class MessageExt:
         mid = self._offset_msg_id
         if mid is None:
             mid = self._offset_msg_id = encode_offset_msg_id(
-                self._hosts[2], self._hosts[3], self.commit_log_offset)  # type: ignore[index]
+                self._hosts[2], self._hosts[3], self.commit_log_offset)
         return mid
 
     @offset_msg_id.setter
@@ -322,22 +332,22 @@ class MessageExt:
         self._offset_msg_id = value
 
     # dataclass-like behaviour -------------------------------------------------------------------
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in _EXT_FIELDS)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _EXT_FIELDS)
         return f"{self.__class__.__qualname__}({inner})"
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[object, ...]:
         return self._values()
 
-    def __setstate__(self, state: tuple) -> None:
+    def __setstate__(self, state: tuple[object, ...]) -> None:
         self.__init__(*state)  # type: ignore[misc]
 
     @property
@@ -357,7 +367,7 @@ class MessageExt:
 
 def _lazy_ext(topic: str, body: bytes, queue_id: int, queue_offset: int, phys: int, size: int,
               flag: int, sys_flag: int, born_ts: int, store_ts: int, reconsume: int,
-              prepared: int, props_text: str, crc: int, hosts: tuple) -> MessageExt:
+              prepared: int, props_text: str, crc: int, hosts: tuple[bytes, int, bytes, int]) -> MessageExt:
     """A MessageExt whose properties, hosts and offset id are computed on first access."""
     m = _new_ext(MessageExt)
     m.topic = topic
@@ -381,6 +391,7 @@ def _lazy_ext(topic: str, body: bytes, queue_id: int, queue_offset: int, phys: i
 
 
 _new_ext = object.__new__
+_NO_HOSTS = (b"", 0, b"", 0)  # an eager MessageExt's ``_hosts``: its hosts and offset id are set
 
 
 # ---------------------------------------------------------------------------------------------
@@ -630,8 +641,8 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True,
                                 topic = topics[traw] = traw.decode("utf-8")
                             props = data[t1 + 2 : rend].decode("utf-8") + extra
                         except UnicodeDecodeError:
-                            props = None  # decode_record below words the error
-                        if props is not None:
+                            pass  # decode_record below words the error
+                        else:
                             msg = _lazy_ext(topic, data[b:e], queue_id, queue_offset, phys, total,
                                             flag, sys_flag, born_ts, store_ts, reconsume, prepared,
                                             props, crc, (born, born_port, store, store_port))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -51,8 +52,9 @@ def segment_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def store_timestamp_in(buf, pos: int) -> int:
+def store_timestamp_in(buf: mmap.mmap, pos: int) -> int:
     """The STORETIMESTAMP of the record at ``pos`` of ``buf`` (handles an IPv6 born host)."""
+    ts: int
     sys_flag, ts = SYSFLAG_STORE_TS.unpack_from(buf, pos)
     if sys_flag & SysFlag.BORNHOST_V6:
         (ts,) = _Q.unpack_from(buf, pos + STORE_TIMESTAMP_POS + 12)

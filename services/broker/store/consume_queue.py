@@ -29,7 +29,7 @@ import struct
 from pathlib import Path
 
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
-from tidemq.broker.store.mapped_file import MappedFile, MappedFileCache
+from tidemq.broker.store.mapped_file import LazyMappedFile, MappedFileCache, StoreFile
 from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class ConsumeQueue:
                  "_observer")
 
     def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int,
-                 dirty: set[MappedFile], new_dirs: set[Path] | None = None,
+                 dirty: set[StoreFile], new_dirs: set[Path] | None = None,
                  mapped: MappedFileCache | None = None,
                  observer: StoreObserver | None = None) -> None:  # used for testing
         self.dir = root / topic / str(queue_id)
@@ -56,11 +56,11 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.units_per_file = units_per_file
         self.file_size = units_per_file * UNIT_SIZE
-        self.files: list[MappedFile] = []
+        self.files: list[LazyMappedFile] = []
         self._starts: list[int] = []
         self.min_offset = 0
         self.max_offset = 0
-        self._tail: MappedFile | None = None
+        self._tail: LazyMappedFile | None = None
         self._dirty = dirty  # files written since the last logics flush
         self._new_dirs = new_dirs if new_dirs is not None else set()  # dirs to fsync before it
         # The store's cache (QueueTable); a queue made on its own (tests, tools) gets one of its own.
@@ -85,7 +85,7 @@ class ConsumeQueue:
                             path, size, self.file_size, bad.name)
                 os.replace(path, bad)
                 continue
-            self._add_file(MappedFile(path, size, start, lazy=True, observer=self._observer))
+            self._add_file(LazyMappedFile(path, size, start, observer=self._observer))
         if not self.files:
             return
         last = self.files[-1]
@@ -144,7 +144,7 @@ class ConsumeQueue:
                 return aligned
             pos = p + 1
 
-    def _map(self, f: MappedFile) -> mmap.mmap:
+    def _map(self, f: LazyMappedFile) -> mmap.mmap:
         """``f``'s mapping, mapped now when the cache had unmapped it; marks it used."""
         mm = f.mm
         if mm is None:
@@ -152,12 +152,12 @@ class ConsumeQueue:
         self._lru.move_to_end(f)
         return mm
 
-    def _add_file(self, f: MappedFile) -> None:
+    def _add_file(self, f: LazyMappedFile) -> None:
         i = bisect.bisect(self._starts, f.start)
         self._starts.insert(i, f.start)
         self.files.insert(i, f)
 
-    def _file_for(self, q: int) -> MappedFile | None:
+    def _file_for(self, q: int) -> LazyMappedFile | None:
         byte = q * UNIT_SIZE
         i = bisect.bisect(self._starts, byte) - 1
         if i >= 0:
@@ -217,19 +217,19 @@ class ConsumeQueue:
     def _tail_start(self) -> int:
         return self._tail.start if self._tail is not None else -1
 
-    def _new_file(self, q: int) -> MappedFile:
+    def _new_file(self, q: int) -> LazyMappedFile:
         # Creating a sparse file is a few metadata syscalls; it happens once per
         # units_per_file messages of a queue (and for a queue's first message).
         start = (q * UNIT_SIZE // self.file_size) * self.file_size
         self.dir.mkdir(parents=True, exist_ok=True)
-        f = MappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False, lazy=True,
+        f = LazyMappedFile.create(self.dir / f"{start:020d}", self.file_size, start, sync_dir=False,
                               observer=self._observer)
         self._new_dirs.update((self.dir, self.dir.parent, self.dir.parent.parent))
         self._add_file(f)
         self._mapped.open(f)  # a failure leaves the file known and unmapped: the next touch retries
         return f
 
-    def truncate_to(self, q: int) -> list[MappedFile]:
+    def truncate_to(self, q: int) -> list[LazyMappedFile]:
         """Drop units at queue offsets >= q. Returns whole files removed from lookups."""
         if q >= self.max_offset:
             return []
@@ -305,7 +305,7 @@ class ConsumeQueue:
         return lo
 
     # ------------------------------------------------------------------------------ retention
-    def detach_below(self, phys_min: int) -> list[MappedFile]:
+    def detach_below(self, phys_min: int) -> list[LazyMappedFile]:
         """Detach whole files whose records all precede ``phys_min`` (never the last file) and
         advance ``min_offset`` to the first unit whose record still exists."""
         if self._phys_floor >= phys_min and self.min_offset < self.max_offset:
@@ -325,7 +325,7 @@ class ConsumeQueue:
         self._phys_floor = phys_min  # units from the new min_offset on start at or after it
         return gone
 
-    def reset(self) -> list[MappedFile]:
+    def reset(self) -> list[LazyMappedFile]:
         """Forget every unit (recovery rebuilds a damaged queue); returns the files to delete."""
         gone = self.detach_all()
         self._dirty.difference_update(gone)
@@ -333,7 +333,7 @@ class ConsumeQueue:
         self._phys_floor = 0
         return gone
 
-    def detach_all(self) -> list[MappedFile]:
+    def detach_all(self) -> list[LazyMappedFile]:
         """Remove every file from lookups and the mapped-file cache; the caller closes them."""
         gone, self.files, self._starts, self._tail = self.files, [], [], None
         self._mapped.forget(gone)

@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from tidemq.broker.store import mapped_file
@@ -43,7 +44,7 @@ _CHUNK = 1 << 16
 _SHADOWED_DIRS = ("commitlog", "consumequeue")
 
 
-def _data_regions(fd: int, size: int):
+def _data_regions(fd: int, size: int) -> Iterator[tuple[int, int]]:
     """(start, end) of the regions of ``fd`` holding data (SEEK_DATA/SEEK_HOLE; all when unsupported)."""
     pos = 0
     while pos < size:

@@ -20,21 +20,21 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidemq.broker.store.checkpoint import Checkpoint, write_checkpoint
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode
-from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
+from tidemq.broker.store.mapped_file import MappedFile, StoreFile, fsync_dir
 from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 
-def _fsync_all(files: list[MappedFile]) -> int:
+def _fsync_all(files: Sequence[StoreFile]) -> int:
     for f in files:
         f.flush()
     return len(files)
@@ -75,10 +75,10 @@ class CommitLogFlusher:
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         if self.mode is FlushMode.SYNC:
-            self._thread = threading.Thread(target=self._thread_main, name="tidemq-store-sync-flush",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._thread_main, args=(loop,),
+                                            name="tidemq-store-sync-flush", daemon=True)
             self._thread.start()
         self._task = asyncio.create_task(self._run(), name="tidemq-store-commitlog-flush")
 
@@ -140,7 +140,7 @@ class CommitLogFlusher:
             return fut
         self._waiters.append((end_offset, loop.time() + self.timeout, fut))
         if self._timer is None:
-            self._timer = loop.call_at(self._waiters[0][1], self._expire)
+            self._timer = loop.call_at(self._waiters[0][1], self._expire, loop)
         if not self._in_flight:
             self._start_round()
         return fut
@@ -154,8 +154,7 @@ class CommitLogFlusher:
         self._in_flight = True
         self._requests.put((target, self.commitlog.segments_between(self.flushed, target)))
 
-    def _thread_main(self) -> None:
-        loop = self._loop
+    def _thread_main(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
             item = self._requests.get()
             if item is None:
@@ -209,10 +208,9 @@ class CommitLogFlusher:
             self._requests.put(None)
             self._thread = None
 
-    def _expire(self) -> None:
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Answer False to every waiter past its deadline; re-arm for the next one."""
         self._timer = None
-        loop = self._loop
         now = loop.time() + 0.001  # timers may fire up to the clock resolution early
         waiters = self._waiters
         while waiters and waiters[0][1] <= now:
@@ -221,14 +219,14 @@ class CommitLogFlusher:
                 log.warning("commitlog not flushed past offset %d within %.1f s", end, self.timeout)
                 fut.set_result(False)
         if waiters:
-            self._timer = loop.call_at(waiters[0][1], self._expire)
+            self._timer = loop.call_at(waiters[0][1], self._expire, loop)
 
 
 @dataclass(frozen=True, slots=True)
 class LogicsSnapshot:
     """Captured on the loop thread: what the next checkpoint may vouch for once ``files`` are flushed."""
 
-    files: list[MappedFile]
+    files: list[StoreFile]
     dirs: list[Path]  # directories that gained files since the last checkpoint
     dispatched: int  # every record below this offset is in its consume queue and the index
     index_file: int
@@ -240,7 +238,7 @@ class LogicsFlusher:
     """Every ``interval``: flush dirty consume-queue and index files, then write the checkpoint."""
 
     def __init__(self, capture: Callable[[], LogicsSnapshot], cl_flusher: CommitLogFlusher,
-                 checkpoint_path, interval: float, executor: concurrent.futures.Executor) -> None:
+                 checkpoint_path: Path, interval: float, executor: concurrent.futures.Executor) -> None:
         self.capture = capture
         self.cl_flusher = cl_flusher
         self.path = checkpoint_path

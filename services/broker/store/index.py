@@ -29,7 +29,7 @@ import zlib
 from array import array
 from pathlib import Path
 
-from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.mapped_file import MappedFile, StoreFile
 from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class IndexFile:
         if slot_count not in (0, slots) or not 1 <= count <= max_entries:
             raise ValueError(
                 f"index file {mf.path} has an invalid header (slots {slot_count}, count {count})")
-        self.count = count
+        self.count: int = count
 
     @property
     def start(self) -> int:
@@ -148,7 +148,7 @@ class IndexFile:
 class IndexService:
     """The index files of a store: the newest one takes entries, lookups walk newest first."""
 
-    def __init__(self, directory: Path, slots: int, max_entries: int, dirty: set[MappedFile],
+    def __init__(self, directory: Path, slots: int, max_entries: int, dirty: set[StoreFile],
                  new_dirs: set[Path] | None = None,
                  observer: StoreObserver | None = None) -> None:  # used for testing
         self.dir = directory

@@ -8,7 +8,7 @@ Invariants:
   ``mmap.flush``) and ``close``/``destroy`` run on store worker threads, serialised by a lock.
 - Callers detach a file from every lookup structure on the loop thread before closing it in a
   worker thread, so no loop code can touch a closed mapping.
-- A file may be mapped lazily (``lazy=True``: consume-queue files, of which a store can hold
+- A file may be mapped lazily (``LazyMappedFile``: consume-queue files, of which a store can hold
   hundreds of thousands). Its ``mm`` is None while unmapped; ``map``/``unmap`` run on the loop
   thread only, through a ``MappedFileCache`` that bounds how many such files are mapped at once.
   Unmapping loses nothing: pages written through the mapping stay dirty in the page cache and
@@ -89,55 +89,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class MappedFile:
-    """A mapped file whose name is the 20-digit start offset (or any name) it covers."""
+class StoreFile:
+    """A fixed-size store file and its mapping: what both kinds share (flush, close, delete).
+    The name is the 20-digit start offset it covers (or any name). ``mm`` is typed by the kind:
+    always mapped (``MappedFile``) or mapped on demand (``LazyMappedFile``)."""
 
     __slots__ = ("path", "size", "start", "mm", "dirty", "observer", "_fd", "_lock", "_closed", "__weakref__")
 
-    def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False,
-                 populate: bool = False, lazy: bool = False,
-                 observer: StoreObserver | None = None) -> None:  # used for testing
-        """Map an existing file. With ``keep_fd`` the descriptor stays open for cheap flushes.
-
-        ``populate`` pre-faults the whole mapping (MAP_POPULATE; the mmap call releases the GIL):
-        for segments created by a worker thread ahead of use, so the loop's first write to each
-        page does not take a page fault (bench: 2.3 -> 0.35 us per 1 KiB record).
-
-        ``lazy`` opens nothing: ``mm`` stays None until ``map`` (the caller checked the size).
-
-        ``observer`` (used for testing) is told after each ``flush`` what reached the disk."""
+    def __init__(self, path: Path, size: int, start: int, observer: StoreObserver | None) -> None:
         self.path = path
-        self.observer = observer
+        self.observer = observer  # used for testing: told after each ``flush`` what reached the disk
         self.size = size
         self.start = start
         self.dirty = False
         self._lock = threading.Lock()
         self._closed = False
-        self.mm: mmap.mmap | None = None  # None only for a lazy file while unmapped
+        self.mm: mmap.mmap | None = None
         self._fd: int | None = None
-        if lazy:
-            return
-        fd = os.open(path, os.O_RDWR)
-        try:
-            actual = os.fstat(fd).st_size
-            if actual != size:
-                raise ValueError(f"{path} is {actual} bytes, expected {size}")
-            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
-            self.mm = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        if keep_fd:
-            self._fd = fd
-        else:
-            os.close(fd)
-
-    @classmethod
-    def create(cls, path: Path, size: int, start: int, keep_fd: bool = False,
-               preallocate: bool = False, sync_dir: bool = True, populate: bool = False,
-               lazy: bool = False, observer: StoreObserver | None = None) -> "MappedFile":
-        create_file(path, size, preallocate, sync_dir, observer)
-        return cls(path, size, start, keep_fd, populate, lazy, observer)
 
     @property
     def end(self) -> int:
@@ -147,56 +115,20 @@ class MappedFile:
     def closed(self) -> bool:
         return self._closed
 
-    def map(self) -> mmap.mmap:
-        """Map a lazy file (loop thread; callers go through ``MappedFileCache.open``). An open,
-        an mmap and a close of an existing file: a few syscalls, like the creation of a consume
-        queue file, which also happens on the loop. Without trackfd (Python < 3.13) the mapping
-        holds a descriptor until ``unmap``."""
-        if self._closed:
-            raise ValueError(f"{self.path} was closed; it cannot be mapped again")
-        mm = self.mm
-        if mm is None:
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, **_UNTRACKED)
-            finally:
-                os.close(fd)
-            self.mm = mm
-        return mm
-
-    def unmap(self) -> None:
-        """Drop the mapping but keep the file (loop thread: ``MappedFileCache`` eviction).
-
-        No flush is needed first, and none is done: munmap hands the mapping's dirty pages to
-        the page cache, where ``flush`` (fdatasync through a descriptor) finds them, so a dirty
-        file stays in the store's dirty set and the next logics flush makes it durable. ``flush``
-        never touches ``mm``, so this needs no lock. Readers copy out of ``mm`` (slices,
-        unpack_from) and hold no view across calls, so nothing still points into the mapping."""
-        mm, self.mm = self.mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a view is still held; the mapping goes with it
-                log.warning("%s is still referenced; it is unmapped when the last view goes", self.path)
-
-    def write(self, pos: int, data: bytes) -> None:
-        self.mm[pos : pos + len(data)] = data
-        self.dirty = True
-
-    def read(self, pos: int, n: int) -> bytes:
-        return self.mm[pos : pos + n]
-
     def zero_from(self, pos: int, end: int | None = None) -> int:
         """Zero [pos, end) but only the 64 KiB chunks that are not zero already (keeps sparse
         files sparse). Returns how many non-zero chunks were rewritten. Blocking (recovery only)."""
+        mm = self.mm
+        if mm is None:
+            raise ValueError(f"{self.path} is not mapped; map it (MappedFileCache.open) before zeroing")
         end = self.size if end is None else end
         rewritten = 0
         p = pos
         while p < end:
             q = min(end, (p // len(_ZERO_CHUNK) + 1) * len(_ZERO_CHUNK))
             n = q - p
-            if self.mm[p:q] != _ZERO_CHUNK[:n]:
-                self.mm[p:q] = _ZERO_CHUNK[:n]
+            if mm[p:q] != _ZERO_CHUNK[:n]:
+                mm[p:q] = _ZERO_CHUNK[:n]
                 rewritten += 1
             p = q
         if rewritten:
@@ -228,19 +160,14 @@ class MappedFile:
         reads the content through ``mm`` on this worker thread, while the loop may unmap a lazy
         file's ``mm`` at any moment (cache eviction): it gets a twin with a private read-only
         mapping."""
-        twin = MappedFile(self.path, self.size, self.start, lazy=True)
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            twin = MappedFile(self.path, self.size, self.start, writable=False)
         except FileNotFoundError:
             return
         try:
-            twin.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
-            os.close(fd)
-        try:
             observer.file_synced(twin)
         finally:
-            twin.mm.close()
+            twin.close()
 
     def close(self) -> None:
         """Unmap and close. Blocking: worker thread, after the file was detached on the loop."""
@@ -264,7 +191,105 @@ class MappedFile:
             os.unlink(self.path)
 
     def __repr__(self) -> str:
-        return f"MappedFile({self.path.name}, start={self.start}, size={self.size})"
+        return f"{type(self).__name__}({self.path.name}, start={self.start}, size={self.size})"
+
+
+class MappedFile(StoreFile):
+    """A store file mapped from construction until ``close`` (CommitLog segments, index files)."""
+
+    __slots__ = ()
+    mm: mmap.mmap  # mapped for the file's whole life: its users index it without a check
+
+    def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False,
+                 populate: bool = False, observer: StoreObserver | None = None,
+                 writable: bool = True) -> None:
+        """Map an existing file. With ``keep_fd`` the descriptor stays open for cheap flushes.
+
+        ``populate`` pre-faults the whole mapping (MAP_POPULATE; the mmap call releases the GIL):
+        for segments created by a worker thread ahead of use, so the loop's first write to each
+        page does not take a page fault (bench: 2.3 -> 0.35 us per 1 KiB record).
+
+        ``writable=False`` maps the file read-only (the observer's twin, ``_report_sync``).
+        ``observer`` (used for testing) is told after each ``flush`` what reached the disk."""
+        super().__init__(path, size, start, observer)
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise ValueError(f"{path} is {actual} bytes, expected {size}")
+            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
+            prot = mmap.PROT_READ | mmap.PROT_WRITE if writable else mmap.PROT_READ
+            self.mm = mmap.mmap(fd, size, flags, prot)
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep_fd:
+            self._fd = fd
+        else:
+            os.close(fd)
+
+    @classmethod
+    def create(cls, path: Path, size: int, start: int, keep_fd: bool = False,
+               preallocate: bool = False, sync_dir: bool = True, populate: bool = False,
+               observer: StoreObserver | None = None) -> "MappedFile":
+        create_file(path, size, preallocate, sync_dir, observer)
+        return cls(path, size, start, keep_fd, populate, observer)
+
+    def write(self, pos: int, data: bytes) -> None:
+        self.mm[pos : pos + len(data)] = data
+        self.dirty = True
+
+    def read(self, pos: int, n: int) -> bytes:
+        return self.mm[pos : pos + n]
+
+
+class LazyMappedFile(StoreFile):
+    """A store file mapped only while in a ``MappedFileCache`` (consume-queue files, of which a
+    store can hold hundreds of thousands): ``mm`` is None while unmapped. Construction opens
+    nothing (the caller checked the size)."""
+
+    __slots__ = ()
+
+    def __init__(self, path: Path, size: int, start: int, observer: StoreObserver | None = None) -> None:
+        super().__init__(path, size, start, observer)
+
+    @classmethod
+    def create(cls, path: Path, size: int, start: int, sync_dir: bool = True,
+               observer: StoreObserver | None = None) -> "LazyMappedFile":
+        create_file(path, size, False, sync_dir, observer)
+        return cls(path, size, start, observer)
+
+    def map(self) -> mmap.mmap:
+        """Map the file (loop thread; callers go through ``MappedFileCache.open``). An open,
+        an mmap and a close of an existing file: a few syscalls, like the creation of a consume
+        queue file, which also happens on the loop. Without trackfd (Python < 3.13) the mapping
+        holds a descriptor until ``unmap``."""
+        if self._closed:
+            raise ValueError(f"{self.path} was closed; it cannot be mapped again")
+        mm = self.mm
+        if mm is None:
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, **_UNTRACKED)
+            finally:
+                os.close(fd)
+            self.mm = mm
+        return mm
+
+    def unmap(self) -> None:
+        """Drop the mapping but keep the file (loop thread: ``MappedFileCache`` eviction).
+
+        No flush is needed first, and none is done: munmap hands the mapping's dirty pages to
+        the page cache, where ``flush`` (fdatasync through a descriptor) finds them, so a dirty
+        file stays in the store's dirty set and the next logics flush makes it durable. ``flush``
+        never touches ``mm``, so this needs no lock. Readers copy out of ``mm`` (slices,
+        unpack_from) and hold no view across calls, so nothing still points into the mapping."""
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view is still held; the mapping goes with it
+                log.warning("%s is still referenced; it is unmapped when the last view goes", self.path)
 
 
 class MappedFileCache:
@@ -285,7 +310,7 @@ class MappedFileCache:
         if limit < 1:
             raise ValueError(f"a mapped-file cache holds at least one file, not {limit}")
         self.limit = limit
-        self.lru: OrderedDict[MappedFile, None] = OrderedDict()  # oldest first
+        self.lru: OrderedDict[LazyMappedFile, None] = OrderedDict()  # oldest first
         self.peak = 0  # most files mapped at once
         self.maps = 0
         self.unmaps = 0  # evictions
@@ -293,7 +318,7 @@ class MappedFileCache:
     def __len__(self) -> int:
         return len(self.lru)
 
-    def open(self, f: MappedFile) -> mmap.mmap:
+    def open(self, f: LazyMappedFile) -> mmap.mmap:
         """``f``'s mapping, mapping it (and unmapping the least recently used) when it has none."""
         if f.mm is not None:
             self.lru.move_to_end(f)
@@ -310,7 +335,7 @@ class MappedFileCache:
             self.peak = len(lru)
         return mm
 
-    def forget(self, files: Iterable[MappedFile]) -> None:
+    def forget(self, files: Iterable[LazyMappedFile]) -> None:
         """Stop tracking detached files (their owner closes them, usually in a worker thread)."""
         pop = self.lru.pop
         for f in files:

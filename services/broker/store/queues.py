@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
 from tidemq.broker.store.consume_queue import ConsumeQueue
-from tidemq.broker.store.mapped_file import MAPPING_HOLDS_FD, MappedFile, MappedFileCache
+from tidemq.broker.store.mapped_file import LazyMappedFile, MAPPING_HOLDS_FD, MappedFileCache, StoreFile
 from tidemq.broker.store.observer import StoreObserver
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def soft_nofile_limit() -> int | None:
 
 
 class QueueTable:
-    def __init__(self, root: Path, units_per_file: int, dirty: set[MappedFile], new_dirs: set[Path],
+    def __init__(self, root: Path, units_per_file: int, dirty: set[StoreFile], new_dirs: set[Path],
                  max_mapped: int = DEFAULT_MAX_MAPPED_QUEUE_FILES,
                  observer: StoreObserver | None = None) -> None:  # used for testing
         self.root = root
@@ -107,9 +107,9 @@ class QueueTable:
             log.warning("rebuilding consume queues from the start of the commitlog")
         return rebuild
 
-    def truncate_past(self, end: int) -> list[MappedFile]:
+    def truncate_past(self, end: int) -> list[LazyMappedFile]:
         """Drop units whose record ends beyond CommitLog offset ``end`` (recovery)."""
-        gone: list[MappedFile] = []
+        gone: list[LazyMappedFile] = []
         for cq in self:
             cut = cq.first_offset_ending_after(end)
             if cut < cq.max_offset:
@@ -118,13 +118,13 @@ class QueueTable:
                 gone += cq.truncate_to(cut)
         return gone
 
-    def detach_below(self, phys_min: int) -> list[MappedFile]:
-        gone: list[MappedFile] = []
+    def detach_below(self, phys_min: int) -> list[LazyMappedFile]:
+        gone: list[LazyMappedFile] = []
         for cq in self:
             gone += cq.detach_below(phys_min)
         return gone
 
-    def drop_topic(self, topic: str) -> list[MappedFile] | None:
+    def drop_topic(self, topic: str) -> list[LazyMappedFile] | None:
         """Forget a topic's queues; returns their files (None when the topic had none)."""
         qs = self.by_topic.pop(topic, None)
         if not qs:

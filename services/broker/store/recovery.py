@@ -50,7 +50,7 @@ from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.dispatch import Dispatcher, enters_consume_queue
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json
-from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.mapped_file import LazyMappedFile, MappedFile
 from tidemq.broker.store.queues import QueueTable
 from tidemq.broker.store.replay import Replayer, ScheduleTagsCode
 from tidemq.broker.store.retention import destroy_all
@@ -317,7 +317,7 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
 
 
 def _drop_unclaimed_tails(queues: QueueTable, claim_at: Callable[[int], tuple[str, int, int, int] | None],
-                          cl_min: int, cq_from: int) -> list[MappedFile]:
+                          cl_min: int, cq_from: int) -> list[LazyMappedFile]:
     """Drop units at the end of each queue that point at no record claiming them.
 
     After a power cut the last units of a queue may be torn (a 20-byte unit straddles a page
@@ -327,17 +327,17 @@ def _drop_unclaimed_tails(queues: QueueTable, claim_at: Callable[[int], tuple[st
     in order after its predecessor whose record lies below the checkpoint's ``cq_from`` was
     flushed whole before the checkpoint (or its record is gone with retention): accepted
     without reading the CommitLog, so a start reads it only for queues written since."""
-    gone: list[MappedFile] = []
+    gone: list[LazyMappedFile] = []
     for cq in queues:
         q = cq.max_offset
         while q > cq.min_offset:
             u = cq.unit(q - 1)
             prev = cq.unit(q - 2) if q - 2 >= cq.min_offset else None
-            ordered = u is not None and u[1] > 0 and (prev is None or (prev[1] > 0 and prev[0] < u[0]))
-            if ordered and (u[0] + u[1] <= cq_from or u[0] < cl_min):
-                break
-            if ordered and claim_at(u[0]) == (cq.topic, cq.queue_id, q - 1, u[1]):
-                break
+            if u is not None and u[1] > 0 and (prev is None or (prev[1] > 0 and prev[0] < u[0])):  # in order
+                if u[0] + u[1] <= cq_from or u[0] < cl_min:
+                    break
+                if claim_at(u[0]) == (cq.topic, cq.queue_id, q - 1, u[1]):
+                    break
             q -= 1
         if q < cq.max_offset:
             log.warning("consume queue %s/%d: dropping offsets %d..%d at its end that point at no record "
@@ -391,9 +391,10 @@ def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, 
                     check: QueueCheck, schedule_tags_code: ScheduleTagsCode,
                     deleted: dict[str, int]) -> None:
     """Empty the damaged queues and re-dispatch their records from the start of the CommitLog
-    (validating every record on the way)."""
+    (validating every record on the way). QueueCheck marks only queues it found, so each
+    damaged queue exists: ``get_or_create`` just finds it."""
     for topic, qid in check.damaged:
-        destroy_all(queues.get(topic, qid).reset())  # before the rebuild re-creates the same names
+        destroy_all(queues.get_or_create(topic, qid).reset())  # before the rebuild re-creates the same names
     rebuild = Replayer(dispatcher, commitlog.min_offset, 1 << 62, schedule_tags_code, deleted)
     wanted = set(check.damaged)
 
@@ -403,6 +404,6 @@ def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, 
 
     scan_commitlog(commitlog, commitlog.min_offset, -1, cfg.check_crc_on_recover, False, on_record)
     for topic, qid in wanted:
-        cq = queues.get(topic, qid)
+        cq = queues.get_or_create(topic, qid)
         log.warning("consume queue %s/%d rebuilt from the commitlog: offsets %d..%d",
                     topic, qid, cq.min_offset, cq.max_offset)

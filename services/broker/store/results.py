@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import final
 
 from tidemq.message import MessageExt, split_host
 
@@ -52,6 +53,9 @@ class PutStatus(enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
 
 
+# final: the put path tells it from a Pending with ``type(x) is PutResult`` (cheaper than
+# isinstance), which mypy narrows only for a final class.
+@final
 @dataclass(slots=True)
 class PutResult:
     status: PutStatus

@@ -19,19 +19,19 @@ import concurrent.futures
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import StoreConfig
-from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.mapped_file import StoreFile
 
 log = logging.getLogger(__name__)
 
 MAX_SEGMENTS_PER_PASS = 10
 
 
-def _mtimes_ms(files: list[MappedFile]) -> list[int]:
+def _mtimes_ms(files: Sequence[StoreFile]) -> list[int]:
     out = []
     for f in files:
         try:
@@ -44,7 +44,7 @@ def _mtimes_ms(files: list[MappedFile]) -> list[int]:
 class Retention:
     def __init__(self, config: StoreConfig, commitlog: CommitLog, clock: Callable[[], float],
                  disk_ratio: Callable[[], float], flushed: Callable[[], int],
-                 detach_logics: Callable[[int], list[MappedFile]],
+                 detach_logics: Callable[[int], list[StoreFile]],
                  executor: concurrent.futures.Executor) -> None:
         self.config = config
         self.commitlog = commitlog
@@ -135,7 +135,7 @@ def usage_ratio(probe: Callable[[str], object], path: str) -> float:
     return (total - u.free) / total if total else 0.0  # type: ignore[attr-defined]
 
 
-def destroy_all(files: list[MappedFile]) -> None:
+def destroy_all(files: Sequence[StoreFile]) -> None:
     """Close and delete files (blocking: a worker thread, or load)."""
     for f in files:
         try:

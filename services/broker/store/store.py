@@ -44,7 +44,7 @@ from tidemq.broker.store.dispatch import (
 from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSnapshot
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
-from tidemq.broker.store.mapped_file import MappedFile, fsync_dir
+from tidemq.broker.store.mapped_file import StoreFile, fsync_dir
 from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit, soft_nofile_limit
 from tidemq.broker.store.recovery import recover
@@ -80,7 +80,7 @@ class MessageStore:
         self._io_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-io")
         self._commitlog = CommitLog(config.commitlog_dir, config.commitlog_segment_size, observer)
         self._commitlog.warm = config.warm_segments
-        self._dirty: set[MappedFile] = set()
+        self._dirty: set[StoreFile] = set()
         self._new_dirs: set[Path] = set()
         self._index = IndexService(config.index_dir, config.index_hash_slots, config.index_max_entries,
                                    self._dirty, self._new_dirs, observer)
@@ -99,7 +99,7 @@ class MessageStore:
         self._retention = Retention(config, self._commitlog, clock, self._probe_disk,
                                     lambda: self._flusher.flushed, self._detach_logics, self._io_exec)
         self._cleanup_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Future] = set()
+        self._background: set[asyncio.Future[None]] = set()
         self._disk_ratio = 0.0
         self._state = "new"  # new -> loaded -> running -> closed
         self._refuse: str | None = "the store is not loaded"
@@ -230,7 +230,7 @@ class MessageStore:
             if self._refuse is not None:
                 return self._refused()
         p = self._encoder.prepare(req)
-        if p.__class__ is PutResult:
+        if type(p) is PutResult:
             return p
         cl = self._commitlog
         if not cl.fits_one_segment(p.total):
@@ -390,9 +390,10 @@ class MessageStore:
         deleted[topic] = self.commitlog_max_offset
         write_json_atomic(self.config.deleted_topics_path, deleted)
         topic_dir = self.config.consume_queue_dir / topic
-        tomb = self.config.consume_queue_dir / f".deleted-{topic}-{time.monotonic_ns()}"
+        aside = self.config.consume_queue_dir / f".deleted-{topic}-{time.monotonic_ns()}"
+        tomb: Path | None = aside
         try:
-            os.rename(topic_dir, tomb)
+            os.rename(topic_dir, aside)
         except FileNotFoundError:
             tomb = None
         except OSError as exc:
@@ -431,8 +432,8 @@ class MessageStore:
             except OSError as exc:
                 log.error("retention pass failed: %s", exc)
 
-    def _detach_logics(self, phys_min: int) -> list[MappedFile]:
-        gone = self._queues.detach_below(phys_min) + self._index.detach_below(phys_min)
+    def _detach_logics(self, phys_min: int) -> list[StoreFile]:
+        gone: list[StoreFile] = [*self._queues.detach_below(phys_min), *self._index.detach_below(phys_min)]
         self._dirty.difference_update(gone)
         return gone
 

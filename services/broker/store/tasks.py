@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 
-async def cancel_and_wait(*tasks: asyncio.Task | None) -> None:
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     """Cancel every task given (None is skipped), then wait for each to end. A task's own error
     other than its cancellation propagates."""
     running = [t for t in tasks if t is not None]

@@ -13,6 +13,7 @@ anything is written (all-or-nothing).
 from __future__ import annotations
 
 import logging
+import mmap
 import re
 import struct
 import zlib
@@ -86,7 +87,7 @@ class RecordEncoder:
     # Hot path (bench/produce_consume.py)
     def prepare(self, req: PutRequest) -> Pending | PutResult:
         common = self._common(req)
-        if common.__class__ is PutResult:
+        if type(common) is PutResult:
             return common
         return self._prepare(req, *common)
 
@@ -164,7 +165,7 @@ class RecordEncoder:
             return illegal(PutStatus.MESSAGE_ILLEGAL, "the batch is empty")
         first = reqs[0]
         common = self._common(first)
-        if common.__class__ is PutResult:
+        if type(common) is PutResult:
             return common
         topic, queue_id, born_host, store_host = first.topic, first.queue_id, first.born_host, first.store_host
         prepare = self._prepare
@@ -182,7 +183,7 @@ class RecordEncoder:
                 p = prepare(r, *common)
             else:
                 p = self.prepare(r)
-            if p.__class__ is PutResult:
+            if type(p) is PutResult:
                 p.remark = f"message {len(pending)} of the batch: {p.remark}"
                 return p
             append(p)
@@ -207,7 +208,7 @@ class RecordEncoder:
         return addr
 
     # Hot path (bench/produce_consume.py)
-    def encode_into(self, mm, pos: int, p: Pending, queue_offset: int, phys: int, store_ts: int) -> None:
+    def encode_into(self, mm: mmap.mmap, pos: int, p: Pending, queue_offset: int, phys: int, store_ts: int) -> None:
         req = p.req
         body = req.body
         if len(p.born) == 4 and len(p.store) == 4:

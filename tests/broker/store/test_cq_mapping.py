@@ -16,17 +16,17 @@ from tidemq.message import decode_record
 
 from tidemq.broker.store import faults, queues as queues_mod
 from tidemq.broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from tidemq.broker.store.mapped_file import MappedFile, MappedFileCache, create_file
+from tidemq.broker.store.mapped_file import LazyMappedFile, MappedFileCache, StoreFile, create_file
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit
 from tests.broker.store.util import async_test, config, open_store, read_queue, req
 
 
-def _lazy_files(tmp_path, n: int, size: int = 4096) -> list[MappedFile]:
+def _lazy_files(tmp_path, n: int, size: int = 4096) -> list[LazyMappedFile]:
     out = []
     for i in range(n):
         path = tmp_path / f"{i:020d}"
         create_file(path, size, sync_dir=False)
-        out.append(MappedFile(path, size, i * size, lazy=True))
+        out.append(LazyMappedFile(path, size, i * size))
     return out
 
 
@@ -91,7 +91,7 @@ def test_puts_on_a_mapped_tail_only_move_it_to_the_end(tmp_path):
 
 
 def test_an_evicted_dirty_file_stays_registered_and_its_units_are_in_the_file(tmp_path):
-    dirty: set[MappedFile] = set()
+    dirty: set[StoreFile] = set()
     (q0, q1, q2), cache = _cqs(tmp_path, 3, limit=2, dirty=dirty)
     q0.put(0, 4242, 91, 7)
     for cq in (q1, q2):

@@ -371,7 +371,7 @@ def test_a_file_that_cannot_be_created_refuses_the_put_and_writes_nothing(tmp_pa
     def fail(*a, **kw):
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(consume_queue.MappedFile, "create", fail)
+    monkeypatch.setattr(consume_queue.LazyMappedFile, "create", fail)
     r = store.put(req(topic="B"))
     assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "Too many open files" in r.remark
     assert store.commitlog_max_offset == end and store.max_offset("B", 0) == 0
