@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from tidemq.broker.metrics import TIMED_REQUESTS
+from tidemq.broker.metrics import NOT_ERRORS, TIMED_REQUESTS
 from tidemq.broker.processors.common import Answer, Handler
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
@@ -210,8 +210,10 @@ class MetricsHook:
 
     def after(self, cmd: RemotingCommand, response: RemotingCommand | None, outcome: Outcome,
               started: float) -> None:
+        # Hot path (bench/hot_path.py): a success is not counted; only its latency is.
         if response is not None:
-            self._on_response(response.code)
+            if response.code not in NOT_ERRORS:
+                self._on_response(response.code)
         elif outcome is _FAILED:
             self._on_response(ResponseCode.SYSTEM_ERROR)
         if outcome is _ANSWERED:
