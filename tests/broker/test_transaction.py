@@ -38,7 +38,7 @@ from tidemq.errors import BrokerError
 from tidemq.message import SysFlag, decode_offset_msg_id, decode_record, decode_records, encode_properties
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
-from tests.broker.store.util import Clock, async_test, config, open_store, read_queue
+from tests.broker.store.util import Clock, config, open_store, read_queue
 
 STORE_HOST = ("127.0.0.1", 10911)
 PROPS = {"TRAN_MSG": "true", "PGROUP": "pg", "UNIQ_KEY": "U1", "TAGS": "TagA", "KEYS": "k1 k2"}
@@ -169,7 +169,7 @@ class Rig:
         return read_queue(self.store, topic, queue_id)
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_commit_writes_the_real_message_once_and_an_op_record(tmp_path):
     rig = Rig(tmp_path, Clock())
     r = rig.half()
@@ -195,7 +195,7 @@ async def test_commit_writes_the_real_message_once_and_an_op_record(tmp_path):
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_rollback_and_mismatched_ends(tmp_path):
     rig = Rig(tmp_path, Clock())
     r = rig.half()
@@ -215,7 +215,7 @@ async def test_rollback_and_mismatched_ends(tmp_path):
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_open_transaction_is_checked_after_the_timeout_and_the_answer_decides(tmp_path):
     clock = Clock()
     conn = FakeConn()
@@ -253,7 +253,7 @@ async def test_open_transaction_is_checked_after_the_timeout_and_the_answer_deci
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_late_end_from_the_original_producer_still_counts_while_checks_go_on(tmp_path):
     clock = Clock()
     conn = FakeConn()
@@ -269,7 +269,7 @@ async def test_late_end_from_the_original_producer_still_counts_while_checks_go_
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_without_a_producer_online_no_check_is_counted(tmp_path):
     clock = Clock()
     rig = Rig(tmp_path, clock, check_max=1)
@@ -286,7 +286,7 @@ async def test_without_a_producer_online_no_check_is_counted(tmp_path):
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_after_check_max_unanswered_checks_the_half_is_discarded(tmp_path):
     clock = Clock()
     conn = FakeConn()
@@ -310,7 +310,7 @@ async def test_after_check_max_unanswered_checks_the_half_is_discarded(tmp_path)
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_check_immunity_delays_the_first_check_without_blocking_others(tmp_path):
     clock = Clock()
     conn = FakeConn()
@@ -334,7 +334,7 @@ async def test_check_immunity_delays_the_first_check_without_blocking_others(tmp
     rig.store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_progress_and_op_book_survive_a_restart(tmp_path):
     clock = Clock()
     conn = FakeConn()
@@ -452,7 +452,7 @@ def test_broker_keeps_halves_invisible_until_end_transaction(cluster_factory):
     assert half_pull.code == ResponseCode.TOPIC_NOT_EXIST
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_progress_file_ahead_of_the_store_is_clamped(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "tx.json").write_text('{"halfOffset": 99, "opOffset": 42}')

@@ -18,7 +18,7 @@ from tidemq.broker.store import faults, queues as queues_mod
 from tidemq.broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from tidemq.broker.store.mapped_file import LazyMappedFile, MappedFileCache, StoreFile, create_file
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit
-from tests.broker.store.util import async_test, config, open_store, read_queue, req
+from tests.broker.store.util import config, open_store, read_queue, req
 
 
 def _lazy_files(tmp_path, n: int, size: int = 4096) -> list[LazyMappedFile]:
@@ -108,7 +108,7 @@ def test_an_evicted_dirty_file_stays_registered_and_its_units_are_in_the_file(tm
     assert (again.min_offset, again.max_offset, again.unit(0)) == (0, 1, (4242, 91, 7))
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_units_of_evicted_files_survive_a_power_cut_after_the_logics_flush(tmp_path, caplog):
     """ASYNC mode: every unit written before a checkpoint is on disk, though its file was unmapped."""
     shadow = tmp_path / "shadow"

@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from tidemq.broker.store import flush as flush_module
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.store import PutStatus
 
-from tests.broker.store.util import async_test, config, open_store, req
+from tests.broker.store.util import config, open_store, req
+from tests.support.waiting import wait_until
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_sync_waiters_share_fsyncs(tmp_path):
     store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=5.0))
     await store.start()
@@ -26,7 +29,7 @@ async def test_sync_waiters_share_fsyncs(tmp_path):
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_concurrent_sync_producers_are_group_committed(tmp_path):
     store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=5.0))
     await store.start()
@@ -46,7 +49,7 @@ async def test_concurrent_sync_producers_are_group_committed(tmp_path):
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_sync_wait_times_out_and_the_message_stays(tmp_path, monkeypatch):
     real = flush_module._fsync_all
 
@@ -66,31 +69,33 @@ async def test_sync_wait_times_out_and_the_message_stays(tmp_path, monkeypatch):
     assert await store.wait_durable(r.end_offset) is False
     assert time.monotonic() - t < 2.0  # the 0.15 s timeout, not the 3 s fsync (slack for a loaded box)
     armed.clear()  # fsyncs started from now on are fast (so is the shutdown)
-    assert await asyncio.wait_for(_until(lambda: store.flushed_offset >= r.end_offset), 10)
+    await wait_until(lambda: store.flushed_offset >= r.end_offset, "the timed-out message flushed once fsyncs are fast",
+                     interval=0.01)
     assert await store.wait_durable(r.end_offset) is True
     assert store.get_messages("T", 0, 0, 1, None).message_count == 1
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_async_mode_acknowledges_at_once_and_flushes_in_the_background(tmp_path):
     store = open_store(config(tmp_path, flush_mode=FlushMode.ASYNC, async_flush_interval=0.02))
     await store.start()
     r = store.put(req())
     assert store.flushed_offset < r.end_offset
     assert await store.wait_durable(r.end_offset) is True
-    assert await asyncio.wait_for(_until(lambda: store.flushed_offset >= r.end_offset), 3)
+    await wait_until(lambda: store.flushed_offset >= r.end_offset, "the message flushed in the background",
+                     timeout=3, interval=0.01)
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_checkpoint_follows_flushes(tmp_path):
     store = open_store(config(tmp_path, logics_flush_interval=0.02, async_flush_interval=0.02))
     await store.start()
     for _ in range(5):
         store.put(req(keys="a", uniq="u"))
     end = store.commitlog_max_offset
-    await asyncio.wait_for(_until(lambda: _checkpointed(tmp_path) == end), 3)
+    await wait_until(lambda: _checkpointed(tmp_path) == end, "a checkpoint at the commitlog end", timeout=3, interval=0.01)
     cp = read_checkpoint(tmp_path / "checkpoint")
     assert cp.logics_offset == cp.index_offset == end and cp.index_count == 11
     await store.shutdown()
@@ -99,9 +104,3 @@ async def test_checkpoint_follows_flushes(tmp_path):
 def _checkpointed(root) -> int:
     cp = read_checkpoint(root / "checkpoint")
     return min(cp.physic_offset, cp.logics_offset) if cp else -1
-
-
-async def _until(cond) -> bool:
-    while not cond():
-        await asyncio.sleep(0.01)
-    return True

@@ -10,7 +10,7 @@ import pytest
 from tidemq.broker.store import faults
 from tidemq.broker.store.consume_queue import UNIT_SIZE
 
-from tests.broker.store.util import async_test, config, open_store, read_queue, req
+from tests.broker.store.util import config, open_store, read_queue, req
 
 
 def _cq_files(root: Path, topic: str, q: int) -> list[Path]:
@@ -34,7 +34,7 @@ async def _filled(tmp_path, n: int = 400, crash: bool = False):
 
 @pytest.mark.parametrize("crash", [False, True], ids=["clean", "crash"])
 @pytest.mark.parametrize("which", ["first", "last", "all"])
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_zeroed_consume_queue_file_is_rebuilt_from_the_commitlog(tmp_path, caplog, crash, which):
     cfg, maxes = await _filled(tmp_path, crash=crash)
     files = _cq_files(tmp_path, "T", 0)
@@ -57,7 +57,7 @@ async def test_a_zeroed_consume_queue_file_is_rebuilt_from_the_commitlog(tmp_pat
         await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_consume_queue_unit_pointing_elsewhere_is_repaired(tmp_path, caplog):
     cfg, maxes = await _filled(tmp_path, n=20)
     f = _cq_files(tmp_path, "T", 1)[0]
@@ -73,7 +73,7 @@ async def test_a_consume_queue_unit_pointing_elsewhere_is_repaired(tmp_path, cap
         await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_an_intact_store_is_not_rebuilt(tmp_path, caplog):
     cfg, maxes = await _filled(tmp_path, crash=True)
     store = open_store(cfg)
@@ -85,7 +85,7 @@ async def test_an_intact_store_is_not_rebuilt(tmp_path, caplog):
         await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_units_rewritten_after_a_recovery_cut_are_flushed(tmp_path, caplog):
     """Regression: a consume-queue file whose tail recovery zeroed was never registered for
     flushing again, so the checkpoint vouched for units that a power cut would lose."""

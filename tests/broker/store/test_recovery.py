@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.store import GetStatus
 
-from tests.broker.store.util import SEGMENT, async_test, config, open_store, read_queue, req
+from tests.broker.store.util import SEGMENT, Clock, config, open_store, read_queue, req
 
 
 def _seg_path(root: Path, offset: int) -> Path:
@@ -44,7 +45,7 @@ def _bodies(store, queues: int = 2) -> list[bytes]:
     return [m.body for m in sorted(msgs, key=lambda m: m.commit_log_offset)]
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_restart_after_clean_shutdown_keeps_everything(tmp_path):
     cfg = config(tmp_path)
     store = open_store(cfg)
@@ -128,7 +129,7 @@ def test_corruption_in_the_middle_refuses_to_start(tmp_path):
     assert (tmp_path / "abort").exists()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_damaged_flushed_data_refuses_to_start_even_at_the_end(tmp_path):
     cfg = config(tmp_path)
     store = open_store(cfg)
@@ -206,7 +207,7 @@ def test_consume_queue_units_past_the_commitlog_end_are_dropped(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 @pytest.mark.parametrize("whole_dir", [False, True])
 async def test_consume_queues_are_rebuilt_when_their_files_are_deleted(tmp_path, whole_dir):
     cfg = config(tmp_path)
@@ -239,7 +240,7 @@ def test_index_is_replayed_after_a_crash_without_duplicates(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_index_keeps_checkpointed_entries_and_replays_the_rest(tmp_path):
     cfg = config(tmp_path)
     store = open_store(cfg)
@@ -274,15 +275,13 @@ def test_a_missing_middle_segment_is_refused(tmp_path):
 # --------------------------------------------------------------------------- property test
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def template(tmp_path_factory):
     """A cleanly shut down store: 24 messages over two segments."""
-    import asyncio
-
     root = tmp_path_factory.mktemp("template")
     store = open_store(config(root))
     bodies = _fill(store, 24)
-    asyncio.run(store.shutdown())
+    await store.shutdown()
     return _Template(root, bodies)
 
 
@@ -351,7 +350,7 @@ def test_stray_files_do_not_confuse_loading(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_deleted_commitlog_with_a_checkpoint_refuses_to_start(tmp_path):
     store = open_store(config(tmp_path))
     _fill(store, 30)
@@ -365,10 +364,8 @@ async def test_a_deleted_commitlog_with_a_checkpoint_refuses_to_start(tmp_path):
         open_store(config(tmp_path))
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_schedule_units_get_their_delivery_time_back_on_rebuild(tmp_path):
-    from tests.broker.store.util import Clock
-
     clock = Clock(1_000.0)
     store = open_store(config(tmp_path), clock=clock)
     store.put(req(topic="SCHEDULE_TOPIC_XXXX", queue_id=2, tags_code=1_010_000, props={"DELAY": "3"}))
@@ -379,7 +376,7 @@ async def test_schedule_units_get_their_delivery_time_back_on_rebuild(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_recreated_topic_survives_a_full_rebuild(tmp_path):
     store = open_store(config(tmp_path))
     await store.start()
@@ -395,7 +392,7 @@ async def test_a_recreated_topic_survives_a_full_rebuild(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_deleted_topic_does_not_come_back_after_a_full_rebuild(tmp_path):
     store = open_store(config(tmp_path))
     await store.start()
@@ -411,7 +408,7 @@ async def test_a_deleted_topic_does_not_come_back_after_a_full_rebuild(tmp_path)
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_record_whose_header_disagrees_with_its_consume_queue_refuses_the_start(tmp_path):
     store = open_store(config(tmp_path))
     await store.start()
@@ -426,7 +423,7 @@ async def test_a_record_whose_header_disagrees_with_its_consume_queue_refuses_th
         open_store(config(tmp_path))
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_stale_unit_past_the_checkpoint_is_re_pointed_at_the_record_that_carries_it(tmp_path):
     """After a power cut a consume-queue unit may point at a put that was lost, whose queue offset
     a later put re-used: the CommitLog is the truth (a unit nothing claims is re-pointed)."""
@@ -456,7 +453,7 @@ def _tear_units(root: Path, topic: str, units: dict[int, bytes]) -> None:
     (root / "abort").touch()  # as a power cut leaves it
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_torn_unit_whose_record_survived_is_rewritten(tmp_path):
     """A 20-byte unit straddles a 4 KiB page boundary; after a power cut only the page holding
     its commitlog offset may be on disk (size and tags code zero): the record completes it."""
@@ -474,7 +471,7 @@ async def test_a_torn_unit_whose_record_survived_is_rewritten(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_torn_units_at_the_end_whose_records_were_lost_are_dropped_not_served(tmp_path):
     """Units past the last surviving record that are torn point at a wrong record (here the one at
     offset 0) or nowhere: they are dropped, so the queue ends at the last record that claims its unit."""
@@ -492,7 +489,7 @@ async def test_torn_units_at_the_end_whose_records_were_lost_are_dropped_not_ser
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_new_store_says_it_is_new_not_loaded_after_a_clean_shutdown(tmp_path, caplog):
     caplog.set_level("INFO", logger="tidemq.broker.store.store")
     store = open_store(config(tmp_path))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tidemq.message import decode_record
 
 from tidemq.broker.store.store import GetStatus, PutStatus
 
-from tests.broker.store.util import SEGMENT, T0, Clock, async_test, config, open_store, read_queue, req
+from tests.broker.store.util import SEGMENT, T0, Clock, config, open_store, read_queue, req
 
 HOUR = 3600.0
 
@@ -35,7 +37,7 @@ async def _store(tmp_path, clock, disk, **kw):
     return store
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_expired_segments_go_and_min_offsets_follow(tmp_path):
     clock, disk = Clock(), Disk()
     store = await _store(tmp_path, clock, disk, delete_when_hours=tuple(range(24)))
@@ -65,7 +67,7 @@ async def test_expired_segments_go_and_min_offsets_follow(tmp_path):
     again.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_nothing_goes_outside_the_delete_hours_unless_triggered_or_disk_is_filling(tmp_path):
     clock, disk = Clock(), Disk()
     store = await _store(tmp_path, clock, disk, delete_when_hours=_other_hour(Clock()))
@@ -84,7 +86,7 @@ async def test_nothing_goes_outside_the_delete_hours_unless_triggered_or_disk_is
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_nearly_full_disk_deletes_the_oldest_segment_before_it_expires(tmp_path):
     clock, disk = Clock(), Disk()
     store = await _store(tmp_path, clock, disk, delete_when_hours=_other_hour(Clock()))
@@ -96,7 +98,7 @@ async def test_a_nearly_full_disk_deletes_the_oldest_segment_before_it_expires(t
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_unflushed_segments_are_never_deleted(tmp_path):
     clock = Clock()
     store = open_store(config(tmp_path, delete_when_hours=tuple(range(24))), clock=clock, disk_usage=Disk())
@@ -109,7 +111,7 @@ async def test_unflushed_segments_are_never_deleted(tmp_path):
     await store.shutdown()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_puts_are_refused_above_the_refuse_ratio(tmp_path):
     disk = Disk(0.95)
     store = open_store(config(tmp_path), disk_usage=disk)

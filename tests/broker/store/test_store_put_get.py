@@ -11,7 +11,7 @@ from tidemq.message import BLANK_MAGIC, SysFlag, decode_offset_msg_id, decode_re
 
 from tidemq.broker.store.store import GetStatus, PutRequest, PutStatus
 
-from tests.broker.store.util import SEGMENT, Clock, async_test, config, open_store, read_queue, req
+from tests.broker.store.util import SEGMENT, Clock, config, open_store, read_queue, req
 
 A6 = bytes.fromhex(  # the hex dump of PROTOCOL-REFERENCE A.6
     "00 00 00 89 da a3 20 a7 36 10 a6 86 00 00 00 00"
@@ -301,7 +301,7 @@ def test_dispatch_listener_and_given_tags_code(tmp_path):
     store.close_abruptly()
 
 
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_delete_topic_drops_its_queues(tmp_path):
     store = open_store(config(tmp_path))
     await store.start()
@@ -339,7 +339,7 @@ def test_ipv6_store_host_is_encoded_with_its_flag(tmp_path, host):
 
 
 @pytest.mark.parametrize("warm", [False, True])
-@async_test
+@pytest.mark.timeout(20, func_only=True)
 async def test_next_segment_is_created_off_the_loop(tmp_path, warm):
     import asyncio
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tidemq.message import MessageExt, decode_record
@@ -69,11 +66,3 @@ def read_queue(store: MessageStore, topic: str, queue_id: int, start: int | None
             return out
         out.extend(decode_record(rec) for rec in r.records)
         off = r.next_begin_offset
-
-
-def async_test(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    @functools.wraps(fn)
-    def wrapper(*args: object, **kwargs: object) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 20.0))
-
-    return wrapper
