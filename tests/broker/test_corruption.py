@@ -8,7 +8,6 @@ truncated topics.json (its .bak is loaded; both damaged refuse), and one flipped
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import uuid
@@ -24,23 +23,21 @@ from tests.broker.test_broker_protocol import send_cmd
 QUEUES = 2
 
 
-def _produce(c, topic: str, n: int, prefix: str, ledger: Ledger) -> None:
-    async def go():
-        cl = RemotingClient()
-        try:
-            for i in range(n):
-                body = f"{prefix}-{i}-".encode() + bytes(40)
-                ledger.sent.add(body)
-                r = await cl.invoke(c.broker_addr, send_cmd(topic, body, queue_id=i % QUEUES), 3)
-                assert r.code == ResponseCode.SUCCESS, r.remark
-                ledger.acked[body] = (int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))
-        finally:
-            await cl.close()
-    asyncio.run(go())
+async def _produce(c, topic: str, n: int, prefix: str, ledger: Ledger) -> None:
+    cl = RemotingClient()
+    try:
+        for i in range(n):
+            body = f"{prefix}-{i}-".encode() + bytes(40)
+            ledger.sent.add(body)
+            r = await cl.invoke(c.broker_addr, send_cmd(topic, body, queue_id=i % QUEUES), 3)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            ledger.acked[body] = (int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))
+    finally:
+        await cl.close()
 
 
-def _verify(c, topic: str, ledger: Ledger) -> None:
-    res = asyncio.run(check(c.broker_addr, topic, QUEUES, ledger))
+async def _verify(c, topic: str, ledger: Ledger) -> None:
+    res = await check(c.broker_addr, topic, QUEUES, ledger)
     print(res.summary(ledger))
     assert not res.lost and not res.misplaced
     assert res.duplicates == res.gaps == res.phantoms == 0
@@ -73,16 +70,16 @@ def _refuses_to_start(c) -> str:
 
 
 @pytest.fixture
-def loaded(cluster_factory):
+async def loaded(cluster_factory):
     c = cluster_factory(flush="sync", segment_size=4 << 20)
     topic = f"cor_{uuid.uuid4().hex[:6]}"
     c.create_topic(topic, queues=QUEUES)
     ledger = Ledger()
-    _produce(c, topic, 1500, "before", ledger)
+    await _produce(c, topic, 1500, "before", ledger)
     return c, topic, ledger
 
 
-def test_garbage_after_the_commitlog_tail_is_cut_after_a_crash(loaded):
+async def test_garbage_after_the_commitlog_tail_is_cut_after_a_crash(loaded):
     c, topic, ledger = loaded
     c.broker.kill()
     seg = _segments(c)[-1]
@@ -92,12 +89,12 @@ def test_garbage_after_the_commitlog_tail_is_cut_after_a_crash(loaded):
         f.write(os.urandom(3000))
     c.broker.start()
     assert "truncated the commitlog" in c.broker.log()
-    _verify(c, topic, ledger)
-    _produce(c, topic, 10, "after", ledger)
-    _verify(c, topic, ledger)
+    await _verify(c, topic, ledger)
+    await _produce(c, topic, 10, "after", ledger)
+    await _verify(c, topic, ledger)
 
 
-def test_a_zeroed_consume_queue_file_is_rebuilt(loaded):
+async def test_a_zeroed_consume_queue_file_is_rebuilt(loaded):
     c, topic, ledger = loaded
     c.broker.stop()
     cq = sorted((c.store_dir / "consumequeue" / topic / "0").iterdir())[-1]
@@ -105,22 +102,22 @@ def test_a_zeroed_consume_queue_file_is_rebuilt(loaded):
     c.broker.start()
     log = c.broker.log()
     assert f"consume queue {topic}/0 is damaged" in log and "rebuilt from the commitlog" in log
-    _verify(c, topic, ledger)
-    _produce(c, topic, 10, "after", ledger)  # queue offsets continue where they were
-    _verify(c, topic, ledger)
+    await _verify(c, topic, ledger)
+    await _produce(c, topic, 10, "after", ledger)  # queue offsets continue where they were
+    await _verify(c, topic, ledger)
 
 
-def test_a_missing_checkpoint_means_a_full_replay(loaded):
+async def test_a_missing_checkpoint_means_a_full_replay(loaded):
     c, topic, ledger = loaded
     c.broker.kill()
     (c.store_dir / "checkpoint").unlink()
     c.broker.start()
-    _verify(c, topic, ledger)
-    _produce(c, topic, 10, "after", ledger)
-    _verify(c, topic, ledger)
+    await _verify(c, topic, ledger)
+    await _produce(c, topic, 10, "after", ledger)
+    await _verify(c, topic, ledger)
 
 
-def test_a_truncated_topics_json_loads_its_backup_and_refuses_when_both_are_damaged(loaded):
+async def test_a_truncated_topics_json_loads_its_backup_and_refuses_when_both_are_damaged(loaded):
     """topics.json keeps the previous version as topics.json.bak (RocketMQ's ConfigManager): a
     damaged file loads the backup with a warning; with both damaged the start is refused, naming them."""
     c, topic, ledger = loaded
@@ -134,7 +131,7 @@ def test_a_truncated_topics_json_loads_its_backup_and_refuses_when_both_are_dama
     c.broker.start()
     log = c.broker.log()
     assert f"{path} is not valid JSON" in log and f"loaded the previous version from {bak}" in log
-    _verify(c, topic, ledger)
+    await _verify(c, topic, ledger)
     c.broker.stop()
     path.write_bytes(data[: len(data) // 2])
     bak.write_bytes(bak_data[:10])
@@ -142,10 +139,10 @@ def test_a_truncated_topics_json_loads_its_backup_and_refuses_when_both_are_dama
     assert str(path) in log and str(bak) in log and "unusable too" in log
     path.write_bytes(data)  # the operator restores it: everything is back
     c.broker.start()
-    _verify(c, topic, ledger)
+    await _verify(c, topic, ledger)
 
 
-def test_a_corrupt_record_in_the_middle_refuses_the_start_and_keeps_the_records_after_it(loaded):
+async def test_a_corrupt_record_in_the_middle_refuses_the_start_and_keeps_the_records_after_it(loaded):
     c, topic, ledger = loaded
     c.broker.stop()
     seg = _segments(c)[-1]

@@ -9,7 +9,6 @@ fsync (test_power_loss.py does that); the ASYNC_FLUSH run is expected to pass as
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -23,7 +22,7 @@ from tests.broker.chaos import Ledger, check, run_load
 QUEUES = 4
 
 
-def _crash_cycles(cluster_factory, flush: str, cycles: int, seed: int) -> None:
+async def _crash_cycles(cluster_factory, flush: str, cycles: int, seed: int) -> None:
     c = cluster_factory(flush=flush, segment_size=1 << 20)  # small segments: rollovers happen
     topic = f"d1_{uuid.uuid4().hex[:6]}"
     c.create_topic(topic, queues=QUEUES)
@@ -33,13 +32,13 @@ def _crash_cycles(cluster_factory, flush: str, cycles: int, seed: int) -> None:
     restarts = []
     for cycle in range(cycles):
         pid = c.broker.proc.pid
-        asyncio.run(run_load(c.broker_addr, topic, QUEUES, cycle, ledger, rnd.uniform(0.5, 2.5),
-                             lambda: os.kill(pid, signal.SIGKILL)))
+        await run_load(c.broker_addr, topic, QUEUES, cycle, ledger, rnd.uniform(0.5, 2.5),
+                       lambda: os.kill(pid, signal.SIGKILL))
         c.broker.proc.wait()
         t0 = time.monotonic()
         c.broker.start()
         restarts.append(time.monotonic() - t0)
-        res = asyncio.run(check(c.broker_addr, topic, QUEUES, ledger, known))
+        res = await check(c.broker_addr, topic, QUEUES, ledger, known)
         print(f"[{flush}] cycle {cycle + 1}/{cycles}: {res.summary(ledger)} restart={restarts[-1]:.1f}s")
         assert not res.lost, f"acknowledged messages lost after kill -9: {res.lost[:5]}"
         assert not res.misplaced, f"acknowledged messages at another queue offset: {res.misplaced[:5]}"
@@ -55,16 +54,16 @@ def _crash_cycles(cluster_factory, flush: str, cycles: int, seed: int) -> None:
           f"gaps=0; slowest restart {max(restarts):.1f} s")
 
 
-def test_kill_9_under_load_sync_flush_short(cluster_factory):
-    _crash_cycles(cluster_factory, "sync", cycles=5, seed=1)
+async def test_kill_9_under_load_sync_flush_short(cluster_factory):
+    await _crash_cycles(cluster_factory, "sync", cycles=5, seed=1)
 
 
 @pytest.mark.slow
-def test_kill_9_under_load_sync_flush_20_cycles(cluster_factory):
-    _crash_cycles(cluster_factory, "sync", cycles=20, seed=2)
+async def test_kill_9_under_load_sync_flush_20_cycles(cluster_factory):
+    await _crash_cycles(cluster_factory, "sync", cycles=20, seed=2)
 
 
 @pytest.mark.slow
-def test_kill_9_under_load_async_flush_passes_too(cluster_factory):
+async def test_kill_9_under_load_async_flush_passes_too(cluster_factory):
     """kill -9 does not lose the page cache, so ASYNC_FLUSH must pass as well (B7 D1)."""
-    _crash_cycles(cluster_factory, "async", cycles=5, seed=3)
+    await _crash_cycles(cluster_factory, "async", cycles=5, seed=3)

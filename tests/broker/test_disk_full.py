@@ -10,7 +10,6 @@ tests/broker/store/test_retention.py.
 
 from __future__ import annotations
 
-import asyncio
 import resource
 import uuid
 
@@ -49,32 +48,32 @@ async def _send_until_refused(addr: str, topic: str, ledger: Ledger, limit: int)
     return refusals
 
 
-def test_sends_are_refused_when_files_cannot_grow_and_resume_after(cluster_factory):
+async def test_sends_are_refused_when_files_cannot_grow_and_resume_after(cluster_factory):
     c = cluster_factory(flush="sync", segment_size=SEGMENT)
     topic = f"df_{uuid.uuid4().hex[:6]}"
     c.create_topic(topic, queues=QUEUES)
     ledger = Ledger()
-    assert not asyncio.run(_send_until_refused(c.broker_addr, topic, ledger, QUEUES))  # queue files exist
+    assert not await _send_until_refused(c.broker_addr, topic, ledger, QUEUES)  # queue files exist
     pid = c.broker.proc.pid
     old = resource.prlimit(pid, resource.RLIMIT_FSIZE)
     resource.prlimit(pid, resource.RLIMIT_FSIZE, (SEGMENT // 2, old[1]))
     try:
-        refusals = asyncio.run(_send_until_refused(c.broker_addr, topic, ledger, 20_000))
+        refusals = await _send_until_refused(c.broker_addr, topic, ledger, 20_000)
         assert refusals, "the broker never refused a send"
         assert len(ledger.acked) > SEGMENT // 200  # the segments that existed were used
         code, remark = refusals[0]
         print(f"acked {len(ledger.acked)} before the first refusal: code {code}: {remark}")
         assert code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert "File too large" in remark and "commitlog" in remark
-        res = asyncio.run(check(c.broker_addr, topic, QUEUES, ledger))  # reads keep working
+        res = await check(c.broker_addr, topic, QUEUES, ledger)  # reads keep working
         assert not res.lost and not res.misplaced and res.duplicates == res.gaps == res.phantoms == 0
     finally:
         resource.prlimit(pid, resource.RLIMIT_FSIZE, old)
-    more = asyncio.run(_send_until_refused(c.broker_addr, topic, ledger, 200))
+    more = await _send_until_refused(c.broker_addr, topic, ledger, 200)
     assert not more, f"writes did not resume once files could grow: {more[:1]}"
     c.broker.kill()  # no partial record: a crash recovery finds every acknowledged message
     c.broker.start()
-    res = asyncio.run(check(c.broker_addr, topic, QUEUES, ledger))
+    res = await check(c.broker_addr, topic, QUEUES, ledger)
     print(res.summary(ledger))
     assert not res.lost and not res.misplaced and res.duplicates == res.gaps == res.phantoms == 0
     assert set(res.stored.values()) - set(ledger.acked) <= ledger.indeterminate  # nothing refused was stored

@@ -14,7 +14,6 @@ deletes the index; then the broker restarts on that store.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -23,7 +22,7 @@ import uuid
 
 import pytest
 
-from tidemq.client.sync import SyncAdmin
+from tidemq.client import Admin
 from tidemq.broker.store.faults import DurableShadow, power_loss
 from tidemq.broker.store.mapped_file import MappedFile
 from tests.broker.chaos import Ledger, check, run_load
@@ -32,7 +31,7 @@ QUEUES = 4
 ASYNC_INTERVAL = 0.5  # the broker's default async_flush_interval
 
 
-def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int, seed: int) -> None:
+async def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int, seed: int) -> None:
     shadow = tmp_path / "shadow"
     c = cluster_factory(flush=flush, segment_size=1 << 20,
                         extra_broker_args=["--test-power-loss-shadow", str(shadow)])
@@ -57,12 +56,12 @@ def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int, seed:
             killed_at.append(time.monotonic())
             os.kill(pid, signal.SIGKILL)
 
-        asyncio.run(run_load(c.broker_addr, topic, QUEUES, cycle, ledger, rnd.uniform(0.5, 2.0), kill))
+        await run_load(c.broker_addr, topic, QUEUES, cycle, ledger, rnd.uniform(0.5, 2.0), kill)
         c.broker.proc.wait()
         counts = power_loss(c.store_dir, shadow)
         assert counts["reverted"] > 0
         c.broker.start()  # recovery must succeed after every power cut
-        res = asyncio.run(check(c.broker_addr, topic, QUEUES, ledger, known if flush == "sync" else None))
+        res = await check(c.broker_addr, topic, QUEUES, ledger, known if flush == "sync" else None)
         print(f"[{flush}] power cut {cycle + 1}/{cycles}: {res.summary(ledger)} files={counts}")
         assert not res.misplaced, f"acknowledged messages moved to another offset: {res.misplaced[:5]}"
         assert res.duplicates == 0 and res.gaps == 0 and res.phantoms == 0
@@ -82,9 +81,9 @@ def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int, seed:
         lost_per_cycle.append(len(res.lost))
         # The index was lost with the power (faults.power_loss deletes it): rebuilt from the CommitLog.
         sample = rnd.sample(sorted(set(res.stored.values()) & set(ledger.acked)), 2)
-        with SyncAdmin(c.namesrv_addr) as admin:
+        async with Admin(c.namesrv_addr) as admin:
             for body in sample:
-                found = admin.query_msg_by_key(topic, body.decode())
+                found = await admin.query_msg_by_key(topic, body.decode())
                 assert [m.body for m in found] == [body], f"index lookup of {body!r} after the power cut"
         known = res.stored
     print(f"[{flush}] {cycles} power cuts: acked={len(ledger.acked)} (+{sum(lost_per_cycle)} lost) "
@@ -94,19 +93,19 @@ def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int, seed:
         assert any(lost_per_cycle), "ASYNC_FLUSH never lost anything: the power-loss emulation has no teeth"
 
 
-def test_power_loss_sync_flush_keeps_every_acknowledged_message(cluster_factory, tmp_path):
-    _power_loss_cycles(cluster_factory, tmp_path, "sync", cycles=5, seed=11)
+async def test_power_loss_sync_flush_keeps_every_acknowledged_message(cluster_factory, tmp_path):
+    await _power_loss_cycles(cluster_factory, tmp_path, "sync", cycles=5, seed=11)
 
 
-def test_power_loss_async_flush_loses_only_the_last_interval(cluster_factory, tmp_path):
-    _power_loss_cycles(cluster_factory, tmp_path, "async", cycles=5, seed=12)
+async def test_power_loss_async_flush_loses_only_the_last_interval(cluster_factory, tmp_path):
+    await _power_loss_cycles(cluster_factory, tmp_path, "async", cycles=5, seed=12)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flush", ["sync", "async"])
-def test_power_loss_20_cycles(cluster_factory, tmp_path, flush):
+async def test_power_loss_20_cycles(cluster_factory, tmp_path, flush):
     seed = int(os.environ.get("TIDEMQ_POWER_LOSS_SEED", "13"))  # to replay another schedule
-    _power_loss_cycles(cluster_factory, tmp_path, flush, cycles=20, seed=seed)
+    await _power_loss_cycles(cluster_factory, tmp_path, flush, cycles=20, seed=seed)
 
 
 def test_shadow_holds_only_what_was_synced(tmp_path):
