@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from tests.support.topics import create_topic_sync
 from tidemq.client.route import MessageQueue
 from tidemq.client.sync import SyncProducer
 from tidemq.message import Message
-
-
-# tests/spark/test_source.py still imports the topic helper from here under its old name.
-make_topic = create_topic_sync
 
 
 def send(cluster, topic: str, n: int, start: int = 0, queues: int | None = None,

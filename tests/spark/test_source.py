@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.support import make_topic, rows, send
+from tests.spark.support import rows, send
+from tests.support.topics import create_topic_sync
 from tidemq.client.route import MessageQueue
 from tidemq.client.sync import SyncProducer, SyncPullConsumer
 from tidemq.message import Message
@@ -27,7 +28,7 @@ def read(spark, cluster, **options):
 
 
 def test_batch_read_returns_every_message_sent(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-all", 4)
+    topic = create_topic_sync(cluster, "spark-batch-all", 4)
     sent = send(cluster, topic, 400)
     df = read(spark, cluster, subscribe=topic)
     assert rows(df, "key", "value", "tags") == sorted(sent)
@@ -39,14 +40,14 @@ def test_batch_read_returns_every_message_sent(spark, cluster):
 
 
 def test_message_ids_are_the_producers(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-ids", 1)
+    topic = create_topic_sync(cluster, "spark-batch-ids", 1)
     with SyncProducer("spark-ids", cluster.namesrv_addr) as p:
         ids = {p.send(Message(topic, b"v%d" % i)).msg_id for i in range(5)}
     assert {r.msgId for r in read(spark, cluster, topic=topic).collect()} == ids
 
 
 def test_starting_and_ending_offsets_as_json(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-json", 2)
+    topic = create_topic_sync(cluster, "spark-batch-json", 2)
     send(cluster, topic, 40, queues=2)  # 20 per queue
     start = {topic: {"broker-a": {"0": 5, "1": -2}}}
     end = {topic: {"broker-a": {"0": 15, "1": -1}}}
@@ -59,7 +60,7 @@ def test_starting_and_ending_offsets_as_json(spark, cluster):
 def test_offsets_past_a_queues_end_name_the_end_and_latest(spark, cluster):
     """Issue 15: endingOffsets 1000 on a queue holding 31 messages failed in a task with "the
     broker has no messages at 31 ...; was the topic deleted and recreated?"."""
-    topic = make_topic(cluster, "spark-batch-past-end", 1)
+    topic = create_topic_sync(cluster, "spark-batch-past-end", 1)
     send(cluster, topic, 31, queues=1)
     with pytest.raises(Exception) as info:
         read(spark, cluster, subscribe=topic,
@@ -79,13 +80,13 @@ def test_offsets_past_a_queues_end_name_the_end_and_latest(spark, cluster):
 
 
 def test_starting_offsets_latest_is_refused_for_batch(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-latest", 1)
+    topic = create_topic_sync(cluster, "spark-batch-latest", 1)
     with pytest.raises(Exception, match="'latest' is not allowed"):
         read(spark, cluster, subscribe=topic, startingOffsets="latest").collect()
 
 
 def test_starting_timestamp_skips_older_messages(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-ts", 2)
+    topic = create_topic_sync(cluster, "spark-batch-ts", 2)
     send(cluster, topic, 10, queues=2)
     time.sleep(0.05)
     cut = int(time.time() * 1000)
@@ -96,8 +97,8 @@ def test_starting_timestamp_skips_older_messages(spark, cluster):
 
 
 def test_assign_pattern_and_tag_expression(spark, cluster):
-    a = make_topic(cluster, "spark-pat-a", 2)
-    b = make_topic(cluster, "spark-pat-b", 2)
+    a = create_topic_sync(cluster, "spark-pat-a", 2)
+    b = create_topic_sync(cluster, "spark-pat-b", 2)
     send(cluster, a, 20, queues=2)
     send(cluster, b, 20, queues=2)
     by_pattern = read(spark, cluster, subscribePattern="spark-pat-.*")
@@ -110,7 +111,7 @@ def test_assign_pattern_and_tag_expression(spark, cluster):
 
 
 def test_include_properties_adds_the_property_map(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-props", 1)
+    topic = create_topic_sync(cluster, "spark-batch-props", 1)
     send(cluster, topic, 3, queues=1, region="eu", source="test")
     df = read(spark, cluster, subscribe=topic, includeProperties="true")
     assert "properties" in df.columns and "properties" not in read(spark, cluster, subscribe=topic).columns
@@ -120,12 +121,12 @@ def test_include_properties_adds_the_property_map(spark, cluster):
 
 
 def test_empty_topic_reads_no_rows(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-empty", 2)
+    topic = create_topic_sync(cluster, "spark-batch-empty", 2)
     assert read(spark, cluster, subscribe=topic).count() == 0
 
 
 def test_min_partitions_splits_queues_without_losing_rows(spark, cluster):
-    topic = make_topic(cluster, "spark-batch-split", 1)
+    topic = create_topic_sync(cluster, "spark-batch-split", 1)
     sent = send(cluster, topic, 100, queues=1)
     df = read(spark, cluster, subscribe=topic, minPartitions="4")
     assert df.rdd.getNumPartitions() == 4
@@ -153,7 +154,7 @@ def test_user_schema_is_refused(spark, cluster):
 def test_fail_on_data_loss(spark, cluster_factory):
     c = cluster_factory(segment_size=65536, extra_broker_args=[
         "--retention-hours", "0.0003", "--delete-when", "*", "--cleanup-interval", "0.2"])
-    topic = make_topic(c, "spark-loss", 1)
+    topic = create_topic_sync(c, "spark-loss", 1)
     with SyncProducer("spark-loss", c.namesrv_addr) as p:
         for i in range(300):  # ~1 KiB each: several 64 KiB segments, all but the last expire
             p.send(Message(topic, b"%04d" % i + b"x" * 1000))
@@ -190,7 +191,7 @@ def test_fail_on_data_loss(spark, cluster_factory):
 def test_format_resolves_without_register_through_pyspark_tidemq(cluster, tmp_path):
     """Spark finds top-level `pyspark_*` modules on the Python path (a fresh process: the lookup
     runs once per JVM)."""
-    topic = make_topic(cluster, "spark-discovery", 1)
+    topic = create_topic_sync(cluster, "spark-discovery", 1)
     send(cluster, topic, 7, queues=1)
     script = (
         "from pyspark.sql import SparkSession\n"
