@@ -6,7 +6,7 @@ one); nothing here runs otherwise.
 kill -9 proves nothing about fsync on an mmap store: the kernel's page cache outlives the process
 and writes everything back. A power cut loses every page not yet made durable. To emulate it:
 
-- while the store runs, every time a mapped file is fdatasynced (``MappedFile.flush`` tells its
+- while the store runs, every time a mapped file is fdatasynced (``StoreFile.flush`` tells its
   observer) its data
   regions are copied into a *shadow* file ``<shadow>/<path relative to the store root>`` -- the
   content the disk is guaranteed to hold. A file created afresh has no shadow yet (= zeros);

@@ -1,5 +1,8 @@
 """One fixed-size file mapped into memory (the unit of CommitLog, ConsumeQueue and IndexFile).
 
+``StoreFile`` holds what every kind shares (flush, close, destroy); ``MappedFile`` is mapped from
+construction to close (CommitLog segments, index files), ``LazyMappedFile`` only on demand.
+
 Invariants:
 - The file has exactly ``size`` bytes from creation on (sparse or preallocated); it is created
   under a temporary name and renamed, so a crash never leaves a short file under its real name.

@@ -4,7 +4,7 @@ Fault-injection tests watch and stall the store through it (the power-loss shado
 tidemq.broker.store.faults, the flush stall in tidemq.broker.faults). It is a visible parameter,
 ``observer: StoreObserver | None = None  # used for testing``, built at the edge (the CLI's hidden
 test flags, or a test) and handed down: MessageStore -> CommitLog, QueueTable / ConsumeQueue,
-IndexService -> every MappedFile, and the CommitLog flusher. There are no module-global hooks:
+IndexService -> every store file (mapped_file.StoreFile), and the CommitLog flusher. There are no module-global hooks:
 two stores in one process never see each other's observer. Production passes none, and each
 hook costs one ``is not None`` check where it would be called.
 """
