@@ -43,6 +43,7 @@ START_DELIVER_TIME = "__STARTDELIVERTIME"
 TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_INPUTS = (TIMER_DELIVER_MS, START_DELIVER_TIME, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 _TIMER_INPUT_SET = frozenset(TIMER_INPUTS)
+DELAY_PROPERTIES = frozenset({Prop.DELAY, *TIMER_INPUTS})  # a message with none of these is not delayed
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LEVEL = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
@@ -124,7 +125,7 @@ def has_timer(props: dict[str, str]) -> bool:
 
 def wants_delay(props: dict[str, str]) -> bool:
     """Cheap pre-check for the send hot path: may this message be delayed at all?"""
-    return Prop.DELAY in props or not _TIMER_INPUT_SET.isdisjoint(props)
+    return not DELAY_PROPERTIES.isdisjoint(props)
 
 
 def strip_delay(props: dict[str, str]) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tidemq.broker.delay import TIMER_TOPIC, has_timer, strip_delay
+from tidemq.broker.delay import DELAY_PROPERTIES, TIMER_TOPIC, has_timer, strip_delay
 from tidemq.broker.messaging.context import Caller, refused
 from tidemq.broker.messaging.sendback import max_reconsume_times
 from tidemq.broker.store.config import FlushMode
@@ -235,7 +235,8 @@ class SendService:
         if transactional:
             result = self._transactions.prepare(put)
         else:
-            result = self._store.put(self._schedule.prepare_put(put))  # a delay: schedule/timer topic
+            # A delay goes to the schedule/timer topic (hot path: no call when there is none).
+            result = self._store.put(put if DELAY_PROPERTIES.isdisjoint(props) else self._schedule.prepare_put(put))
         return self._respond(cfg, result, queue_id, wait, len(body), topic)
 
     def _put_batch(self, req: SendRequest, cfg: "BrokerConfig", topic: str, queue_id: int,

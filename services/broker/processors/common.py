@@ -33,7 +33,7 @@ class Callers:
         self.verified = acl_on  # AccessKey was checked by the ACL hook
         self._cache: dict[tuple[str, int, str | None], Caller] = {}
 
-    def __call__(self, conn: Connection, cmd: RemotingCommand) -> Caller:
+    def of(self, conn: Connection, cmd: RemotingCommand) -> Caller:
         ak = (cmd.ext_fields.get(ACCESS_KEY) or None) if self.verified else None
         key = (conn.peer, cmd.code, ak)
         caller = self._cache.get(key)
@@ -42,6 +42,8 @@ class Callers:
                 self._cache.clear()
             caller = self._cache[key] = Caller(conn.peer, cmd.code, ak)
         return caller
+
+    __call__ = of  # callers(conn, cmd); hot paths keep the bound ``of`` (no __call__ lookup)
 
 
 @functools.lru_cache(maxsize=_CACHED_CALLERS)  # once per peer, not per message (bench/hot_path.py)

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class PullProcessor:
     def __init__(self, service: PullService, *, callers: Callers) -> None:
         self.service = service
-        self.callers = callers
+        self.caller_of = callers.of
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull, RequestCode.LITE_PULL_MESSAGE: self.pull}
@@ -35,7 +35,7 @@ class PullProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad pull request header: {exc}",
                                 pull_response_fields(0, 0, 0))
         req = PullRequest(
-            self.callers(conn, cmd), h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums,
+            self.caller_of(conn, cmd), h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums,
             h.commit_offset if h.commits else -1, h.suspends, h.suspend_timeout_millis,
             h.subscription if h.carries_subscription else None, h.expression_type, h.sub_version,
         )

@@ -74,7 +74,7 @@ class ConnectedRequesters:
 class ReplyProcessor:
     def __init__(self, service: ReplyService, *, callers: Callers, region: str) -> None:
         self.service = service
-        self.callers = callers
+        self.caller_of = callers.of
         self.region = region  # MSG_REGION of every answer
 
     def handlers(self) -> dict[int, Handler]:
@@ -89,7 +89,7 @@ class ReplyProcessor:
         except ValueError as exc:
             return self._answer(cmd, ResponseCode.SYSTEM_ERROR, f"bad reply request header: {exc}")
         req = ReplyRequest(
-            self.callers(conn, cmd), born_host(conn.peer), h.topic, h.queue_id, cmd.body_bytes(),
+            self.caller_of(conn, cmd), born_host(conn.peer), h.topic, h.queue_id, cmd.body_bytes(),
             h.properties, h.flag, h.sys_flag, h.born_timestamp, h.reconsume_times, h.producer_group,
             h.default_topic, h.default_topic_queue_nums, h.unit_mode,
         )

@@ -35,7 +35,7 @@ def _error(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
 class SendProcessor:
     def __init__(self, service: SendService, *, callers: Callers, region: str) -> None:
         self.service = service
-        self.callers = callers
+        self.caller_of = callers.of
         self.region = region  # MSG_REGION of every answer
 
     def handlers(self) -> dict[int, Handler]:
@@ -52,7 +52,7 @@ class SendProcessor:
         except ValueError as exc:
             return _error(cmd, ResponseCode.SYSTEM_ERROR, f"bad send request header: {exc}")
         req = SendRequest(
-            self.callers(conn, cmd), born_host(conn.peer), h.topic, h.queue_id, cmd.body_bytes(), h.properties,
+            self.caller_of(conn, cmd), born_host(conn.peer), h.topic, h.queue_id, cmd.body_bytes(), h.properties,
             h.flag, h.sys_flag, h.born_timestamp, h.reconsume_times,
             h.max_reconsume_times if cmd.version >= MAX_RECONSUME_HEADER_VERSION else None,
             code == _SEND_BATCH or h.batch, h.default_topic, h.default_topic_queue_nums,

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class SendBackProcessor:
     def __init__(self, service: SendBackService, *, callers: Callers) -> None:
         self.service = service
-        self.callers = callers
+        self.caller_of = callers.of
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back}
@@ -34,7 +34,7 @@ class SendBackProcessor:
         except ValueError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad send-back request header: {exc}")
         max_times = h.max_reconsume_times if cmd.version >= MAX_RECONSUME_HEADER_VERSION else None
-        req = SendBackRequest(self.callers(conn, cmd), h.group, h.offset, h.delay_level, max_times)
+        req = SendBackRequest(self.caller_of(conn, cmd), h.group, h.offset, h.delay_level, max_times)
         try:
             result = self.service.send_back(req)
         except BrokerError as exc:
