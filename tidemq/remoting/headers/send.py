@@ -19,6 +19,7 @@ from tidemq.remoting.command import field_int
 
 _INT32 = 1 << 31
 _INT64 = 1 << 63
+_MIN32, _MIN64 = -_INT32, -_INT64  # named: a negated global is computed (and a big int made) per use
 
 # Long name -> one-letter V2 name (SendMessageRequestHeaderV2).
 V2_NAMES = {
@@ -79,8 +80,8 @@ def decode_send_header(fields: Mapping[str, str], v2: bool) -> SendHeader:
         n_flag = int(flag) if flag else 0
         n_reconsume = int(reconsume) if reconsume else 0
         n_dqn = int(dqn) if dqn else 4
-        ok = (-_INT32 <= n_qid < _INT32 and -_INT32 <= n_sys < _INT32 and -_INT64 <= n_born < _INT64
-              and -_INT32 <= n_flag < _INT32 and -_INT32 <= n_reconsume < _INT32 and -_INT64 <= n_dqn < _INT64
+        ok = (_MIN32 <= n_qid < _INT32 and _MIN32 <= n_sys < _INT32 and _MIN64 <= n_born < _INT64
+              and _MIN32 <= n_flag < _INT32 and _MIN32 <= n_reconsume < _INT32 and _MIN64 <= n_dqn < _INT64
               and len(born or "") <= _MAX_DIGITS and len(dqn or "") <= _MAX_DIGITS)
     except ValueError:
         ok = False
