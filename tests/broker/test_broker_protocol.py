@@ -16,11 +16,7 @@ import pytest
 
 from tidemq.message import decode_records, encode_properties
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from tidemq.remoting.frame import encode_frame
-
-
-def run(coro):
-    return asyncio.run(coro)
+from tidemq.remoting.frame import encode_frame, iter_frames
 
 
 def send_cmd(topic: str, body: bytes, queue_id: int = 0, props: dict | None = None, v2: bool = True) -> RemotingCommand:
@@ -63,15 +59,21 @@ def raw_exchange(addr: str, payload: bytes, timeout: float = 3.0) -> bytes:
         return b"".join(chunks)
 
 
-def broker_still_serves(cluster) -> None:
-    async def probe():
-        c = RemotingClient()
-        try:
-            r = await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
-            assert r.code == ResponseCode.SUCCESS
-        finally:
-            await c.close()
-    run(probe())
+@pytest.fixture
+async def rc():
+    """A RemotingClient for one test, closed after it."""
+    client = RemotingClient()
+    yield client
+    await client.close()
+
+
+async def broker_still_serves(cluster) -> None:
+    c = RemotingClient()
+    try:
+        r = await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
+        assert r.code == ResponseCode.SUCCESS
+    finally:
+        await c.close()
 
 
 @pytest.mark.parametrize(
@@ -85,19 +87,13 @@ def broker_still_serves(cluster) -> None:
     ],
     ids=["too-long", "negative", "short", "bad-json", "header-overflow"],
 )
-def test_broken_frames_close_only_that_connection(cluster, payload):
+async def test_broken_frames_close_only_that_connection(cluster, payload):
     assert raw_exchange(cluster.broker_addr, payload) == b""
-    broker_still_serves(cluster)
+    await broker_still_serves(cluster)
 
 
-def test_unknown_request_code_is_answered_not_supported(cluster):
-    async def go():
-        c = RemotingClient()
-        try:
-            return await c.invoke(cluster.broker_addr, RemotingCommand.request(9999, {"x": 1}), 3)
-        finally:
-            await c.close()
-    r = run(go())
+async def test_unknown_request_code_is_answered_not_supported(cluster, rc):
+    r = await rc.invoke(cluster.broker_addr, RemotingCommand.request(9999, {"x": 1}), 3)
     assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert "9999" in (r.remark or "")
 
@@ -124,31 +120,24 @@ def _max_offset(c: RemotingClient, addr: str, topic: str, q: int):
     return c.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": q}), 3)
 
 
-def test_bad_sends_get_rocketmq_codes_and_store_nothing(cluster):
+async def test_bad_sends_get_rocketmq_codes_and_store_nothing(cluster, rc):
     topic = f"bad_{uuid.uuid4().hex[:6]}"
     ro_topic = f"ro_{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, queues=2)
     cluster.create_topic(ro_topic, queues=2, p="4")
 
-    async def go():
-        c = RemotingClient()
-        try:
-            addr = cluster.broker_addr
-            missing = await c.invoke(addr, send_cmd("no_such_topic_x", b"x"), 3)
-            readonly = await c.invoke(addr, send_cmd(ro_topic, b"x"), 3)
-            bad_queue = await c.invoke(addr, send_cmd(topic, b"x", queue_id=99), 3)
-            bad_name = await c.invoke(addr, send_cmd("bad topic!", b"x"), 3)
-            empty = await c.invoke(addr, send_cmd(topic, b""), 3)
-            huge = await c.invoke(addr, send_cmd(topic, b"z" * (4 * 1024 * 1024 + 1)), 10)
-            system = await c.invoke(addr, send_cmd("SCHEDULE_TOPIC_XXXX", b"x"), 3)
-            bad_batch = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {"a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0}, b"\x00\x00\x00\x40garbage")
-            batch = await c.invoke(addr, bad_batch, 3)
-            maxes = [(await _max_offset(c, addr, t, q)).ext_fields["offset"] for t in (topic, ro_topic) for q in (0, 1)]
-            return missing, readonly, bad_queue, bad_name, empty, huge, system, batch, maxes
-        finally:
-            await c.close()
+    addr = cluster.broker_addr
+    missing = await rc.invoke(addr, send_cmd("no_such_topic_x", b"x"), 3)
+    readonly = await rc.invoke(addr, send_cmd(ro_topic, b"x"), 3)
+    bad_queue = await rc.invoke(addr, send_cmd(topic, b"x", queue_id=99), 3)
+    bad_name = await rc.invoke(addr, send_cmd("bad topic!", b"x"), 3)
+    empty = await rc.invoke(addr, send_cmd(topic, b""), 3)
+    huge = await rc.invoke(addr, send_cmd(topic, b"z" * (4 * 1024 * 1024 + 1)), 10)
+    system = await rc.invoke(addr, send_cmd("SCHEDULE_TOPIC_XXXX", b"x"), 3)
+    bad_batch = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {"a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0}, b"\x00\x00\x00\x40garbage")
+    batch = await rc.invoke(addr, bad_batch, 3)
+    maxes = [(await _max_offset(rc, addr, t, q)).ext_fields["offset"] for t in (topic, ro_topic) for q in (0, 1)]
 
-    missing, readonly, bad_queue, bad_name, empty, huge, system, batch, maxes = run(go())
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "updateTopic" in missing.remark
     assert readonly.code == ResponseCode.NO_PERMISSION
     assert bad_queue.code == ResponseCode.SYSTEM_ERROR and "queueId" in bad_queue.remark
@@ -162,29 +151,22 @@ def test_bad_sends_get_rocketmq_codes_and_store_nothing(cluster):
     assert maxes == ["0", "0", "0", "0"]
 
 
-def test_pull_statuses_follow_rocketmq(cluster):
+async def test_pull_statuses_follow_rocketmq(cluster, rc):
     topic = f"pulls_{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, queues=2)
 
-    async def go():
-        c = RemotingClient()
-        try:
-            addr = cluster.broker_addr
-            for i in range(3):
-                r = await c.invoke(addr, send_cmd(topic, f"m{i}".encode(), queue_id=0), 3)
-                assert r.code == 0
-            found = await c.invoke(addr, pull_cmd(topic, 0, 0), 3)
-            at_end = await c.invoke(addr, pull_cmd(topic, 0, 3), 3)
-            beyond = await c.invoke(addr, pull_cmd(topic, 0, 50), 3)
-            empty_q_nonzero = await c.invoke(addr, pull_cmd(topic, 1, 7), 3)
-            bad_queue = await c.invoke(addr, pull_cmd(topic, 5, 0), 3)
-            no_topic = await c.invoke(addr, pull_cmd("nope_" + topic, 0, 0), 3)
-            filtered = await c.invoke(addr, pull_cmd(topic, 0, 0, sub="TagZ"), 3)
-            return found, at_end, beyond, empty_q_nonzero, bad_queue, no_topic, filtered
-        finally:
-            await c.close()
+    addr = cluster.broker_addr
+    for i in range(3):
+        r = await rc.invoke(addr, send_cmd(topic, f"m{i}".encode(), queue_id=0), 3)
+        assert r.code == 0
+    found = await rc.invoke(addr, pull_cmd(topic, 0, 0), 3)
+    at_end = await rc.invoke(addr, pull_cmd(topic, 0, 3), 3)
+    beyond = await rc.invoke(addr, pull_cmd(topic, 0, 50), 3)
+    empty_nz = await rc.invoke(addr, pull_cmd(topic, 1, 7), 3)
+    bad_queue = await rc.invoke(addr, pull_cmd(topic, 5, 0), 3)
+    no_topic = await rc.invoke(addr, pull_cmd("nope_" + topic, 0, 0), 3)
+    filtered = await rc.invoke(addr, pull_cmd(topic, 0, 0, sub="TagZ"), 3)
 
-    found, at_end, beyond, empty_nz, bad_queue, no_topic, filtered = run(go())
     assert found.code == ResponseCode.SUCCESS
     assert [m.body for m in decode_records(found.body_bytes())] == [b"m0", b"m1", b"m2"]
     assert found.ext_fields["nextBeginOffset"] == "3" and found.ext_fields["maxOffset"] == "3"
@@ -198,26 +180,20 @@ def test_pull_statuses_follow_rocketmq(cluster):
         assert set(r.ext_fields) >= {"nextBeginOffset", "minOffset", "maxOffset", "suggestWhichBrokerId"}
 
 
-def test_long_poll_wakes_on_arrival_not_at_its_timeout(cluster):
+async def test_long_poll_wakes_on_arrival_not_at_its_timeout(cluster, rc):
     topic = f"lp_{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, queues=1)
 
-    async def go():
-        c = RemotingClient()
-        try:
-            addr = cluster.broker_addr
-            await c.connection(addr)
-            pulls = asyncio.ensure_future(c.invoke(addr, pull_cmd(topic, 0, 0, suspend_ms=10_000), 15))
-            await asyncio.sleep(0.5)
-            assert not pulls.done()  # held, not answered
-            sent = await c.invoke(addr, send_cmd(topic, b"wake up"), 3)
-            acked = time.monotonic()
-            resp = await pulls
-            return sent, resp, time.monotonic() - acked
-        finally:
-            await c.close()
+    addr = cluster.broker_addr
+    await rc.connection(addr)
+    pulls = asyncio.ensure_future(rc.invoke(addr, pull_cmd(topic, 0, 0, suspend_ms=10_000), 15))
+    await asyncio.sleep(0.5)
+    assert not pulls.done()  # held, not answered
+    sent = await rc.invoke(addr, send_cmd(topic, b"wake up"), 3)
+    acked = time.monotonic()
+    resp = await pulls
+    delay = time.monotonic() - acked
 
-    sent, resp, delay = run(go())
     assert sent.code == 0
     assert resp.code == ResponseCode.SUCCESS
     assert [m.body for m in decode_records(resp.body_bytes())] == [b"wake up"]
@@ -226,30 +202,24 @@ def test_long_poll_wakes_on_arrival_not_at_its_timeout(cluster):
     assert delay < 1.0, f"long poll answered {delay * 1000:.1f} ms after the send was acknowledged"
 
 
-def test_long_poll_ignores_messages_that_do_not_match_and_times_out(cluster):
+async def test_long_poll_ignores_messages_that_do_not_match_and_times_out(cluster, rc):
     topic = f"lpf_{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, queues=1)
 
-    async def go():
-        c = RemotingClient()
-        try:
-            addr = cluster.broker_addr
-            t0 = time.monotonic()
-            pull = asyncio.ensure_future(c.invoke(addr, pull_cmd(topic, 0, 0, suspend_ms=1000, sub="TagB"), 5))
-            await asyncio.sleep(0.2)
-            await c.invoke(addr, send_cmd(topic, b"a", props={"TAGS": "TagA"}), 3)
-            resp = await pull
-            return resp, time.monotonic() - t0
-        finally:
-            await c.close()
+    addr = cluster.broker_addr
+    t0 = time.monotonic()
+    pull = asyncio.ensure_future(rc.invoke(addr, pull_cmd(topic, 0, 0, suspend_ms=1000, sub="TagB"), 5))
+    await asyncio.sleep(0.2)
+    await rc.invoke(addr, send_cmd(topic, b"a", props={"TAGS": "TagA"}), 3)
+    resp = await pull
+    elapsed = time.monotonic() - t0
 
-    resp, elapsed = run(go())
     assert elapsed >= 0.9  # not woken by TagA
     assert resp.code in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND)
     assert resp.ext_fields["nextBeginOffset"] in ("0", "1")
 
 
-def test_heartbeat_registers_consumer_and_retry_topic(cluster):
+async def test_heartbeat_registers_consumer_and_retry_topic(cluster, rc):
     group = f"hb_{uuid.uuid4().hex[:6]}"
     body = orjson.dumps({
         "clientID": "9017-127.0.0.1@DEFAULT",
@@ -257,26 +227,19 @@ def test_heartbeat_registers_consumer_and_retry_topic(cluster):
                              "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": "x"}]}],
     }) + b"\n"
 
-    async def go():
-        c = RemotingClient()
-        try:
-            addr = cluster.broker_addr
-            hb = await c.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), 3)
-            lst = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}), 3)
-            topics = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
-            return hb, lst, topics
-        finally:
-            await c.close()
+    addr = cluster.broker_addr
+    hb = await rc.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), 3)
+    lst = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}), 3)
+    topics = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
 
-    hb, lst, topics = run(go())
     assert hb.code == 0
     assert orjson.loads(lst.body_bytes()) == {"consumerIdList": ["9017-127.0.0.1@DEFAULT"]}
     assert f"%RETRY%{group}" in orjson.loads(topics.body_bytes())["topicConfigTable"]
 
 
-def test_broken_frames_leave_no_traceback_in_the_broker_log(cluster):
+async def test_broken_frames_leave_no_traceback_in_the_broker_log(cluster):
     raw_exchange(cluster.broker_addr, struct.pack(">ii", 4 + 9, 9) + b"not json!")
-    broker_still_serves(cluster)
+    await broker_still_serves(cluster)
     log = cluster.broker.log()
     assert "Traceback" not in log and "Fatal error" not in log
     assert "closing connection" in log
@@ -296,7 +259,6 @@ def test_long_poll_sees_a_message_sent_in_the_same_write(cluster):
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(encode_frame(pull) + encode_frame(send))
         buf = bytearray()
-        from tidemq.remoting.frame import iter_frames
         while len(got) < 2:
             buf += s.recv(65536)
             for c in iter_frames(buf):
@@ -305,41 +267,33 @@ def test_long_poll_sees_a_message_sent_in_the_same_write(cluster):
     assert time.monotonic() - t0 < 2.0
 
 
-def test_oneway_commit_then_close_is_not_lost(cluster):
+async def test_oneway_commit_then_close_is_not_lost(cluster):
     topic = f"ow_{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, queues=1)
 
-    async def go():
-        c = RemotingClient()
-        up = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "owg", "topic": topic, "queueId": 0, "commitOffset": 42}, oneway=True)
-        await c.invoke_oneway(cluster.broker_addr, up)
-        await c.close()
-        await asyncio.sleep(0.2)
-        c2 = RemotingClient()
-        try:
-            q = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "owg", "topic": topic, "queueId": 0})
-            return await c2.invoke(cluster.broker_addr, q, 3)
-        finally:
-            await c2.close()
-    assert run(go()).ext_fields["offset"] == "42"
+    c = RemotingClient()
+    up = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "owg", "topic": topic, "queueId": 0, "commitOffset": 42}, oneway=True)
+    await c.invoke_oneway(cluster.broker_addr, up)
+    await c.close()
+    await asyncio.sleep(0.2)
+    c2 = RemotingClient()
+    try:
+        q = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "owg", "topic": topic, "queueId": 0})
+        r = await c2.invoke(cluster.broker_addr, q, 3)
+    finally:
+        await c2.close()
+    assert r.ext_fields["offset"] == "42"
 
 
-def test_out_of_range_numbers_and_badly_typed_bodies_are_refused(cluster):
-    async def go():
-        c = RemotingClient()
-        try:
-            addr = cluster.broker_addr
-            bad_topic = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "poison_t", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicSysFlag": 2**70})
-            r1 = await c.invoke(addr, bad_topic, 3)
-            r2 = await c.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "x", "queueId": 0, "commitOffset": 2**70}), 3)
-            r3 = await c.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b'{"consumerDataSet":5,"producerDataSet":"x"}'), 3)
-            r4 = await c.invoke(addr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, {}, b'{"mqSet":5}'), 3)
-            r5 = await c.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b'[1,2'), 3)
-            topics = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
-            return r1, r2, r3, r4, r5, topics
-        finally:
-            await c.close()
-    r1, r2, r3, r4, r5, topics = run(go())
+async def test_out_of_range_numbers_and_badly_typed_bodies_are_refused(cluster, rc):
+    addr = cluster.broker_addr
+    bad_topic = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "poison_t", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicSysFlag": 2**70})
+    r1 = await rc.invoke(addr, bad_topic, 3)
+    r2 = await rc.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "x", "queueId": 0, "commitOffset": 2**70}), 3)
+    r3 = await rc.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b'{"consumerDataSet":5,"producerDataSet":"x"}'), 3)
+    r4 = await rc.invoke(addr, RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, {}, b'{"mqSet":5}'), 3)
+    r5 = await rc.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b'[1,2'), 3)
+    topics = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
     assert r1.code == ResponseCode.SYSTEM_ERROR and "out of range" in r1.remark
     assert r2.code == ResponseCode.SYSTEM_ERROR
     assert r3.code == 0 and r4.code == 0  # wrong types ignored, nothing registered
@@ -347,52 +301,41 @@ def test_out_of_range_numbers_and_badly_typed_bodies_are_refused(cluster):
     assert topics.code == 0 and "poison_t" not in orjson.loads(topics.body_bytes())["topicConfigTable"]
 
 
-def test_system_topics_cannot_be_updated_or_deleted(cluster):
-    async def go():
-        c = RemotingClient()
-        try:
-            out = []
-            for topic in ("TBW102", "SCHEDULE_TOPIC_XXXX", cluster.cluster_name, cluster.broker_name):
-                out.append(await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}), 3))
-                out.append(await c.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), 3))
-            return out
-        finally:
-            await c.close()
-    for r in run(go()):
+async def test_system_topics_cannot_be_updated_or_deleted(cluster, rc):
+    out = []
+    for topic in ("TBW102", "SCHEDULE_TOPIC_XXXX", cluster.cluster_name, cluster.broker_name):
+        out.append(await rc.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}), 3))
+        out.append(await rc.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), 3))
+    for r in out:
         assert r.code == ResponseCode.SYSTEM_ERROR and "system topic" in r.remark
 
 
-def test_delete_then_recreate_and_send_keeps_the_new_message(cluster_factory):
+async def test_delete_then_recreate_and_send_keeps_the_new_message(cluster_factory):
     c = cluster_factory()
     topic = f"dr_{uuid.uuid4().hex[:6]}"
     c.create_topic(topic, queues=1)
 
-    async def go():
-        cl = RemotingClient()
-        try:
-            addr = c.broker_addr
-            assert (await cl.invoke(addr, send_cmd(topic, b"old"), 3)).code == 0
-            conn = await cl.connection(addr)
-            delete = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
-            create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6})
-            futs = [asyncio.ensure_future(conn.invoke(x, 5)) for x in (delete, create)]
-            await asyncio.sleep(0)
-            sent = await cl.invoke(addr, send_cmd(topic, b"new"), 3)
-            await asyncio.gather(*futs)
-            await asyncio.sleep(0.5)  # let the deletion worker run
-            return sent
-        finally:
-            await cl.close()
-    sent = run(go())
+    cl = RemotingClient()
+    try:
+        addr = c.broker_addr
+        assert (await cl.invoke(addr, send_cmd(topic, b"old"), 3)).code == 0
+        conn = await cl.connection(addr)
+        delete = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6})
+        futs = [asyncio.ensure_future(conn.invoke(x, 5)) for x in (delete, create)]
+        await asyncio.sleep(0)
+        sent = await cl.invoke(addr, send_cmd(topic, b"new"), 3)
+        await asyncio.gather(*futs)
+        await asyncio.sleep(0.5)  # let the deletion worker run
+    finally:
+        await cl.close()
     assert sent.code == 0
     c.restart_broker()
 
-    async def read():
-        cl = RemotingClient()
-        try:
-            return await cl.invoke(c.broker_addr, pull_cmd(topic, 0, 0), 3)
-        finally:
-            await cl.close()
-    r = run(read())
+    cl = RemotingClient()
+    try:
+        r = await cl.invoke(c.broker_addr, pull_cmd(topic, 0, 0), 3)
+    finally:
+        await cl.close()
     assert r.code == ResponseCode.SUCCESS
     assert [m.body for m in decode_records(r.body_bytes())] == [b"new"]
