@@ -179,7 +179,7 @@ class ConsumerService:
         except TimeoutError:
             log.info("heartbeat answered before the name servers confirmed the new retry topic "
                      "(registration still running after %.1f s)", HEARTBEAT_REGISTER_WAIT)
-        except Exception as exc:  # the consumer is registered; the next round registers the topic
+        except Exception as exc:  # noqa: BLE001 (the consumer is registered; the next round registers the topic)
             log.warning("heartbeat answered although registering its new retry topic failed: %s", exc)
 
     def unregister(self, channel: ClientConnection, producer_group: str, consumer_group: str) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.broker.messaging.admin import AdminService, TopicConfig
+from tidemq.broker.processors.common import Handler
 from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import (
     Connection,
@@ -38,7 +39,7 @@ class AdminProcessor:
         self.service = service
         self.broker_name = broker_name  # names this broker in the message queues of statistics
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,

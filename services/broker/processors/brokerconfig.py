@@ -8,7 +8,7 @@ properties2String / string2Properties); the allow-list and the checks are
 from __future__ import annotations
 
 from tidemq.broker.messaging.brokerconfig import BrokerConfigService
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
@@ -32,7 +32,7 @@ class BrokerConfigProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.UPDATE_BROKER_CONFIG: self.update,
             RequestCode.GET_BROKER_CONFIG: self.get,

@@ -23,7 +23,7 @@ from tidemq.broker.messaging.consumers import (
     QueueRef,
     SubscriptionData,
 )
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import (
     Connection,
@@ -50,7 +50,7 @@ class ConsumerProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.HEART_BEAT: self.heartbeat,
             RequestCode.UNREGISTER_CLIENT: self.unregister,

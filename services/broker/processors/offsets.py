@@ -9,7 +9,7 @@ response field; a refusal is answered with its code and remark.
 from __future__ import annotations
 
 from tidemq.broker.messaging.offsets import OffsetCommit, OffsetService
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.offsets import (
@@ -25,7 +25,7 @@ class OffsetProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_offset,

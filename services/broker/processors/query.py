@@ -9,7 +9,7 @@ after the other, with the index fields RocketMQ's clients read.
 from __future__ import annotations
 
 from tidemq.broker.messaging.query import MessageQuery, QueryService
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.query import (
@@ -23,7 +23,7 @@ class QueryProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {RequestCode.QUERY_MESSAGE: self.query, RequestCode.VIEW_MESSAGE_BY_ID: self.view}
 
     def query(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from tidemq.broker.messaging.transaction import EndTransaction, EndTransactionService
-from tidemq.broker.processors.common import Callers
+from tidemq.broker.processors.common import Callers, Handler
 from tidemq.errors import BrokerError
 from tidemq.message import MessageExt, Prop
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
@@ -25,7 +25,7 @@ class EndTransactionProcessor:
         self.service = service
         self.callers = callers
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, Handler]:
         return {RequestCode.END_TRANSACTION: self.end}
 
     def end(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:

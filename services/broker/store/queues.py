@@ -42,7 +42,7 @@ def fd_fitted_limit(requested: int, soft_nofile: int | None) -> tuple[int, str |
 def soft_nofile_limit() -> int | None:
     """The soft RLIMIT_NOFILE now (None: unlimited, or not POSIX)."""
     try:
-        import resource
+        import resource  # noqa: PLC0415 (POSIX only)
     except ImportError:
         return None
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
