@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 import zlib
 
 import pytest
 
 from tidemq.broker.processors.reply import build_push
 from tidemq.remoting.headers.send import decode_send_header, reply_push_fields
-from tidemq.client import Admin, ClientConfig, MessageQueue, Producer, PullConsumer
+from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
 from tidemq.client.request_reply import (
     ReplyRouter,
@@ -28,20 +27,13 @@ from tidemq.errors import BrokerError, ClientError, CodecError, RequestTimeoutEr
 from tidemq.message import Message, MessageExt, Prop, SysFlag, encode_properties
 from tidemq.remoting import RequestCode, ResponseCode
 from tidemq.remoting.frame import decode_frame, encode_frame
-from tests.support.routes import wait_for_route
+from tests.support.topics import create_topic
 
 REPLY_TOPIC = "DefaultCluster_REPLY_TOPIC"
 
 
 def config(cluster) -> ClientConfig:
     return ClientConfig(name_servers=cluster.namesrv_addr)
-
-
-async def create_topic(cluster, topic: str, queues: int) -> None:
-    async with Admin(config=config(cluster)) as admin:
-        await admin.create_topic(topic, read_queues=queues, write_queues=queues,
-                                 cluster=cluster.cluster_name)
-        await wait_for_route(admin, topic, queues)
 
 
 @contextlib.asynccontextmanager
@@ -75,142 +67,113 @@ async def responder(cluster, topic: str, answer=lambda m: b"re:" + m.body):
                 assert isinstance(res, asyncio.CancelledError), res
 
 
-def run(coro_fn, timeout: float = 60):
-    asyncio.run(asyncio.wait_for(coro_fn(), timeout))
-
-
 # real broker ----------------------------------------------------------------------------------
-def test_hundred_concurrent_requests_each_get_their_own_reply(cluster):
+@pytest.mark.timeout(60, func_only=True)
+async def test_hundred_concurrent_requests_each_get_their_own_reply(cluster):
     topic = "RrHundred"
 
-    async def main():
-        await create_topic(cluster, topic, 4)
-        async with Producer("rr-requester", config=config(cluster)) as p:
-            async with responder(cluster, topic) as seen:
-                msgs = [Message(topic, f"q{i}".encode(), properties={"n": str(i)}) for i in range(100)]
-                replies = await asyncio.gather(*(p.request(m, timeout=15) for m in msgs))
-            client_id = p.client_id
-        assert [r.body for r in replies] == [f"re:q{i}".encode() for i in range(100)]
-        assert len({r.properties[Prop.CORRELATION_ID] for r in replies}) == 100
-        assert all(m.properties == {"n": str(i)} for i, m in enumerate(msgs))  # not modified
-        requests = {m.properties[Prop.CORRELATION_ID]: m for m in seen}
-        for reply in replies:
-            req = requests[reply.properties[Prop.CORRELATION_ID]]
-            assert reply.body == b"re:" + req.body
-            assert reply.topic == REPLY_TOPIC and reply.properties[Prop.MSG_TYPE] == "reply"
-            assert reply.properties[Prop.REPLY_TO_CLIENT] == client_id
-            assert int(reply.properties[Prop.PUSH_REPLY_TIME]) <= int(reply.properties[Prop.ARRIVE_TIME])
-            assert reply.store_host == cluster.broker_addr and reply.born_host
-        req = next(iter(requests.values()))
-        assert req.properties[Prop.REPLY_TO_CLIENT] == client_id
-        assert req.properties[Prop.TTL] == "15000"
-        assert req.properties[Prop.CLUSTER] == cluster.cluster_name
-
-    run(main)
+    await create_topic(cluster, topic, 4)
+    async with Producer("rr-requester", config=config(cluster)) as p:
+        async with responder(cluster, topic) as seen:
+            msgs = [Message(topic, f"q{i}".encode(), properties={"n": str(i)}) for i in range(100)]
+            replies = await asyncio.gather(*(p.request(m, timeout=15) for m in msgs))
+        client_id = p.client_id
+    assert [r.body for r in replies] == [f"re:q{i}".encode() for i in range(100)]
+    assert len({r.properties[Prop.CORRELATION_ID] for r in replies}) == 100
+    assert all(m.properties == {"n": str(i)} for i, m in enumerate(msgs))  # not modified
+    requests = {m.properties[Prop.CORRELATION_ID]: m for m in seen}
+    for reply in replies:
+        req = requests[reply.properties[Prop.CORRELATION_ID]]
+        assert reply.body == b"re:" + req.body
+        assert reply.topic == REPLY_TOPIC and reply.properties[Prop.MSG_TYPE] == "reply"
+        assert reply.properties[Prop.REPLY_TO_CLIENT] == client_id
+        assert int(reply.properties[Prop.PUSH_REPLY_TIME]) <= int(reply.properties[Prop.ARRIVE_TIME])
+        assert reply.store_host == cluster.broker_addr and reply.born_host
+    req = next(iter(requests.values()))
+    assert req.properties[Prop.REPLY_TO_CLIENT] == client_id
+    assert req.properties[Prop.TTL] == "15000"
+    assert req.properties[Prop.CLUSTER] == cluster.cluster_name
 
 
-def test_request_with_callback_and_a_compressed_reply(cluster):
+@pytest.mark.timeout(60, func_only=True)
+async def test_request_with_callback_and_a_compressed_reply(cluster):
     topic = "RrCallback"
     big = b"0123456789" * 2000  # compressed by the replier (over 4 KiB)
 
-    async def main():
-        await create_topic(cluster, topic, 2)
-        async with Producer("rr-cb-requester", config=config(cluster)) as p:
-            async with responder(cluster, topic, answer=lambda m: big + m.body):
-                done = asyncio.get_running_loop().create_future()
-                task = p.request_with_callback(Message(topic, b"!"), done.set_result,
-                                               done.set_exception, timeout=10)
-                reply = await asyncio.wait_for(done, 12)
-                assert await task is reply
-        assert reply.body == big + b"!" and reply.sys_flag & SysFlag.COMPRESSED  # inflated, flag as sent
-
-    run(main)
+    await create_topic(cluster, topic, 2)
+    async with Producer("rr-cb-requester", config=config(cluster)) as p:
+        async with responder(cluster, topic, answer=lambda m: big + m.body):
+            done = asyncio.get_running_loop().create_future()
+            task = p.request_with_callback(Message(topic, b"!"), done.set_result,
+                                           done.set_exception, timeout=10)
+            reply = await asyncio.wait_for(done, 12)
+            assert await task is reply
+    assert reply.body == big + b"!" and reply.sys_flag & SysFlag.COMPRESSED  # inflated, flag as sent
 
 
-def test_request_without_responder_times_out_clearly(cluster):
+@pytest.mark.timeout(60, func_only=True)
+async def test_request_without_responder_times_out_clearly(cluster):
     topic = "RrNobody"
 
-    async def main():
-        await create_topic(cluster, topic, 1)
-        async with Producer("rr-lonely", config=config(cluster)) as p:
-            loop = asyncio.get_running_loop()
-            t0 = loop.time()
-            with pytest.raises(RequestTimeoutError) as ei:
-                await p.request(Message(topic, b"anyone?"), timeout=1.0)
-            elapsed = loop.time() - t0
-            assert 0.95 <= elapsed < 3.0, elapsed  # the 1 s timeout, with slack for a loaded box
-            assert isinstance(ei.value, ClientError)
-            assert f"request to topic {topic} got no reply within 1 s" in str(ei.value)
-            errors: list[BaseException] = []
-            task = p.request_with_callback(Message(topic, b"cb"), None, errors.append, timeout=0.3)
-            assert await task is None
-            assert len(errors) == 1 and isinstance(errors[0], RequestTimeoutError)
-            assert len(reply_router(p._require())) == 0  # nothing left in the table
-
-    run(main)
+    await create_topic(cluster, topic, 1)
+    async with Producer("rr-lonely", config=config(cluster)) as p:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(RequestTimeoutError) as ei:
+            await p.request(Message(topic, b"anyone?"), timeout=1.0)
+        elapsed = loop.time() - t0
+        assert 0.95 <= elapsed < 3.0, elapsed  # the 1 s timeout, with slack for a loaded box
+        assert isinstance(ei.value, ClientError)
+        assert f"request to topic {topic} got no reply within 1 s" in str(ei.value)
+        errors: list[BaseException] = []
+        task = p.request_with_callback(Message(topic, b"cb"), None, errors.append, timeout=0.3)
+        assert await task is None
+        assert len(errors) == 1 and isinstance(errors[0], RequestTimeoutError)
+        assert len(reply_router(p._require())) == 0  # nothing left in the table
 
 
-def test_reply_to_an_unknown_client_gets_an_error_code(cluster):
-    async def main():
-        reply = Message(REPLY_TOPIC, b"late", properties={
-            Prop.MSG_TYPE: "reply", Prop.CORRELATION_ID: "no-such-request",
-            Prop.REPLY_TO_CLIENT: "10.9.8.7@ghost", Prop.TTL: "3000"})
-        async with Producer("rr-stray", config=config(cluster)) as p:
-            with pytest.raises(BrokerError) as ei:
-                await p.send(reply)
-            no_props = Message(REPLY_TOPIC, b"x", properties={Prop.MSG_TYPE: "reply"})
-            with pytest.raises(BrokerError) as ei2:
-                await p.send(no_props)
-        assert ei.value.code == ResponseCode.SYSTEM_ERROR
-        assert "channel of <10.9.8.7@ghost> not found" in ei.value.remark
-        assert ei2.value.code == ResponseCode.SYSTEM_ERROR and "REPLY_TO_CLIENT" in ei2.value.remark
-
-    run(main)
+@pytest.mark.timeout(60, func_only=True)
+async def test_reply_to_an_unknown_client_gets_an_error_code(cluster):
+    reply = Message(REPLY_TOPIC, b"late", properties={
+        Prop.MSG_TYPE: "reply", Prop.CORRELATION_ID: "no-such-request",
+        Prop.REPLY_TO_CLIENT: "10.9.8.7@ghost", Prop.TTL: "3000"})
+    async with Producer("rr-stray", config=config(cluster)) as p:
+        with pytest.raises(BrokerError) as ei:
+            await p.send(reply)
+        no_props = Message(REPLY_TOPIC, b"x", properties={Prop.MSG_TYPE: "reply"})
+        with pytest.raises(BrokerError) as ei2:
+            await p.send(no_props)
+    assert ei.value.code == ResponseCode.SYSTEM_ERROR
+    assert "channel of <10.9.8.7@ghost> not found" in ei.value.remark
+    assert ei2.value.code == ResponseCode.SYSTEM_ERROR and "REPLY_TO_CLIENT" in ei2.value.remark
 
 
-def test_replies_are_stored_in_the_reply_topic(cluster):
+@pytest.mark.timeout(60, func_only=True)
+async def test_replies_are_stored_in_the_reply_topic(cluster):
     topic = "RrStored"
 
-    async def main():
-        await create_topic(cluster, topic, 1)
-        async with PullConsumer("rr-store-check", config=config(cluster)) as c:
-            mq = MessageQueue(REPLY_TOPIC, cluster.broker_name, 0)
-            start = await c.max_offset(mq)
-            async with Producer("rr-store-req", config=config(cluster)) as p:
-                async with responder(cluster, topic):
-                    reply = await p.request(Message(topic, b"keep me"), timeout=10)
-            r = await c.pull(mq, start, 32)
-        assert r.status is PullStatus.FOUND
-        stored = [m for m in r.messages
-                  if m.properties.get(Prop.CORRELATION_ID) == reply.properties[Prop.CORRELATION_ID]]
-        assert len(stored) == 1 and stored[0].body == b"re:keep me"
-
-    run(main)
+    await create_topic(cluster, topic, 1)
+    async with PullConsumer("rr-store-check", config=config(cluster)) as c:
+        mq = MessageQueue(REPLY_TOPIC, cluster.broker_name, 0)
+        start = await c.max_offset(mq)
+        async with Producer("rr-store-req", config=config(cluster)) as p:
+            async with responder(cluster, topic):
+                reply = await p.request(Message(topic, b"keep me"), timeout=10)
+        r = await c.pull(mq, start, 32)
+    assert r.status is PullStatus.FOUND
+    stored = [m for m in r.messages
+              if m.properties.get(Prop.CORRELATION_ID) == reply.properties[Prop.CORRELATION_ID]]
+    assert len(stored) == 1 and stored[0].body == b"re:keep me"
 
 
-def test_sync_producer_request(cluster):
+@pytest.mark.timeout(60, func_only=True)
+async def test_sync_producer_request(cluster):
     topic = "RrSync"
+    await create_topic(cluster, topic, 1)
 
-    async def setup():
-        await create_topic(cluster, topic, 1)
-    run(setup)
-
-    results: list[bytes] = []
-
-    async def serve(ready: asyncio.Event, stop: asyncio.Event):
-        async with responder(cluster, topic):
-            ready.set()
-            await stop.wait()
-
-    loop = asyncio.new_event_loop()
-    ready, stop = asyncio.Event(), asyncio.Event()
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(ready, stop),))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not ready.is_set():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    def request_blocking() -> list[bytes]:
+        """The SyncProducer blocks: it runs in a thread while this loop serves the responder."""
+        results: list[bytes] = []
         with SyncProducer("rr-sync", config=config(cluster)) as p:
             results.append(p.request(Message(topic, b"blocking"), timeout=10).body)
             got = threading.Event()
@@ -219,10 +182,10 @@ def test_sync_producer_request(cluster):
             sent = threading.Event()
             p.send_async(Message(topic, b"plain"), lambda r: sent.set())
             assert got.wait(10) and sent.wait(10)
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(20)
-        loop.close()
+        return results
+
+    async with responder(cluster, topic):
+        results = await asyncio.to_thread(request_blocking)
     assert results[:2] == [b"re:blocking", b"re:cb"]
 
 
@@ -273,28 +236,25 @@ def test_compressed_push_is_inflated_and_garbage_is_a_codec_error():
         decode_reply(bad_int, 6)
 
 
-def test_router_answers_every_push_and_matches_by_correlation_id():
-    async def main():
-        router = ReplyRouter(max_pending=2)
-        fut = router.register("c1", "T", 5)
-        push = _push(_send_fields(), {Prop.CORRELATION_ID: "c1"}, b"r", "a:1", "b:2", 1)
-        resp = router.handle(_Conn(), push)
-        assert resp.code == ResponseCode.SUCCESS and fut.result().body == b"r"
-        stray = router.handle(_Conn(), push)  # no waiter any more: still SUCCESS, counted
-        assert stray.code == ResponseCode.SUCCESS and router.unmatched == 1
-        bad = _push(_send_fields(sysFlag="1"), {}, b"junk", "a:1", "b:2", 1)
-        assert router.handle(_Conn(), bad).code == ResponseCode.SYSTEM_ERROR
+async def test_router_answers_every_push_and_matches_by_correlation_id():
+    router = ReplyRouter(max_pending=2)
+    fut = router.register("c1", "T", 5)
+    push = _push(_send_fields(), {Prop.CORRELATION_ID: "c1"}, b"r", "a:1", "b:2", 1)
+    resp = router.handle(_Conn(), push)
+    assert resp.code == ResponseCode.SUCCESS and fut.result().body == b"r"
+    stray = router.handle(_Conn(), push)  # no waiter any more: still SUCCESS, counted
+    assert stray.code == ResponseCode.SUCCESS and router.unmatched == 1
+    bad = _push(_send_fields(sysFlag="1"), {}, b"junk", "a:1", "b:2", 1)
+    assert router.handle(_Conn(), bad).code == ResponseCode.SYSTEM_ERROR
+    router.register("c2", "T", 5)
+    router.register("c3", "T", 0.01)
+    with pytest.raises(ClientError, match="limit"):
+        router.register("c4", "T", 5)
+    await asyncio.sleep(0.02)
+    fut4 = router.register("c4", "T", 5)  # c3 expired and was swept
+    assert not fut4.done() and len(router) == 2
+    with pytest.raises(ClientError, match="already waiting"):
         router.register("c2", "T", 5)
-        router.register("c3", "T", 0.01)
-        with pytest.raises(ClientError, match="limit"):
-            router.register("c4", "T", 5)
-        await asyncio.sleep(0.02)
-        fut4 = router.register("c4", "T", 5)  # c3 expired and was swept
-        assert not fut4.done() and len(router) == 2
-        with pytest.raises(ClientError, match="already waiting"):
-            router.register("c2", "T", 5)
-
-    asyncio.run(main())
 
 
 def test_create_reply_message_copies_the_correlation_properties():
