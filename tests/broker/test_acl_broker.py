@@ -3,7 +3,6 @@ and UPDATE_BROKER_CONFIG's allow-list (S1, S2 and S5 of the reliability matrix).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import subprocess
@@ -14,6 +13,10 @@ import uuid
 import pytest
 
 from tests.procs import Cluster, tidemq_cmd
+from tests.support.routes import wait_for_route_sync
+from tests.support.topics import create_topic
+from tests.support.waiting import wait_until_sync
+from tidemq.client import Producer
 from tidemq.client.config import ClientConfig
 from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
 from tidemq.errors import BrokerError, TideMQError
@@ -52,20 +55,6 @@ def cfg(c: Cluster, creds: tuple[str, str] | None, **kw) -> ClientConfig:
                         retry_times_when_send_failed=0, **kw)
 
 
-def wait_route(c: Cluster, topic: str) -> None:
-    with SyncAdmin(c.namesrv_addr, cfg(c, ADMIN)) as admin:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                route = admin.topic_route(topic)
-                if route is not None and route.publish_queues(topic):
-                    return
-            except TideMQError:
-                pass
-            assert time.monotonic() < deadline, f"no route for {topic}"
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def acl_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("acl")
@@ -81,8 +70,8 @@ def acl_cluster(tmp_path_factory):
     with SyncAdmin(c.namesrv_addr, cfg(c, ADMIN)) as admin:
         for topic in ("aclT", "denyT"):
             admin.create_topic(topic, 2, 2, cluster=c.cluster_name)
-    for topic in ("aclT", "denyT"):
-        wait_route(c, topic)
+        for topic in ("aclT", "denyT"):
+            wait_for_route_sync(admin, topic, 2, timeout=15)
     yield c, path
     c.stop()
 
@@ -92,9 +81,20 @@ def send(c: Cluster, creds, topic: str, body: bytes = b"hello") -> None:
         p.send(Message(topic, body))
 
 
+async def send_async(c: Cluster, creds, topic: str, body: bytes = b"hello") -> None:
+    async with Producer(f"pg_{uuid.uuid4().hex[:6]}", config=cfg(c, creds)) as p:
+        await p.send(Message(topic, body))
+
+
 def refusal(fn) -> BrokerError:
     with pytest.raises(BrokerError) as info:
         fn()
+    return info.value
+
+
+async def refusal_async(coro) -> BrokerError:
+    with pytest.raises(BrokerError) as info:
+        await coro
     return info.value
 
 
@@ -143,15 +143,15 @@ async def _invoke(addr: str, cmd: RemotingCommand, creds) -> RemotingCommand:
         await client.close()
 
 
-def update_config(addr: str, body: str, creds=None) -> RemotingCommand:
-    return asyncio.run(_invoke(addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body.encode()), creds))
+async def update_config(addr: str, body: str, creds=None) -> RemotingCommand:
+    return await _invoke(addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body.encode()), creds)
 
 
-def test_update_broker_config_needs_admin_and_an_allowed_key(acl_cluster):
+async def test_update_broker_config_needs_admin_and_an_allowed_key(acl_cluster):
     c, _ = acl_cluster
-    r = update_config(c.broker_addr, "autoCreateTopicEnable=true\n", APP)
+    r = await update_config(c.broker_addr, "autoCreateTopicEnable=true\n", APP)
     assert r.code == ResponseCode.SYSTEM_ERROR and "Need admin permission for request code=25" in r.remark
-    r = update_config(c.broker_addr, "rocketmqHome=/tmp/x\n", ADMIN)
+    r = await update_config(c.broker_addr, "rocketmqHome=/tmp/x\n", ADMIN)
     assert r.code == ResponseCode.NO_PERMISSION and "'rocketmqHome'" in r.remark
 
 
@@ -164,21 +164,23 @@ def test_config_change_is_picked_up_within_5_s(acl_cluster):
     tmp.write_text(text)
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
-    started = time.monotonic()
-    while True:
+
+    def new_account_sends() -> bool:
         try:
             send(c, NEW, "aclT")
-            break
         except BrokerError:
-            assert time.monotonic() - started < 5, "the new account was not picked up within 5 s"
-            time.sleep(0.1)
+            return False
+        return True
+
+    started = time.monotonic()
+    wait_until_sync(new_account_sends, "the broker to accept the account added to its ACL file",
+                    timeout=5, interval=0.1)
     print(f"ACL reload picked up after {time.monotonic() - started:.2f} s")
     # a broken file keeps the accounts that work
     path.write_text("accounts: [\n")
-    deadline = time.monotonic() + 15
-    while "keeping the previous accounts" not in c.broker.log():
-        assert time.monotonic() < deadline, "the broken ACL file was not noticed within 15 s"
-        time.sleep(0.1)
+    wait_until_sync(lambda: "keeping the previous accounts" in c.broker.log(),
+                    "the broker to log that a broken ACL file keeps the previous accounts", timeout=15,
+                    interval=0.1)
     send(c, NEW, "aclT")  # the accounts that worked still work
     path.write_text(text)
 
@@ -242,42 +244,41 @@ HOSTILE_KEYS = ["rocketmqHome", "storePathRootDir", "storePathCommitLog", "filte
 
 
 @pytest.mark.parametrize("key", HOSTILE_KEYS)
-def test_only_allow_listed_keys_change(audited_cluster, key):
+async def test_only_allow_listed_keys_change(audited_cluster, key):
     c = audited_cluster
-    r = update_config(c.broker_addr, f"autoCreateTopicEnable=true\n{key}=sh -c 'touch /tmp/pwned'\n")
+    r = await update_config(c.broker_addr, f"autoCreateTopicEnable=true\n{key}=sh -c 'touch /tmp/pwned'\n")
     assert r.code == ResponseCode.NO_PERMISSION, r.remark
     assert repr(key)[1:-1][:20] in r.remark
-    get = asyncio.run(_invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG), None))
+    get = await _invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG), None)
     assert "autoCreateTopicEnable=false" in get.body_bytes().decode()  # nothing applied (atomic)
 
 
-def test_allowed_key_applies_and_no_process_is_spawned(audited_cluster):
+async def test_allowed_key_applies_and_no_process_is_spawned(audited_cluster):
     c = audited_cluster
-    topic = f"wp_{uuid.uuid4().hex[:8]}"
-    c.create_topic(topic, queues=1)
-    send(c, None, topic)
-    r = update_config(c.broker_addr, "brokerPermission=4\n")
+    topic = await create_topic(c, f"wp_{uuid.uuid4().hex[:8]}", 1)
+    await send_async(c, None, topic)
+    r = await update_config(c.broker_addr, "brokerPermission=4\n")
     assert r.code == ResponseCode.SUCCESS, r.remark
     try:
-        err = refusal(lambda: send(c, None, topic))
+        err = await refusal_async(send_async(c, None, topic))
         assert err.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in err.remark
     finally:
-        assert update_config(c.broker_addr, "brokerPermission=6\n").code == ResponseCode.SUCCESS
-    send(c, None, topic)
-    bad = update_config(c.broker_addr, "brokerPermission=7\n")
+        assert (await update_config(c.broker_addr, "brokerPermission=6\n")).code == ResponseCode.SUCCESS
+    await send_async(c, None, topic)
+    bad = await update_config(c.broker_addr, "brokerPermission=7\n")
     assert bad.code == ResponseCode.SYSTEM_ERROR and "brokerPermission" in bad.remark
     fuzz = [b"", b"\xff\xfe", b"=\n=\n", b"#only a comment\n", b"a" * 70000 + b"=1", b"brokerPermission"]
     for body in fuzz:
-        resp = asyncio.run(_invoke(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body), None))
+        resp = await _invoke(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body), None)
         assert resp.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION), (body[:20], resp.code)
     assert "AUDIT-SPAWN" not in c.broker.log()
     assert c.broker.proc.poll() is None
 
 
-def test_namesrv_has_no_remote_config_update(audited_cluster):
+async def test_namesrv_has_no_remote_config_update(audited_cluster):
     c = audited_cluster
     cmd = RemotingCommand.request(318, body=b"kvConfigPath=/tmp/x\n")  # UPDATE_NAMESRV_CONFIG
-    r = asyncio.run(_invoke(c.namesrv_addr, cmd, None))
+    r = await _invoke(c.namesrv_addr, cmd, None)
     assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.test_acl_broker import ACL, ADMIN, APP, PUB_ONLY, SECRETS, wait_route
+from tests.broker.test_acl_broker import ACL, ADMIN, APP, PUB_ONLY, SECRETS
 from tests.broker.test_acl_broker import cfg as client_cfg
 from tests.procs import Cluster
+from tests.support.routes import wait_for_route_sync
 from tidemq.client.sync import SyncAdmin, SyncPullConsumer
 
 from tests.interop.cppwheel import run_scenario, skip_module_without_wheel
@@ -50,8 +51,8 @@ def acl_cluster(tmp_path_factory):
     with SyncAdmin(c.namesrv_addr, client_cfg(c, ADMIN)) as admin:
         for topic in ("aclT", "denyT"):
             admin.create_topic(topic, 2, 2, cluster=c.cluster_name)
-    for topic in ("aclT", "denyT"):
-        wait_route(c, topic)
+        for topic in ("aclT", "denyT"):
+            wait_for_route_sync(admin, topic, 2, timeout=15)
     yield c
     c.stop()
 
