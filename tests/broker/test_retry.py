@@ -7,22 +7,23 @@ broker process checks the whole ladder with a short delay table and `tidemq admi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
+import zlib
 
 import orjson
 
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.store.replay import SCHEDULE_TOPIC
-from tidemq.client.sync import SyncAdmin
-from tidemq.message import decode_record, decode_records
+from tidemq.client import Admin
+from tidemq.message import SysFlag, decode_record, decode_records
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.broker.store.util import config
 from tests.broker.test_broker_protocol import pull_cmd, send_cmd
 from tests.procs import free_port
+from tests.support.routes import wait_for_route
 
 SHORT = " ".join(["100ms"] * 18)
 
@@ -76,128 +77,112 @@ async def set_group(c, addr, group, **fields):
     assert r.code == 0
 
 
-def test_first_send_back_schedules_the_retry_at_level_3_with_the_origin_recorded(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            orig = await put_original(b, c, addr)
-            r = await c.invoke(addr, send_back(orig.commit_log_offset, "g1", version=63), 3)
-            assert r.code == ResponseCode.SUCCESS, r.remark
-            [s] = stored(b, SCHEDULE_TOPIC, 2)  # level 3 = 3 + reconsumeTimes 0
-            assert s.properties["REAL_TOPIC"] == "%RETRY%g1" and s.properties["DELAY"] == "3"
-            assert s.properties["RETRY_TOPIC"] == "Orig"
-            assert s.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
-            assert s.properties["UNIQ_KEY"] == "UNIQ-1" and s.properties["p"] == "v"
-            assert s.reconsume_times == 1 and s.body == b"body-1"
-            assert s.born_timestamp == orig.born_timestamp and s.born_host == orig.born_host
-            assert b.topics.get("%RETRY%g1") is not None and b.groups.get("g1") is not None  # auto-created
-    asyncio.run(go())
+async def test_first_send_back_schedules_the_retry_at_level_3_with_the_origin_recorded(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        orig = await put_original(b, c, addr)
+        r = await c.invoke(addr, send_back(orig.commit_log_offset, "g1", version=63), 3)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        [s] = stored(b, SCHEDULE_TOPIC, 2)  # level 3 = 3 + reconsumeTimes 0
+        assert s.properties["REAL_TOPIC"] == "%RETRY%g1" and s.properties["DELAY"] == "3"
+        assert s.properties["RETRY_TOPIC"] == "Orig"
+        assert s.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
+        assert s.properties["UNIQ_KEY"] == "UNIQ-1" and s.properties["p"] == "v"
+        assert s.reconsume_times == 1 and s.body == b"body-1"
+        assert s.born_timestamp == orig.born_timestamp and s.born_host == orig.born_host
+        assert b.topics.get("%RETRY%g1") is not None and b.groups.get("g1") is not None  # auto-created
 
 
-def test_explicit_delay_level_and_the_ladder_level_grow_with_reconsume_times(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            orig = await put_original(b, c, addr)
-            assert (await c.invoke(addr, send_back(orig.commit_log_offset, "g", delay_level=5), 3)).code == 0
-            [s] = stored(b, SCHEDULE_TOPIC, 4)
-            assert s.properties["DELAY"] == "5"
-            # a message already retried twice goes back at level 3 + 2
-            r = await c.invoke(addr, send_back(s.commit_log_offset, "g"), 3)
-            assert r.code == 0
-            [s2] = stored(b, SCHEDULE_TOPIC, 3)  # level 3 + reconsumeTimes 1 = 4 -> queue 3
-            assert s2.reconsume_times == 2 and s2.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
-            assert s2.properties["RETRY_TOPIC"] == "Orig"
-    asyncio.run(go())
+async def test_explicit_delay_level_and_the_ladder_level_grow_with_reconsume_times(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        orig = await put_original(b, c, addr)
+        assert (await c.invoke(addr, send_back(orig.commit_log_offset, "g", delay_level=5), 3)).code == 0
+        [s] = stored(b, SCHEDULE_TOPIC, 4)
+        assert s.properties["DELAY"] == "5"
+        # a message already retried twice goes back at level 3 + 2
+        r = await c.invoke(addr, send_back(s.commit_log_offset, "g"), 3)
+        assert r.code == 0
+        [s2] = stored(b, SCHEDULE_TOPIC, 3)  # level 3 + reconsumeTimes 1 = 4 -> queue 3
+        assert s2.reconsume_times == 2 and s2.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
+        assert s2.properties["RETRY_TOPIC"] == "Orig"
 
 
-def test_unknown_offset_and_unknown_group_get_their_error_codes(tmp_path):
-    async def go():
-        async with broker(tmp_path, auto_create_subscription_group=False) as (b, c, addr):
-            orig = await put_original(b, c, addr)
-            r = await c.invoke(addr, send_back(orig.commit_log_offset, "nobody"), 3)
-            assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "nobody" in r.remark
-            await set_group(c, addr, "known")
-            r = await c.invoke(addr, send_back(987_654_321, "known"), 3)
-            assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "look message by offset failed, 987654321"
-            r = await c.invoke(addr, send_back(orig.commit_log_offset + 1, "known"), 3)  # not a record start
-            assert r.code == ResponseCode.SYSTEM_ERROR
-            r = await c.invoke(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "known"}), 3)
-            assert r.code == ResponseCode.SYSTEM_ERROR and "offset" in r.remark
-            assert stored(b, SCHEDULE_TOPIC, 2) == []
-    asyncio.run(go())
+async def test_unknown_offset_and_unknown_group_get_their_error_codes(tmp_path):
+    async with broker(tmp_path, auto_create_subscription_group=False) as (b, c, addr):
+        orig = await put_original(b, c, addr)
+        r = await c.invoke(addr, send_back(orig.commit_log_offset, "nobody"), 3)
+        assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "nobody" in r.remark
+        await set_group(c, addr, "known")
+        r = await c.invoke(addr, send_back(987_654_321, "known"), 3)
+        assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "look message by offset failed, 987654321"
+        r = await c.invoke(addr, send_back(orig.commit_log_offset + 1, "known"), 3)  # not a record start
+        assert r.code == ResponseCode.SYSTEM_ERROR
+        r = await c.invoke(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "known"}), 3)
+        assert r.code == ResponseCode.SYSTEM_ERROR and "offset" in r.remark
+        assert stored(b, SCHEDULE_TOPIC, 2) == []
 
 
-def test_group_without_retry_queues_drops_the_message(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            await set_group(c, addr, "noretry", retryQueueNums=0)
-            orig = await put_original(b, c, addr)
-            r = await c.invoke(addr, send_back(orig.commit_log_offset, "noretry"), 3)
-            assert r.code == ResponseCode.SUCCESS
-            assert all(stored(b, SCHEDULE_TOPIC, q) == [] for q in range(18))
-            assert b.topics.get("%DLQ%noretry") is None and b.topics.get("%RETRY%noretry") is None
-    asyncio.run(go())
+async def test_group_without_retry_queues_drops_the_message(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        await set_group(c, addr, "noretry", retryQueueNums=0)
+        orig = await put_original(b, c, addr)
+        r = await c.invoke(addr, send_back(orig.commit_log_offset, "noretry"), 3)
+        assert r.code == ResponseCode.SUCCESS
+        assert all(stored(b, SCHEDULE_TOPIC, q) == [] for q in range(18))
+        assert b.topics.get("%DLQ%noretry") is None and b.topics.get("%RETRY%noretry") is None
 
 
-def test_negative_delay_level_and_exhausted_retries_go_to_the_dlq(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            await set_group(c, addr, "g", retryMaxTimes=2)
-            orig = await put_original(b, c, addr)
-            assert (await c.invoke(addr, send_back(orig.commit_log_offset, "g", delay_level=-1), 3)).code == 0
-            [d] = stored(b, "%DLQ%g")
-            assert d.reconsume_times == 1 and d.properties["RETRY_TOPIC"] == "Orig" and "DELAY" not in d.properties
-            tc = b.topics.get("%DLQ%g")
-            assert tc.read_queue_nums == tc.write_queue_nums == 1 and tc.perm == 6
-            # reconsumeTimes 2 >= retryMaxTimes 2
-            await put_original(b, c, addr, props={"TAGS": "T"})
-            m2 = stored(b, "Orig")[-1]
-            for _ in range(2):
-                assert (await c.invoke(addr, send_back(m2.commit_log_offset, "g"), 3)).code == 0
-                m2 = stored(b, SCHEDULE_TOPIC, 2 + m2.reconsume_times)[-1]
-            assert m2.reconsume_times == 2
+async def test_negative_delay_level_and_exhausted_retries_go_to_the_dlq(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        await set_group(c, addr, "g", retryMaxTimes=2)
+        orig = await put_original(b, c, addr)
+        assert (await c.invoke(addr, send_back(orig.commit_log_offset, "g", delay_level=-1), 3)).code == 0
+        [d] = stored(b, "%DLQ%g")
+        assert d.reconsume_times == 1 and d.properties["RETRY_TOPIC"] == "Orig" and "DELAY" not in d.properties
+        tc = b.topics.get("%DLQ%g")
+        assert tc.read_queue_nums == tc.write_queue_nums == 1 and tc.perm == 6
+        # reconsumeTimes 2 >= retryMaxTimes 2
+        await put_original(b, c, addr, props={"TAGS": "T"})
+        m2 = stored(b, "Orig")[-1]
+        for _ in range(2):
             assert (await c.invoke(addr, send_back(m2.commit_log_offset, "g"), 3)).code == 0
-            d2 = stored(b, "%DLQ%g")[-1]
-            assert d2.reconsume_times == 3 and d2.properties["ORIGIN_MESSAGE_ID"] == m2.properties["ORIGIN_MESSAGE_ID"]
-    asyncio.run(go())
+            m2 = stored(b, SCHEDULE_TOPIC, 2 + m2.reconsume_times)[-1]
+        assert m2.reconsume_times == 2
+        assert (await c.invoke(addr, send_back(m2.commit_log_offset, "g"), 3)).code == 0
+        d2 = stored(b, "%DLQ%g")[-1]
+        assert d2.reconsume_times == 3 and d2.properties["ORIGIN_MESSAGE_ID"] == m2.properties["ORIGIN_MESSAGE_ID"]
 
 
-def test_header_max_reconsume_times_is_honoured_only_from_version_121(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            orig = await put_original(b, c, addr)
-            r = await c.invoke(addr, send_back(orig.commit_log_offset, "g", version=63, maxReconsumeTimes=0), 3)
-            assert r.code == 0 and stored(b, "%DLQ%g") == []  # the C++ client's version: group's 16 applies
-            r = await c.invoke(addr, send_back(orig.commit_log_offset, "g", version=407, maxReconsumeTimes=0), 3)
-            assert r.code == 0 and len(stored(b, "%DLQ%g")) == 1
-    asyncio.run(go())
+async def test_header_max_reconsume_times_is_honoured_only_from_version_121(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        orig = await put_original(b, c, addr)
+        r = await c.invoke(addr, send_back(orig.commit_log_offset, "g", version=63, maxReconsumeTimes=0), 3)
+        assert r.code == 0 and stored(b, "%DLQ%g") == []  # the C++ client's version: group's 16 applies
+        r = await c.invoke(addr, send_back(orig.commit_log_offset, "g", version=407, maxReconsumeTimes=0), 3)
+        assert r.code == 0 and len(stored(b, "%DLQ%g")) == 1
 
 
-def test_send_into_a_retry_topic_past_max_goes_to_the_dlq_and_below_max_is_delayed(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            await set_group(c, addr, "jg", retryMaxTimes=3)
-            for reconsume in (2, 3):
-                cmd = send_cmd("%RETRY%jg", b"fallback", 0, {"DELAY": "5", "RETRY_TOPIC": "Orig", "TAGS": "T"})
-                cmd.ext_fields["j"] = str(reconsume)  # reconsumeTimes (V2 short name)
-                r = await c.invoke(addr, cmd, 3)
-                assert r.code == 0, r.remark
-            [sched] = stored(b, SCHEDULE_TOPIC, 4)
-            assert sched.properties["REAL_TOPIC"] == "%RETRY%jg" and sched.reconsume_times == 2
-            [dead] = stored(b, "%DLQ%jg")
-            assert dead.reconsume_times == 3 and "DELAY" not in dead.properties
-    asyncio.run(go())
+async def test_send_into_a_retry_topic_past_max_goes_to_the_dlq_and_below_max_is_delayed(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        await set_group(c, addr, "jg", retryMaxTimes=3)
+        for reconsume in (2, 3):
+            cmd = send_cmd("%RETRY%jg", b"fallback", 0, {"DELAY": "5", "RETRY_TOPIC": "Orig", "TAGS": "T"})
+            cmd.ext_fields["j"] = str(reconsume)  # reconsumeTimes (V2 short name)
+            r = await c.invoke(addr, cmd, 3)
+            assert r.code == 0, r.remark
+        [sched] = stored(b, SCHEDULE_TOPIC, 4)
+        assert sched.properties["REAL_TOPIC"] == "%RETRY%jg" and sched.reconsume_times == 2
+        [dead] = stored(b, "%DLQ%jg")
+        assert dead.reconsume_times == 3 and "DELAY" not in dead.properties
 
 
-def test_clients_cannot_send_into_the_timer_topic(tmp_path):
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            r = await c.invoke(addr, send_cmd("rmq_sys_wheel_timer", b"x", 0, {"REAL_TOPIC": "Orig", "REAL_QID": "0"}), 3)
-            assert r.code == ResponseCode.NO_PERMISSION
-    asyncio.run(go())
+async def test_clients_cannot_send_into_the_timer_topic(tmp_path):
+    async with broker(tmp_path) as (b, c, addr):
+        r = await c.invoke(addr, send_cmd("rmq_sys_wheel_timer", b"x", 0, {"REAL_TOPIC": "Orig", "REAL_QID": "0"}), 3)
+        assert r.code == ResponseCode.NO_PERMISSION
 
 
 # ---------------------------------------------------------------------------------- real process
-def test_send_back_ladder_then_dead_letter_with_a_short_delay_table(cluster_factory):
+async def test_send_back_ladder_then_dead_letter_with_a_short_delay_table(cluster_factory):
     cl = cluster_factory(extra_broker_args=["--delay-levels", SHORT])
     topic, group = f"ladder_{uuid.uuid4().hex[:6]}", f"lg_{uuid.uuid4().hex[:6]}"
     cl.create_topic(topic, queues=1)
@@ -212,67 +197,52 @@ def test_send_back_ladder_then_dead_letter_with_a_short_delay_table(cluster_fact
                 return decode_records(r.body_bytes())[0]
         raise AssertionError(f"nothing arrived in {t} at offset {offset}")
 
-    async def go():
-        c = RemotingClient()
-        try:
-            r = await c.invoke(addr, send_cmd(topic, b"ladder", 0, {"TAGS": "L", "KEYS": "k", "UNIQ_KEY": "U-LADDER"}), 3)
-            assert r.code == 0
-            first = await pull_one(c, topic, 0)
-            cur = first
-            for i in (1, 2, 3):
-                t_back = time.time()
-                r = await c.invoke(addr, send_back(cur.commit_log_offset, group, version=63), 3)
-                assert r.code == ResponseCode.SUCCESS, r.remark
-                cur = await pull_one(c, f"%RETRY%{group}", i - 1)
-                assert cur.reconsume_times == i and cur.body == b"ladder"
-                assert cur.properties["RETRY_TOPIC"] == topic and cur.properties["UNIQ_KEY"] == "U-LADDER"
-                assert cur.properties["ORIGIN_MESSAGE_ID"] == first.offset_msg_id
-                assert cur.store_timestamp / 1000 >= t_back + 0.098  # waited its (100 ms) level
+    c = RemotingClient()
+    try:
+        r = await c.invoke(addr, send_cmd(topic, b"ladder", 0, {"TAGS": "L", "KEYS": "k", "UNIQ_KEY": "U-LADDER"}), 3)
+        assert r.code == 0
+        first = await pull_one(c, topic, 0)
+        cur = first
+        for i in (1, 2, 3):
+            t_back = time.time()
             r = await c.invoke(addr, send_back(cur.commit_log_offset, group, version=63), 3)
-            assert r.code == ResponseCode.SUCCESS
-            dead = await pull_one(c, f"%DLQ%{group}", 0)
-            assert dead.reconsume_times == 4 and dead.properties["RETRY_TOPIC"] == topic
-            assert dead.properties["ORIGIN_MESSAGE_ID"] == first.offset_msg_id
-        finally:
-            await c.close()
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            cur = await pull_one(c, f"%RETRY%{group}", i - 1)
+            assert cur.reconsume_times == i and cur.body == b"ladder"
+            assert cur.properties["RETRY_TOPIC"] == topic and cur.properties["UNIQ_KEY"] == "U-LADDER"
+            assert cur.properties["ORIGIN_MESSAGE_ID"] == first.offset_msg_id
+            assert cur.store_timestamp / 1000 >= t_back + 0.098  # waited its (100 ms) level
+        r = await c.invoke(addr, send_back(cur.commit_log_offset, group, version=63), 3)
+        assert r.code == ResponseCode.SUCCESS
+        dead = await pull_one(c, f"%DLQ%{group}", 0)
+        assert dead.reconsume_times == 4 and dead.properties["RETRY_TOPIC"] == topic
+        assert dead.properties["ORIGIN_MESSAGE_ID"] == first.offset_msg_id
+    finally:
+        await c.close()
 
-    asyncio.run(go())
-    with SyncAdmin(name_servers=[cl.namesrv_addr]) as admin:
-        deadline = time.time() + 5
-        while True:  # the DLQ topic is registered with the name server
-            try:
-                route = admin.topic_route(f"%DLQ%{group}")
-                break
-            except Exception:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
-        assert [q.read_queue_nums for q in route.queue_datas] == [1]
+    async with Admin(cl.namesrv_addr) as admin:  # the DLQ topic is registered with the name server
+        await wait_for_route(admin, f"%DLQ%{group}", 1, timeout=5)
+        route = await admin.topic_route(f"%DLQ%{group}")
+    assert [q.read_queue_nums for q in route.queue_datas] == [1]
 
 
-def test_a_compressed_message_goes_back_compressed_with_its_flag_and_pulls_inflated(tmp_path):
+async def test_a_compressed_message_goes_back_compressed_with_its_flag_and_pulls_inflated(tmp_path):
     """Decoders keep the COMPRESSED bit as stored (issue 15): the broker re-stores the stored body
     (still compressed) with the bit, so a retry or dead letter is inflated once by the consumer."""
-    import zlib
-
-    from tidemq.message import SysFlag
-
     big = b"compress me " * 1000
 
-    async def go():
-        async with broker(tmp_path) as (b, c, addr):
-            await put_original(b, c, addr)  # creates the topic
-            cmd = send_cmd("Orig", zlib.compress(big), 0, {"TAGS": "Z", "UNIQ_KEY": "UNIQ-Z"})
-            cmd.ext_fields["f"] = str(int(SysFlag.COMPRESSED))  # V2 header: f = sysFlag
-            assert (await c.invoke(addr, cmd, 3)).code == 0
-            [orig] = [m for m in stored(b, "Orig") if m.properties.get("UNIQ_KEY") == "UNIQ-Z"]
-            assert orig.sys_flag & SysFlag.COMPRESSED and zlib.decompress(orig.body) == big
-            for level, topic, qid in ((0, SCHEDULE_TOPIC, 2), (-1, "%DLQ%gz", 0)):
-                r = await c.invoke(addr, send_back(orig.commit_log_offset, "gz", delay_level=level, version=63), 3)
-                assert r.code == ResponseCode.SUCCESS, r.remark
-                [again] = stored(b, topic, qid)
-                assert again.sys_flag & SysFlag.COMPRESSED and zlib.decompress(again.body) == big
-            r = await c.invoke(addr, pull_cmd("%DLQ%gz", 0, 0, group="gz"), 3)
-            [pulled] = decode_records(r.body_bytes())
-            assert pulled.body == big and pulled.sys_flag & SysFlag.COMPRESSED
-    asyncio.run(go())
+    async with broker(tmp_path) as (b, c, addr):
+        await put_original(b, c, addr)  # creates the topic
+        cmd = send_cmd("Orig", zlib.compress(big), 0, {"TAGS": "Z", "UNIQ_KEY": "UNIQ-Z"})
+        cmd.ext_fields["f"] = str(int(SysFlag.COMPRESSED))  # V2 header: f = sysFlag
+        assert (await c.invoke(addr, cmd, 3)).code == 0
+        [orig] = [m for m in stored(b, "Orig") if m.properties.get("UNIQ_KEY") == "UNIQ-Z"]
+        assert orig.sys_flag & SysFlag.COMPRESSED and zlib.decompress(orig.body) == big
+        for level, topic, qid in ((0, SCHEDULE_TOPIC, 2), (-1, "%DLQ%gz", 0)):
+            r = await c.invoke(addr, send_back(orig.commit_log_offset, "gz", delay_level=level, version=63), 3)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            [again] = stored(b, topic, qid)
+            assert again.sys_flag & SysFlag.COMPRESSED and zlib.decompress(again.body) == big
+        r = await c.invoke(addr, pull_cmd("%DLQ%gz", 0, 0, group="gz"), 3)
+        [pulled] = decode_records(r.body_bytes())
+        assert pulled.body == big and pulled.sys_flag & SysFlag.COMPRESSED
