@@ -23,7 +23,7 @@ from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.replay import DEFAULT_DELAY_LEVELS_MS, SCHEDULE_TOPIC
 from tidemq.broker.store.store import PutRequest
 from tidemq.errors import BrokerError, ConfigError
-from tidemq.message import decode_record, decode_records, tags_code
+from tidemq.message import MessageExt, decode_record, decode_records, tags_code
 from tidemq.remoting import RemotingClient, ResponseCode
 from tests.broker.store.util import T0, Clock, config, open_store
 from tests.broker.test_broker_protocol import pull_cmd, send_cmd
@@ -253,7 +253,7 @@ def test_timer_capacity_bounds_memory_and_still_delivers_everything(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- persistence
-def test_progress_is_persisted_with_string_keys_and_resumed(tmp_path):
+async def test_progress_is_persisted_with_string_keys_and_resumed(tmp_path):
     clock, store, svc = make(tmp_path)
     for i in range(3):
         put(svc, store, body=b"%d" % i, props={"DELAY": "1"})
@@ -261,7 +261,7 @@ def test_progress_is_persisted_with_string_keys_and_resumed(tmp_path):
     svc.timer.refill()
     svc.level_timers[0].run_due(T0_MS + 1000, budget=2)
     svc.timer.run_due(T0_MS + 1000)
-    asyncio.run(svc.persist())
+    await svc.persist()
     data = json.loads(svc.path.read_text())
     assert data == {"offsetTable": {"1": 2, "2": 0, "3": 0}, "timerOffset": 1}
     svc2 = ScheduleMessageService(store, svc.levels, svc.path, HOST, clock)
@@ -287,7 +287,6 @@ def test_offsets_past_the_queue_end_are_pulled_back(tmp_path):
 
 
 def test_restore_refuses_records_that_would_loop_back():
-    from tidemq.message import MessageExt
     m = MessageExt(SCHEDULE_TOPIC, b"x", 0, 0, 0, 0, 0, 0, 0, "1.2.3.4:5", 0, "1.2.3.4:5", 0, 0,
                    {"REAL_TOPIC": SCHEDULE_TOPIC, "REAL_QID": "0"}, 0, "")
     with pytest.raises(ValueError):
@@ -295,39 +294,41 @@ def test_restore_refuses_records_that_would_loop_back():
 
 
 # ---------------------------------------------------------------------------------- driven by asyncio
-def test_running_service_wakes_on_arrival_and_delivers_on_time(tmp_path):
-    async def go():
-        store = open_store(config(tmp_path / "s"))
-        levels = parse_delay_levels("300ms 150ms")
-        svc = ScheduleMessageService(store, levels, tmp_path / "d.json", HOST, persist_interval=0.05)
-        store.add_dispatch_listener(svc.on_dispatch)
-        await store.start()
-        await svc.start()
-        try:
-            await asyncio.sleep(0.05)  # both loops idle now
-            t0 = time.time()
-            put(svc, store, body=b"L1", props={"DELAY": "1"})
-            put(svc, store, body=b"L2", props={"DELAY": "2"})
-            put(svc, store, body=b"T", props={"TIMER_DELAY_MS": "200"})
-            seen = {}
-            while len(seen) < 3 and time.time() - t0 < 10:
-                for m in real(store):
-                    seen.setdefault(m.body, time.time() - t0)
-                await asyncio.sleep(0.005)
-            assert set(seen) == {b"L1", b"L2", b"T"}
-            for body, due in ((b"L1", 0.3), (b"L2", 0.15), (b"T", 0.2)):
-                assert due - 0.002 <= seen[body] <= due + 1.0, (body, seen[body])  # late only by load
-            await asyncio.sleep(0.15)
-            assert json.loads(svc.path.read_text())["offsetTable"] == {"1": 1, "2": 1}
-        finally:
-            await svc.stop()
-            await store.shutdown()
-    asyncio.run(go())
+async def test_running_service_wakes_on_arrival_and_delivers_on_time(tmp_path):
+    store = open_store(config(tmp_path / "s"))
+    levels = parse_delay_levels("300ms 150ms")
+    svc = ScheduleMessageService(store, levels, tmp_path / "d.json", HOST, persist_interval=0.05)
+    store.add_dispatch_listener(svc.on_dispatch)
+    await store.start()
+    await svc.start()
+    try:
+        await asyncio.sleep(0.05)  # both loops idle now
+        t0 = time.time()
+        put(svc, store, body=b"L1", props={"DELAY": "1"})
+        put(svc, store, body=b"L2", props={"DELAY": "2"})
+        put(svc, store, body=b"T", props={"TIMER_DELAY_MS": "200"})
+        seen = {}
+        while len(seen) < 3 and time.time() - t0 < 10:
+            for m in real(store):
+                seen.setdefault(m.body, time.time() - t0)
+            await asyncio.sleep(0.005)
+        assert set(seen) == {b"L1", b"L2", b"T"}
+        for body, due in ((b"L1", 0.3), (b"L2", 0.15), (b"T", 0.2)):
+            assert due - 0.002 <= seen[body] <= due + 1.0, (body, seen[body])  # late only by load
+        await asyncio.sleep(0.15)
+        assert json.loads(svc.path.read_text())["offsetTable"] == {"1": 1, "2": 1}
+    finally:
+        await svc.stop()
+        await store.shutdown()
 
 
 # ---------------------------------------------------------------------------------- real processes
-async def _wait_for(c: RemotingClient, addr: str, topic: str, qid: int, deadline: float, offset: int = 0):
-    """Long-poll one queue until a message arrives; returns (messages, arrival time)."""
+async def _pull_first_arrival(c: RemotingClient, addr: str, topic: str, qid: int, deadline: float,
+                              offset: int = 0):
+    """Long-poll one queue until a message arrives; returns (messages, arrival time), ([], now) at the
+    deadline. Not tests/support/waiting.wait_until: the broker holds each pull until the message
+    arrives (no sleep between checks to blur the arrival time), the offset follows the broker's
+    nextBeginOffset, and the caller asserts on what arrived with its own message."""
     while time.time() < deadline:
         r = await c.invoke(addr, pull_cmd(topic, qid, offset, suspend_ms=500), 5)
         if r.code == ResponseCode.SUCCESS:
@@ -340,7 +341,7 @@ def _send(c, addr, topic, body, props, qid=0):
     return c.invoke(addr, send_cmd(topic, body, qid, props), 5)
 
 
-def test_delay_level_2_waits_5_seconds_across_a_clean_restart_and_a_kill(cluster_factory):
+async def test_delay_level_2_waits_5_seconds_across_a_clean_restart_and_a_kill(cluster_factory):
     """Default table; message A waits through a clean restart, B through a kill -9."""
     cl = cluster_factory()
     topic = f"delay_{uuid.uuid4().hex[:6]}"
@@ -360,17 +361,17 @@ def test_delay_level_2_waits_5_seconds_across_a_clean_restart_and_a_kill(cluster
     async def receive(qid, t_sent):
         c = RemotingClient()
         try:
-            return await _wait_for(c, cl.broker_addr, topic, qid, t_sent + 30.0)
+            return await _pull_first_arrival(c, cl.broker_addr, topic, qid, t_sent + 30.0)
         finally:
             await c.close()
 
-    t_a = asyncio.run(send(b"A", 0))
+    t_a = await send(b"A", 0)
     cl.restart_broker()
-    t_b = asyncio.run(send(b"B", 1))
-    time.sleep(0.3)
+    t_b = await send(b"B", 1)
+    await asyncio.sleep(0.3)
     cl.restart_broker(kill=True)
     for qid, t_sent, body in ((0, t_a, b"A"), (1, t_b, b"B")):
-        msgs, at = asyncio.run(receive(qid, t_sent))
+        msgs, at = await receive(qid, t_sent)
         assert [m.body for m in msgs] == [body], f"{body!r} not delivered within 30 s"
         m = msgs[0]
         assert m.store_timestamp / 1000 - t_sent >= 4.998, "delivered before its delay"  # stored when delivered
@@ -380,12 +381,12 @@ def test_delay_level_2_waits_5_seconds_across_a_clean_restart_and_a_kill(cluster
     assert "Traceback" not in cl.broker.log()
 
 
-def test_delivery_timestamp_is_honoured_and_survives_a_kill(cluster_factory):
+async def test_delivery_timestamp_is_honoured_and_survives_a_kill(cluster_factory):
     cl = cluster_factory()
     topic = f"timer_{uuid.uuid4().hex[:6]}"
     cl.create_topic(topic, queues=1)
 
-    async def go(props, body):
+    async def send(props, body):
         c = RemotingClient()
         try:
             r = await _send(c, cl.broker_addr, topic, body, props)
@@ -396,21 +397,21 @@ def test_delivery_timestamp_is_honoured_and_survives_a_kill(cluster_factory):
     async def receive(offset, deadline):
         c = RemotingClient()
         try:
-            return await _wait_for(c, cl.broker_addr, topic, 0, deadline, offset)
+            return await _pull_first_arrival(c, cl.broker_addr, topic, 0, deadline, offset)
         finally:
             await c.close()
 
     t0 = time.time()
-    asyncio.run(go({"TIMER_DELIVER_MS": str(int(t0 * 1000) + 2000)}, b"abs"))
-    msgs, at = asyncio.run(receive(0, t0 + 15))
+    await send({"TIMER_DELIVER_MS": str(int(t0 * 1000) + 2000)}, b"abs")
+    msgs, at = await receive(0, t0 + 15)
     assert [m.body for m in msgs] == [b"abs"] and 1.998 <= msgs[0].store_timestamp / 1000 - t0 and at - t0 <= 10
 
     t1 = time.time()
-    asyncio.run(go({"TIMER_DELAY_SEC": "3"}, b"rel"))
+    await send({"TIMER_DELAY_SEC": "3"}, b"rel")
     cl.restart_broker(kill=True)
     offset, rel = 1, []
     while not rel and time.time() < t1 + 20:
-        msgs, at = asyncio.run(receive(offset, t1 + 20))
+        msgs, at = await receive(offset, t1 + 20)
         assert {m.body for m in msgs} <= {b"abs", b"rel"}  # "abs" again is a duplicate after the kill: allowed
         rel = [m for m in msgs if m.body == b"rel"]
         offset += len(msgs)
