@@ -12,6 +12,7 @@ import os
 import orjson
 import pytest
 
+from tests.support.waiting import wait_until
 from tidemq.broker.acl import (
     AclService,
     AddressPattern,
@@ -326,41 +327,36 @@ def test_bad_file_at_start_is_a_config_error(tmp_path):
         AclService(tmp_path / "missing.yml")
 
 
-def test_reload_on_change_keeps_old_config_on_a_bad_file(tmp_path, caplog):
+async def test_reload_on_change_keeps_old_config_on_a_bad_file(tmp_path, caplog):
     path = tmp_path / "plain_acl.yml"
     path.write_text(ACL_YAML)
     acl = AclService(path, reload_interval=0.05)
     new_key = "accounts:\n  - accessKey: newKey0001\n    secretKey: new-secret-1\n    admin: true\n"
 
-    async def scenario() -> None:
-        assert await acl.reload_once() is False  # unchanged
-        path.write_text(new_key)
-        os.utime(path, ns=(1, 1))  # a distinct stamp even on coarse-mtime file systems
-        assert await acl.reload_once() is True
-        assert set(acl.config.accounts) == {"newKey0001"}
-        with caplog.at_level(logging.ERROR, logger="tidemq.broker.acl"):
-            path.write_text("accounts:\n  - accessKey: newKey0001\n    secretKey: new-secret-1\n    admin: maybe\n")
-            os.utime(path, ns=(2, 2))
-            assert await acl.reload_once() is False
-            path.unlink()
-            assert await acl.reload_once() is False
-        assert set(acl.config.accounts) == {"newKey0001"}  # the previous good config stays
-        assert "keeping the previous accounts" in caplog.text and "new-secret-1" not in caplog.text
-        # Kubernetes Secret volumes swap a symlink: the watch loop picks the new target up
-        target = tmp_path / "v2.yml"
-        target.write_text(ACL_YAML)
-        path.symlink_to(target)
-        task = asyncio.create_task(acl.watch())
-        try:
-            for _ in range(100):
-                if "appKey0001" in acl.config.accounts:
-                    break
-                await asyncio.sleep(0.02)
-        finally:
-            task.cancel()
-        assert "appKey0001" in acl.config.accounts and acl.reloads == 2
-
-    asyncio.run(scenario())
+    assert await acl.reload_once() is False  # unchanged
+    path.write_text(new_key)
+    os.utime(path, ns=(1, 1))  # a distinct stamp even on coarse-mtime file systems
+    assert await acl.reload_once() is True
+    assert set(acl.config.accounts) == {"newKey0001"}
+    with caplog.at_level(logging.ERROR, logger="tidemq.broker.acl"):
+        path.write_text("accounts:\n  - accessKey: newKey0001\n    secretKey: new-secret-1\n    admin: maybe\n")
+        os.utime(path, ns=(2, 2))
+        assert await acl.reload_once() is False
+        path.unlink()
+        assert await acl.reload_once() is False
+    assert set(acl.config.accounts) == {"newKey0001"}  # the previous good config stays
+    assert "keeping the previous accounts" in caplog.text and "new-secret-1" not in caplog.text
+    # Kubernetes Secret volumes swap a symlink: the watch loop picks the new target up
+    target = tmp_path / "v2.yml"
+    target.write_text(ACL_YAML)
+    path.symlink_to(target)
+    task = asyncio.create_task(acl.watch())
+    try:
+        await wait_until(lambda: "appKey0001" in acl.config.accounts,
+                         "the ACL watch loop to load the swapped symlink's target", timeout=2, interval=0.02)
+    finally:
+        task.cancel()
+    assert "appKey0001" in acl.config.accounts and acl.reloads == 2
 
 
 def test_acl_off_runs_no_acl_code(tmp_path):

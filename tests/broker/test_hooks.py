@@ -75,34 +75,31 @@ def test_unknown_codes_bad_requests_and_failures():
     assert log[-1] == ("b", "after", Outcome.FAILED, None)
 
 
-def test_a_deferred_answer_is_settled_then_aftered_once_it_comes():
-    async def main():
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+async def test_a_deferred_answer_is_settled_then_aftered_once_it_comes():
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
 
-        async def later(conn, cmd):
-            return cmd.response(ResponseCode.PULL_NOT_FOUND)
+    async def later(conn, cmd):
+        return cmd.response(ResponseCode.PULL_NOT_FOUND)
 
-        d, log = dispatcher({11: lambda conn, cmd: fut, 12: later})
-        assert d.handle(CONN, request(11)) is fut
-        assert log[-1] == ("b", "deferred")
-        fut.set_result(request().response())
-        await asyncio.sleep(0)
-        assert log[-4:] == [("a", "settled", Outcome.ANSWERED), ("b", "settled", Outcome.ANSWERED),
-                            ("a", "after", Outcome.ANSWERED, 0), ("b", "after", Outcome.ANSWERED, 0)]
-        log.clear()
-        assert (await d.handle(CONN, request(12))).code == ResponseCode.PULL_NOT_FOUND
-        assert [e[:2] for e in log] == [("a", "before"), ("b", "before"), ("a", "deferred"), ("b", "deferred"),
-                                        ("a", "settled"), ("b", "settled"), ("a", "after"), ("b", "after")]
-        log.clear()
-        gone = loop.create_future()
-        d2, log2 = dispatcher({11: lambda conn, cmd: gone})
-        d2.handle(CONN, request(11))
-        gone.cancel()
-        await asyncio.sleep(0)
-        assert log2[-1] == ("b", "after", Outcome.CANCELLED, None)
-
-    asyncio.run(main())
+    d, log = dispatcher({11: lambda conn, cmd: fut, 12: later})
+    assert d.handle(CONN, request(11)) is fut
+    assert log[-1] == ("b", "deferred")
+    fut.set_result(request().response())
+    await asyncio.sleep(0)
+    assert log[-4:] == [("a", "settled", Outcome.ANSWERED), ("b", "settled", Outcome.ANSWERED),
+                        ("a", "after", Outcome.ANSWERED, 0), ("b", "after", Outcome.ANSWERED, 0)]
+    log.clear()
+    assert (await d.handle(CONN, request(12))).code == ResponseCode.PULL_NOT_FOUND
+    assert [e[:2] for e in log] == [("a", "before"), ("b", "before"), ("a", "deferred"), ("b", "deferred"),
+                                    ("a", "settled"), ("b", "settled"), ("a", "after"), ("b", "after")]
+    log.clear()
+    gone = loop.create_future()
+    d2, log2 = dispatcher({11: lambda conn, cmd: gone})
+    d2.handle(CONN, request(11))
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert log2[-1] == ("b", "after", Outcome.CANCELLED, None)
 
 
 def test_metrics_count_codes_and_time_only_served_requests():

@@ -4,7 +4,6 @@ commits, a delayed message and failing requests."""
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidemq.broker.metrics import NOT_ERRORS, code_name
-from tidemq.client import SyncProducer, SyncPullConsumer
+from tests.support.waiting import wait_until
+from tidemq.client import Producer, PullConsumer, SyncProducer, SyncPullConsumer
 from tidemq.message import Message, Prop
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -28,16 +28,6 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
-
-
-def eventually(check, timeout: float = 10.0):
-    """``check()``'s first true value, polling until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got or time.monotonic() > deadline:
-            return got
-        time.sleep(0.1)
 
 
 def _flushed(samples, base: dict[str, str]):
@@ -91,31 +81,29 @@ def test_code_labels():
     assert ResponseCode.SUCCESS in NOT_ERRORS and ResponseCode.SYSTEM_ERROR not in NOT_ERRORS
 
 
-def test_metrics_follow_sends_pulls_commits_and_errors(broker):
+async def test_metrics_follow_sends_pulls_commits_and_errors(broker):
     n, k = 5, 3
     base = {"cluster": broker.cluster_name, "broker": broker.broker_name}
-    producer = SyncProducer("metrics-pg", broker.namesrv_addr)
-    consumer = SyncPullConsumer(GROUP, broker.namesrv_addr)
-    producer.start()
-    consumer.start()
-    try:
+    async with Producer("metrics-pg", broker.namesrv_addr) as producer, \
+            PullConsumer(GROUP, broker.namesrv_addr) as consumer:
         for i in range(n):
-            producer.send(Message(TOPIC, b"hello"))
-        producer.send(Message(TOPIC, b"later", properties={Prop.DELAY: "5"}))  # delay level 5 = 1 min
-        [mq] = consumer.fetch_queues(TOPIC)
-        got = consumer.pull(mq, 0, max_nums=k)
+            await producer.send(Message(TOPIC, b"hello"))
+        await producer.send(Message(TOPIC, b"later", properties={Prop.DELAY: "5"}))  # delay level 5 = 1 min
+        [mq] = await consumer.fetch_queues(TOPIC)
+        got = await consumer.pull(mq, 0, max_nums=k)
         assert len(got.messages) == k
-        consumer.commit(mq, k)
-    finally:
-        producer.close()
-        consumer.close()
-    codes, connected = asyncio.run(_raw_requests(broker.broker_addr, broker.metrics_url, base))
+        await consumer.commit(mq, k)
+    codes, connected = await _raw_requests(broker.broker_addr, broker.metrics_url, base)
     assert codes == [ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.TOPIC_NOT_EXIST]
     assert connected >= 1  # the raw client's connection, open during that scrape
 
+    async def scraped(check):
+        """A wait_until check: ``check`` of a fresh scrape (urllib blocks: a thread runs it)."""
+        return check(await asyncio.to_thread(scrape, broker.metrics_url))
+
     # The sends are flushed within the ASYNC_FLUSH interval: a flush round the test caused.
-    s = eventually(lambda: _flushed(scrape(broker.metrics_url), base))
-    assert s, "the CommitLog was not flushed up to its end"
+    s = await wait_until(lambda: scraped(lambda samples: _flushed(samples, base)),
+                         "the CommitLog to be flushed up to its end", interval=0.1)
     t = {**base, "topic": TOPIC}
     # counted under the topic the producer named, the delayed one included (5-byte bodies)
     assert value(s, "tidemq_broker_messages_in_total", **t) == n + 1
@@ -141,7 +129,8 @@ def test_metrics_follow_sends_pulls_commits_and_errors(broker):
     assert value(s, "tidemq_broker_commitlog_flush_seconds_count", **base) >= 1
     assert value(s, "tidemq_broker_commitlog_flush_seconds_sum", **base) > 0
     # every client of this test is closed: their connections are gone from the gauge
-    assert eventually(lambda: value(scrape(broker.metrics_url), "tidemq_broker_connections", **base) == 0)
+    await wait_until(lambda: scraped(lambda samples: value(samples, "tidemq_broker_connections", **base) == 0),
+                     "the connections gauge to drop to 0 once every client of this test closed", interval=0.1)
     assert value(s, "tidemq_broker_long_poll_waiters", **base) == 0
 
 

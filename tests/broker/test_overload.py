@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.procs import Cluster
-from tests.support.routes import wait_for_route
+from tests.support.topics import create_topic
 from tidemq.broker.hooks import FlowControlHook, Outcome
 from tidemq.client import Admin, ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.pull import PullStatus
@@ -49,66 +49,61 @@ def _raw_send(seq: int) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, b"raw-%d" % seq)
 
 
-def test_stalled_flush_answers_system_busy_and_clients_retry_without_loss(stalled):
+async def test_stalled_flush_answers_system_busy_and_clients_retry_without_loss(stalled):
     c, stall = stalled
 
-    async def main():
-        cfg = ClientConfig(name_servers=c.namesrv_addr, request_timeout=6.0)
-        async with Admin(config=cfg) as admin:
-            await admin.create_topic(TOPIC, 4, 4, broker_addr=c.broker_addr)
-            await wait_for_route(admin, TOPIC, 4)
-        acked: dict[bytes, float] = {}
-        failed: list[str] = []
-        stop = asyncio.Event()
+    cfg = ClientConfig(name_servers=c.namesrv_addr, request_timeout=6.0)
+    async with Admin(config=cfg) as admin:
+        await create_topic(c, TOPIC, 4, admin=admin)
+    acked: dict[bytes, float] = {}
+    failed: list[str] = []
+    stop = asyncio.Event()
 
-        async def produce(p: Producer, w: int) -> None:
-            i = 0
-            while not stop.is_set():
-                body = b"p%d-%d" % (w, i)
-                i += 1
-                try:
-                    r = await p.send(Message(TOPIC, body))
-                except Exception as exc:  # counted, asserted below
-                    failed.append(repr(exc))
-                    continue
-                if r.status is SendStatus.SEND_OK:
-                    acked[body] = time.monotonic()
+    async def produce(p: Producer, w: int) -> None:
+        i = 0
+        while not stop.is_set():
+            body = b"p%d-%d" % (w, i)
+            i += 1
+            try:
+                r = await p.send(Message(TOPIC, body))
+            except Exception as exc:  # counted, asserted below
+                failed.append(repr(exc))
+                continue
+            if r.status is SendStatus.SEND_OK:
+                acked[body] = time.monotonic()
 
-        producers = [Producer(f"overload-pg{k}", config=cfg) for k in range(4)]
-        for p in producers:
-            await p.start()
-        raw = RemotingClient()
-        tasks = [asyncio.create_task(produce(producers[w % 4], w)) for w in range(16)]
-        t0 = time.monotonic()
-        await asyncio.sleep(1.0)
-        stall.touch()
-        stall_at = time.monotonic()
-        await asyncio.sleep(0.5)
-        busy = await raw.invoke(c.broker_addr, _raw_send(1), 5.0)
-        await asyncio.sleep(STALL - 0.5)
-        stall.unlink()
-        end_at = time.monotonic()
-        await asyncio.sleep(3.0)
-        stop.set()
-        await asyncio.gather(*tasks)
-        await raw.close()
-        for p in producers:
-            await p.close()
-        # read everything back
-        stored: list[bytes] = []
-        async with PullConsumer("overload-check", config=cfg) as consumer:
-            for q in range(4):
-                mq = MessageQueue(TOPIC, "broker-a", q)
-                offset = 0
-                while True:
-                    r = await consumer.pull(mq, offset, 256)
-                    if r.status is not PullStatus.FOUND:
-                        break
-                    stored += [m.body for m in r.messages]
-                    offset = r.next_begin_offset
-        return acked, failed, busy, stored, t0, stall_at, end_at
-
-    acked, failed, busy, stored, t0, stall_at, end_at = asyncio.run(main())
+    producers = [Producer(f"overload-pg{k}", config=cfg) for k in range(4)]
+    for p in producers:
+        await p.start()
+    raw = RemotingClient()
+    tasks = [asyncio.create_task(produce(producers[w % 4], w)) for w in range(16)]
+    t0 = time.monotonic()
+    await asyncio.sleep(1.0)
+    stall.touch()
+    stall_at = time.monotonic()
+    await asyncio.sleep(0.5)
+    busy = await raw.invoke(c.broker_addr, _raw_send(1), 5.0)
+    await asyncio.sleep(STALL - 0.5)
+    stall.unlink()
+    end_at = time.monotonic()
+    await asyncio.sleep(3.0)
+    stop.set()
+    await asyncio.gather(*tasks)
+    await raw.close()
+    for p in producers:
+        await p.close()
+    # read everything back
+    stored: list[bytes] = []
+    async with PullConsumer("overload-check", config=cfg) as consumer:
+        for q in range(4):
+            mq = MessageQueue(TOPIC, "broker-a", q)
+            offset = 0
+            while True:
+                r = await consumer.pull(mq, offset, 256)
+                if r.status is not PullStatus.FOUND:
+                    break
+                stored += [m.body for m in r.messages]
+                offset = r.next_begin_offset
     before = sum(1 for t in acked.values() if t0 + 0.2 <= t < stall_at) / (stall_at - t0 - 0.2)
     during = sum(1 for t in acked.values() if stall_at + 0.3 <= t < end_at) / (end_at - stall_at - 0.3)
     after = sum(1 for t in acked.values() if end_at + 0.5 <= t < end_at + 3.0) / 2.5
