@@ -12,12 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemq.broker import register
+from tidemq.broker.config import BrokerConfig
 from tidemq.broker.register import (
     COMPRESS_ABOVE,
+    NamesrvRegistrar,
     encode_compressed,
     encode_json,
     plan_registration,
 )
+from tidemq.broker.store.config import StoreConfig
+from tidemq.broker.topics import TopicConfig, TopicConfigManager
 from tidemq.namesrv import RouteInfoManager
 from tidemq.namesrv.bodies import parse_register_body
 
@@ -121,29 +125,19 @@ def test_nothing_fits_gives_no_bodies() -> None:
     assert plan.bodies == () and plan.topics == 3
 
 
-def test_a_registration_that_fits_nowhere_is_an_error_every_round(tmp_path, caplog) -> None:
+async def test_a_registration_that_fits_nowhere_is_an_error_every_round(tmp_path, caplog) -> None:
     """Never silently out of routing: nothing is sent, and each round says why and what to do."""
-    import asyncio  # noqa: PLC0415
-
-    from tidemq.broker.config import BrokerConfig  # noqa: PLC0415
-    from tidemq.broker.register import NamesrvRegistrar  # noqa: PLC0415
-    from tidemq.broker.store.config import StoreConfig  # noqa: PLC0415
-    from tidemq.broker.topics import TopicConfig, TopicConfigManager  # noqa: PLC0415
-
     topics = TopicConfigManager(tmp_path / "topics.json")
     for name in table(50):
         topics.put(TopicConfig(name, 4, 4))
     cfg = BrokerConfig(store=StoreConfig(root=tmp_path), namesrv_addrs=("127.0.0.1:1",), register_max_body=100)
     registrar = NamesrvRegistrar(settings=lambda: cfg, topics=topics)
 
-    async def rounds() -> list[int]:
+    with caplog.at_level("ERROR", logger="tidemq.broker.register"):
         try:
-            return [await registrar.register_all() for _ in range(2)]
+            assert [await registrar.register_all() for _ in range(2)] == [0, 0]
         finally:
             await registrar.client.close()
-
-    with caplog.at_level("ERROR", logger="tidemq.broker.register"):
-        assert asyncio.run(rounds()) == [0, 0]
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 2 and registrar.rounds_not_sent == 2 and registrar.parts == 0
     assert "NOT registered" in errors[0] and "50 topics" in errors[0] and "100-byte limit" in errors[0]

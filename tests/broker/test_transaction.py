@@ -4,7 +4,6 @@ the wire behaviour of a real broker process (half messages invisible, END_TRANSA
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
@@ -410,33 +409,30 @@ def _pull_cmd(topic: str) -> RemotingCommand:
     })
 
 
-def test_broker_keeps_halves_invisible_until_end_transaction(cluster_factory):
+async def test_broker_keeps_halves_invisible_until_end_transaction(cluster_factory):
     c = cluster_factory(extra_broker_args=["--transaction-check-interval", "600"])
     topic = f"txw_{uuid.uuid4().hex[:6]}"
     c.create_topic(topic, queues=1)
 
-    async def go():
-        cl = RemotingClient()
-        try:
-            addr = c.broker_addr
-            props = {"TRAN_MSG": "true", "PGROUP": "pg", "UNIQ_KEY": "K1", "TAGS": "TagA"}
-            h1 = await cl.invoke(addr, _send_cmd(topic, b"one", props, 0x4), 3)
-            h2 = await cl.invoke(addr, _send_cmd(topic, b"two", {**props, "UNIQ_KEY": "K2"}), 3)
-            before = await cl.invoke(addr, _pull_cmd(topic), 3)
-            commit = await cl.invoke(addr, _end_cmd("pg", int(h1.ext_fields["queueOffset"]), h1.ext_fields["msgId"], 8, False), 3)
-            wrong = await cl.invoke(addr, _end_cmd("nope", int(h2.ext_fields["queueOffset"]), h2.ext_fields["msgId"], 8, False), 3)
-            await cl.invoke_oneway(addr, _end_cmd("pg", int(h2.ext_fields["queueOffset"]), h2.ext_fields["msgId"], 12, True))
-            batch = await cl.invoke(addr, RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {
-                "a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0,
-                "i": encode_properties({"TRAN_MSG": "true"}), "j": 0, "m": "true"}, b"\0" * 30), 3)
-            after = await cl.invoke(addr, _pull_cmd(topic), 3)
-            topics = await cl.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
-            half_pull = await cl.invoke(addr, _pull_cmd(HALF_TOPIC), 3)
-            return h1, h2, before, commit, wrong, batch, after, topics, half_pull
-        finally:
-            await cl.close()
+    cl = RemotingClient()
+    try:
+        addr = c.broker_addr
+        props = {"TRAN_MSG": "true", "PGROUP": "pg", "UNIQ_KEY": "K1", "TAGS": "TagA"}
+        h1 = await cl.invoke(addr, _send_cmd(topic, b"one", props, 0x4), 3)
+        h2 = await cl.invoke(addr, _send_cmd(topic, b"two", {**props, "UNIQ_KEY": "K2"}), 3)
+        before = await cl.invoke(addr, _pull_cmd(topic), 3)
+        commit = await cl.invoke(addr, _end_cmd("pg", int(h1.ext_fields["queueOffset"]), h1.ext_fields["msgId"], 8, False), 3)
+        wrong = await cl.invoke(addr, _end_cmd("nope", int(h2.ext_fields["queueOffset"]), h2.ext_fields["msgId"], 8, False), 3)
+        await cl.invoke_oneway(addr, _end_cmd("pg", int(h2.ext_fields["queueOffset"]), h2.ext_fields["msgId"], 12, True))
+        batch = await cl.invoke(addr, RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {
+            "a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0,
+            "i": encode_properties({"TRAN_MSG": "true"}), "j": 0, "m": "true"}, b"\0" * 30), 3)
+        after = await cl.invoke(addr, _pull_cmd(topic), 3)
+        topics = await cl.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
+        half_pull = await cl.invoke(addr, _pull_cmd(HALF_TOPIC), 3)
+    finally:
+        await cl.close()
 
-    h1, h2, before, commit, wrong, batch, after, topics, half_pull = asyncio.run(go())
     assert h1.code == h2.code == ResponseCode.SUCCESS
     assert (h1.ext_fields["queueId"], h1.ext_fields["queueOffset"], h2.ext_fields["queueOffset"]) == ("0", "0", "1")
     assert before.code == ResponseCode.PULL_NOT_FOUND
