@@ -11,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.request
 import uuid
+import zlib
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.procs import Cluster
-from tidemq.message import decode_offset_msg_id, decode_records, encode_properties
+from tidemq.client import ClientConfig
+from tidemq.client.sync import SyncAdmin
+from tidemq.message import decode_offset_msg_id, decode_records, encode_batch, encode_properties
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.acl import AclSigner
 
@@ -65,14 +69,16 @@ def acl_cluster(tmp_path_factory):
     except Exception:
         c.stop()
         raise RuntimeError(f"cluster did not start:\n{c.broker.log()[-3000:]}")
-    for topic in ("aclT", "denyT"):
-        assert call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}), ADMIN).code == 0
+    admin_config = ClientConfig(name_servers=c.namesrv_addr, access_key=ADMIN[0], secret_key=ADMIN[1])
+    with SyncAdmin(config=admin_config) as admin:
+        for topic in ("aclT", "denyT"):
+            assert admin.create_topic(topic, 2, 2, broker_addr=c.broker_addr) == [c.broker_addr]
     yield c
     c.stop()
 
 
-async def _calls(addr: str, cmds: list[RemotingCommand], creds, timeout: float = 10.0) -> list[RemotingCommand]:
+async def calls(addr: str, cmds: list[RemotingCommand], creds, timeout: float = 10.0) -> list[RemotingCommand]:
+    """``cmds`` one after another on one connection signed with ``creds`` (None: unsigned)."""
     client = RemotingClient(rpc_hook=AclSigner(*creds) if creds else None)
     try:
         return [await client.invoke(addr, cmd, timeout) for cmd in cmds]
@@ -80,12 +86,8 @@ async def _calls(addr: str, cmds: list[RemotingCommand], creds, timeout: float =
         await client.close()
 
 
-def calls(addr: str, cmds: list[RemotingCommand], creds, timeout: float = 10.0) -> list[RemotingCommand]:
-    return asyncio.run(_calls(addr, cmds, creds, timeout))
-
-
-def call(addr: str, cmd: RemotingCommand, creds, timeout: float = 10.0) -> RemotingCommand:
-    return calls(addr, [cmd], creds, timeout)[0]
+async def call(addr: str, cmd: RemotingCommand, creds, timeout: float = 10.0) -> RemotingCommand:
+    return (await calls(addr, [cmd], creds, timeout))[0]
 
 
 def send_v2(topic: str, body: bytes = b"payload", props: dict[str, str] | None = None, group: str | None = None,
@@ -105,29 +107,29 @@ def heartbeat(groups: list[str], topic: str = "aclT") -> RemotingCommand:
     return RemotingCommand.request(RequestCode.HEART_BEAT, None, orjson.dumps(body))
 
 
-def topic_names(c: Cluster) -> set[str]:
-    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), ADMIN)
+async def topic_names(c: Cluster) -> set[str]:
+    resp = await call(c.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), ADMIN)
     return set(orjson.loads(resp.body_bytes())["topicConfigTable"])
 
 
-def group_names(c: Cluster) -> set[str]:
-    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), ADMIN)
+async def group_names(c: Cluster) -> set[str]:
+    resp = await call(c.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), ADMIN)
     return set(orjson.loads(resp.body_bytes())["subscriptionGroupTable"])
 
 
-def max_offset(c: Cluster, topic: str, queue: int) -> int:
-    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue}),
+async def max_offset(c: Cluster, topic: str, queue: int) -> int:
+    resp = await call(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue}),
                 ADMIN)
     return int(resp.ext_fields["offset"])
 
 
-def total_messages(c: Cluster, topic: str, queues: int = 2) -> int:
-    return sum(max_offset(c, topic, q) for q in range(queues))
+async def total_messages(c: Cluster, topic: str, queues: int = 2) -> int:
+    return sum([await max_offset(c, topic, q) for q in range(queues)])
 
 
-def admin_send(c: Cluster, topic: str, body: bytes = b"secret", props: dict[str, str] | None = None,
+async def admin_send(c: Cluster, topic: str, body: bytes = b"secret", props: dict[str, str] | None = None,
                sys_flag: int = 0) -> RemotingCommand:
-    resp = call(c.broker_addr, send_v2(topic, body, props, group="adminPG", sys_flag=sys_flag), ADMIN)
+    resp = await call(c.broker_addr, send_v2(topic, body, props, group="adminPG", sys_flag=sys_flag), ADMIN)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     return resp
 
@@ -136,81 +138,79 @@ def acl_refused(resp: RemotingCommand) -> bool:
     return resp.code == ResponseCode.SYSTEM_ERROR and (resp.remark or "").startswith("AclException")
 
 
-def still_serves(c: Cluster) -> None:
+async def still_serves(c: Cluster) -> None:
     body = uuid.uuid4().hex.encode()
-    before = total_messages(c, "aclT")
-    assert call(c.broker_addr, send_v2("aclT", body, group="appPG"), APP).code == ResponseCode.SUCCESS
-    assert total_messages(c, "aclT") == before + 1
+    before = await total_messages(c, "aclT")
+    assert (await call(c.broker_addr, send_v2("aclT", body, group="appPG"), APP)).code == ResponseCode.SUCCESS
+    assert await total_messages(c, "aclT") == before + 1
 
 
 # ---------------------------------------------------------------------------------------- high
-def test_all_deny_account_cannot_create_retry_topics(acl_cluster):
+async def test_all_deny_account_cannot_create_retry_topics(acl_cluster):
     """Item 1: a send to %RETRY%<x> without a producer group passed the ACL and created a topic
     and a group per name (50,000 took the broker down)."""
     c = acl_cluster
     names = [f"%RETRY%evil{i}_{uuid.uuid4().hex[:4]}" for i in range(30)]
-    answers = calls(c.broker_addr, [send_v2(t) for t in names], DENY_ALL)
+    answers = await calls(c.broker_addr, [send_v2(t) for t in names], DENY_ALL)
     assert all(acl_refused(a) for a in answers), [(a.code, a.remark) for a in answers[:3]]
-    assert not set(names) & topic_names(c)
-    assert not {n[len("%RETRY%"):] for n in names} & group_names(c)
-    still_serves(c)
+    assert not set(names) & await topic_names(c)
+    assert not {n[len("%RETRY%"):] for n in names} & await group_names(c)
+    await still_serves(c)
 
 
-def test_heartbeat_with_huge_group_names_is_refused_and_creates_nothing(acl_cluster):
+async def test_heartbeat_with_huge_group_names_is_refused_and_creates_nothing(acl_cluster):
     """Item 2: 90 groups of 100,000 characters in one heartbeat grew topics.json to 18 MB."""
     c = acl_cluster
     groups = [f"g{i}" + "x" * 100_000 for i in range(90)]
-    resp = call(c.broker_addr, heartbeat(groups), HOG, timeout=30)
+    resp = await call(c.broker_addr, heartbeat(groups), HOG, timeout=30)
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert "longer than group max length 255" in resp.remark and len(resp.remark) < 400
-    assert not any(len(t) > 300 for t in topic_names(c))
-    assert not any(len(g) > 300 for g in group_names(c))
+    assert not any(len(t) > 300 for t in await topic_names(c))
+    assert not any(len(g) > 300 for g in await group_names(c))
     topics_json = c.store_dir / "config" / "topics.json"
     assert topics_json.stat().st_size < 100_000
-    still_serves(c)
+    await still_serves(c)
 
 
 @pytest.mark.parametrize("name", ["bad group", "new\nline", "", "x" * 256, "%RETRY%nested", "semi;colon", "dot.ted"])
-def test_invalid_group_names_are_refused_everywhere(acl_cluster, name):
+async def test_invalid_group_names_are_refused_everywhere(acl_cluster, name):
     """Group names enter through heartbeats, admin updates, send-backs, offsets and pulls: each
     refuses a name outside RocketMQ's rules and creates nothing."""
     c = acl_cluster
-    before = group_names(c)
-    hb = call(c.broker_addr, heartbeat([name or " "]), HOG)
+    before = await group_names(c)
+    hb = await call(c.broker_addr, heartbeat([name or " "]), HOG)
     assert hb.code == ResponseCode.SYSTEM_ERROR and "group" in hb.remark
-    sub = call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
+    sub = await call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
                                                       orjson.dumps({"groupName": name})), ADMIN)
     assert sub.code == ResponseCode.SYSTEM_ERROR and "group" in sub.remark
-    pull = call(c.broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+    pull = await call(c.broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
         "consumerGroup": name or " ", "topic": "aclT", "queueId": 0, "queueOffset": 0, "maxMsgNums": 1,
         "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}), HOG)
     assert pull.code in (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, ResponseCode.SYSTEM_ERROR), pull.remark
-    off = call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+    off = await call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": name or " ", "topic": "aclT", "queueId": 0, "commitOffset": 0}), HOG)
     assert off.code == ResponseCode.SYSTEM_ERROR
-    back = call(c.broker_addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+    back = await call(c.broker_addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
         "group": name or " ", "offset": 0, "delayLevel": 0, "originMsgId": "x", "originTopic": "aclT"}), HOG)
     assert back.code != ResponseCode.SUCCESS
-    assert group_names(c) == before
+    assert await group_names(c) == before
 
 
-def test_implicit_creation_is_bounded_per_account_and_the_broker_restarts(acl_cluster):
+async def test_implicit_creation_is_bounded_per_account_and_the_broker_restarts(acl_cluster):
     """Implicit creation (first heartbeat of a group: the group and its retry topic) stops at the
     account's window limit with a clear refusal; other accounts keep working; the counts are
     exported; the broker restarts on what it wrote."""
     c = acl_cluster
-    answers = calls(c.broker_addr, [heartbeat([f"hog{i}_{uuid.uuid4().hex[:4]}"]) for i in range(IMPLICIT_LIMIT)],
+    answers = await calls(c.broker_addr, [heartbeat([f"hog{i}_{uuid.uuid4().hex[:4]}"]) for i in range(IMPLICIT_LIMIT)],
                     HOG)
     ok = [a for a in answers if a.code == ResponseCode.SUCCESS]
     refused = [a for a in answers if a.code != ResponseCode.SUCCESS]
     assert len(ok) == IMPLICIT_LIMIT // 2  # a group and its retry topic each
     assert refused and all("implicitCreateLimit" in a.remark and "retry later" in a.remark for a in refused)
-    assert len([g for g in group_names(c) if g.startswith("hog")]) == IMPLICIT_LIMIT // 2
-    still_serves(c)  # APP's budget is its own
-    mine = call(c.broker_addr, heartbeat([f"appG{uuid.uuid4().hex[:4]}"]), APP)
+    assert len([g for g in await group_names(c) if g.startswith("hog")]) == IMPLICIT_LIMIT // 2
+    await still_serves(c)  # APP's budget is its own
+    mine = await call(c.broker_addr, heartbeat([f"appG{uuid.uuid4().hex[:4]}"]), APP)
     assert mine.code == ResponseCode.SUCCESS, mine.remark
-    import urllib.request
-
     text = urllib.request.urlopen(c.metrics_url, timeout=10).read().decode()
     assert re.search(r'tidemq_broker_creation_refusals_total\{[^}]*limit="rate"[^}]*\} ([0-9.]+)', text)
     assert float(re.search(r'tidemq_broker_creation_refusals_total\{[^}]*limit="rate"[^}]*\} ([0-9.]+)',
@@ -218,167 +218,167 @@ def test_implicit_creation_is_bounded_per_account_and_the_broker_restarts(acl_cl
     assert re.search(r"tidemq_broker_subscription_groups_limit\{[^}]*\} 1000", text)
     assert re.search(r"tidemq_broker_register_parts\{[^}]*\} 1\.0", text)  # the table fits one request
     c.restart_broker()
-    still_serves(c)
+    await still_serves(c)
 
 
-def test_total_topic_limit_refuses_admin_and_auto_creation(cluster_factory):
+async def test_total_topic_limit_refuses_admin_and_auto_creation(cluster_factory):
     c = cluster_factory(extra_broker_args=["--auto-create-topic", "--max-topics", "20",
                                            "--implicit-create-limit", "1000"])
     statuses = []
     for i in range(30):
-        r = call(c.broker_addr, send_v2(f"auto{i}", group="pg"), None)
+        r = await call(c.broker_addr, send_v2(f"auto{i}", group="pg"), None)
         statuses.append((r.code, r.remark))
     created = [s for s in statuses if s[0] == ResponseCode.SUCCESS]
     refused = [s for s in statuses if s[0] != ResponseCode.SUCCESS]
     assert created and refused
     assert all(code == ResponseCode.TOPIC_NOT_EXIST and "maxTopicCount" in remark for code, remark in refused)
-    admin = call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+    admin = await call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
         "topic": "oneMore", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), None)
     assert admin.code == ResponseCode.SYSTEM_ERROR and "maxTopicCount" in admin.remark
-    assert call(c.broker_addr, send_v2("auto0", group="pg"), None).code == ResponseCode.SUCCESS
+    assert (await call(c.broker_addr, send_v2("auto0", group="pg"), None)).code == ResponseCode.SUCCESS
     c.restart_broker()
-    assert call(c.broker_addr, send_v2("auto0", group="pg"), None).code == ResponseCode.SUCCESS
+    assert (await call(c.broker_addr, send_v2("auto0", group="pg"), None)).code == ResponseCode.SUCCESS
 
 
 # -------------------------------------------------------------------------------------- medium
-def test_reply_to_a_denied_topic_is_refused_and_not_stored(acl_cluster):
+async def test_reply_to_a_denied_topic_is_refused_and_not_stored(acl_cluster):
     """Item 3: SEND_REPLY_MESSAGE(_V2) to a DENY topic was stored although answered an error."""
     c = acl_cluster
-    before = total_messages(c, "denyT")
+    before = await total_messages(c, "denyT")
     props = {"REPLY_TO_CLIENT": "nobody@1", "CORRELATION_ID": "c1", "MSG_TYPE": "reply"}
-    v2 = call(c.broker_addr, send_v2("denyT", b"forged", props, group="appPG", code=RequestCode.SEND_REPLY_MESSAGE_V2),
+    v2 = await call(c.broker_addr, send_v2("denyT", b"forged", props, group="appPG", code=RequestCode.SEND_REPLY_MESSAGE_V2),
               APP)
-    v1 = call(c.broker_addr, RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE, {
+    v1 = await call(c.broker_addr, RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE, {
         "producerGroup": "appPG", "topic": "denyT", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
         "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0, "properties": encode_properties(props),
         "reconsumeTimes": 0}, b"forged"), APP)
     assert acl_refused(v2) and acl_refused(v1)
-    assert total_messages(c, "denyT") == before
+    assert await total_messages(c, "denyT") == before
 
 
-def test_sends_into_another_groups_retry_topic_are_refused(acl_cluster):
+async def test_sends_into_another_groups_retry_topic_are_refused(acl_cluster):
     """Item 4: the retry topic's own group is checked, whatever (or whether) the header names."""
     c = acl_cluster
-    admin_hb = call(c.broker_addr, heartbeat(["otherG"]), ADMIN)
+    admin_hb = await call(c.broker_addr, heartbeat(["otherG"]), ADMIN)
     assert admin_hb.code == ResponseCode.SUCCESS
-    before = max_offset(c, "%RETRY%otherG", 0)
+    before = await max_offset(c, "%RETRY%otherG", 0)
     for group in ("appG", None):
-        resp = call(c.broker_addr, send_v2("%RETRY%otherG", b"injected", group=group), APP)
+        resp = await call(c.broker_addr, send_v2("%RETRY%otherG", b"injected", group=group), APP)
         assert acl_refused(resp), resp.remark
-    assert max_offset(c, "%RETRY%otherG", 0) == before
+    assert await max_offset(c, "%RETRY%otherG", 0) == before
 
 
-def test_view_message_by_id_of_a_denied_topic_is_refused(acl_cluster):
+async def test_view_message_by_id_of_a_denied_topic_is_refused(acl_cluster):
     """Item 5: VIEW_MESSAGE_BY_ID returned a DENY topic's message."""
     c = acl_cluster
-    sent = admin_send(c, "denyT", b"top-secret")
+    sent = await admin_send(c, "denyT", b"top-secret")
     offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
     view = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
-    resp = call(c.broker_addr, view, APP)
+    resp = await call(c.broker_addr, view, APP)
     assert acl_refused(resp) and b"top-secret" not in resp.body_bytes()
-    mine = admin_send(c, "aclT", b"mine")
-    ok = call(c.broker_addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {
+    mine = await admin_send(c, "aclT", b"mine")
+    ok = await call(c.broker_addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {
         "offset": decode_offset_msg_id(mine.ext_fields["msgId"])[1]}), APP)
     assert ok.code == ResponseCode.SUCCESS and decode_records(ok.body_bytes())[0].body == b"mine"
 
 
-def test_send_back_of_a_denied_topics_message_is_refused(acl_cluster):
+async def test_send_back_of_a_denied_topics_message_is_refused(acl_cluster):
     """Item 6: CONSUMER_SEND_MSG_BACK copied any commit-log offset into the caller's retry topic."""
     c = acl_cluster
     group = f"appBack{uuid.uuid4().hex[:4]}"
-    assert call(c.broker_addr, heartbeat([group]), APP).code == ResponseCode.SUCCESS
-    sent = admin_send(c, "denyT", b"top-secret-2")
+    assert (await call(c.broker_addr, heartbeat([group]), APP)).code == ResponseCode.SUCCESS
+    sent = await admin_send(c, "denyT", b"top-secret-2")
     offset = decode_offset_msg_id(sent.ext_fields["msgId"])[1]
-    resp = call(c.broker_addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+    resp = await call(c.broker_addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
         "group": group, "offset": offset, "delayLevel": -1, "originMsgId": sent.ext_fields["msgId"],
         "originTopic": "aclT", "maxReconsumeTimes": 16}), APP)
     assert acl_refused(resp), resp.remark
-    assert f"%DLQ%{group}" not in topic_names(c) or max_offset(c, f"%DLQ%{group}", 0) == 0
+    assert f"%DLQ%{group}" not in await topic_names(c) or await max_offset(c, f"%DLQ%{group}", 0) == 0
 
 
-def test_end_transaction_needs_pub_on_the_half_messages_topic(acl_cluster):
+async def test_end_transaction_needs_pub_on_the_half_messages_topic(acl_cluster):
     """Item 7: END_TRANSACTION by an account without PUB on the topic committed another
     producer's half message."""
     c = acl_cluster
-    before = total_messages(c, "denyT")
-    half = admin_send(c, "denyT", b"pending", {"TRAN_MSG": "true", "PGROUP": "txPG", "UNIQ_KEY": uuid.uuid4().hex},
+    before = await total_messages(c, "denyT")
+    half = await admin_send(c, "denyT", b"pending", {"TRAN_MSG": "true", "PGROUP": "txPG", "UNIQ_KEY": uuid.uuid4().hex},
                       sys_flag=0x4)
     end = RemotingCommand.request(RequestCode.END_TRANSACTION, {
         "producerGroup": "txPG", "tranStateTableOffset": int(half.ext_fields["queueOffset"]),
         "commitLogOffset": decode_offset_msg_id(half.ext_fields["msgId"])[1], "commitOrRollback": 8,
         "fromTransactionCheck": False, "msgId": half.ext_fields["msgId"]})
-    resp = call(c.broker_addr, end, APP)
+    resp = await call(c.broker_addr, end, APP)
     assert resp.code == ResponseCode.SYSTEM_ERROR and "AclException" in resp.remark
-    assert total_messages(c, "denyT") == before
-    ok = call(c.broker_addr, end, ADMIN)  # the half message is still there for its owner
+    assert await total_messages(c, "denyT") == before
+    ok = await call(c.broker_addr, end, ADMIN)  # the half message is still there for its owner
     assert ok.code == ResponseCode.SUCCESS, ok.remark
-    assert total_messages(c, "denyT") == before + 1
+    assert await total_messages(c, "denyT") == before + 1
 
 
 # ------------------------------------------------------------------------------------------ low
-def test_consumer_offsets_refuse_bad_queues_and_keep_the_offset_on_minus_one(acl_cluster):
+async def test_consumer_offsets_refuse_bad_queues_and_keep_the_offset_on_minus_one(acl_cluster):
     """UPDATE_CONSUMER_OFFSET accepted queueId -7; commitOffset -1 was answered SYSTEM_ERROR
     (Java answers SUCCESS and keeps the stored offset)."""
     c = acl_cluster
     group = f"appOff{uuid.uuid4().hex[:4]}"
 
-    def commit(queue: int, offset: int) -> RemotingCommand:
-        return call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+    async def commit(queue: int, offset: int) -> RemotingCommand:
+        return await call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
             "consumerGroup": group, "topic": "aclT", "queueId": queue, "commitOffset": offset}), APP)
 
-    def query() -> RemotingCommand:
-        return call(c.broker_addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
+    async def query() -> RemotingCommand:
+        return await call(c.broker_addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
             "consumerGroup": group, "topic": "aclT", "queueId": 1}), APP)
 
-    assert commit(1, 0).code == ResponseCode.SUCCESS
+    assert (await commit(1, 0)).code == ResponseCode.SUCCESS
     for queue in (-7, 2, 1 << 20):
-        bad = commit(queue, 0)
+        bad = await commit(queue, 0)
         assert bad.code == ResponseCode.SYSTEM_ERROR and "queueId" in bad.remark
-    admin_send(c, "aclT", b"a")
-    assert commit(1, 1).code == ResponseCode.SUCCESS
-    keep = commit(1, -1)
+    await admin_send(c, "aclT", b"a")
+    assert (await commit(1, 1)).code == ResponseCode.SUCCESS
+    keep = await commit(1, -1)
     assert keep.code == ResponseCode.SUCCESS, keep.remark
-    assert int(query().ext_fields["offset"]) == 1
+    assert int((await query()).ext_fields["offset"]) == 1
 
 
-def test_heartbeat_answers_after_the_new_retry_topic_is_routable(acl_cluster):
+async def test_heartbeat_answers_after_the_new_retry_topic_is_routable(acl_cluster):
     """Java registers a heartbeat's new %RETRY% topic with the name servers before answering; a
     client asking for that route right after its heartbeat must find it."""
     c = acl_cluster
     group = f"appRoute{uuid.uuid4().hex[:4]}"
-    assert call(c.broker_addr, heartbeat([group]), APP).code == ResponseCode.SUCCESS
-    route = call(c.namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+    assert (await call(c.broker_addr, heartbeat([group]), APP)).code == ResponseCode.SUCCESS
+    route = await call(c.namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                          {"topic": f"%RETRY%{group}"}), None)
     assert route.code == ResponseCode.SUCCESS, route.remark
 
 
-def test_a_newline_in_a_name_cannot_forge_a_log_line(acl_cluster):
+async def test_a_newline_in_a_name_cannot_forge_a_log_line(acl_cluster):
     c = acl_cluster
     marker = f"FORGED{uuid.uuid4().hex[:6]}"
-    call(c.broker_addr, heartbeat([f"x\n{marker} ERROR everything is fine"]), HOG)
-    call(c.broker_addr, send_v2(f"t\n{marker}"), HOG)
-    time.sleep(0.3)
+    await call(c.broker_addr, heartbeat([f"x\n{marker} ERROR everything is fine"]), HOG)
+    await call(c.broker_addr, send_v2(f"t\n{marker}"), HOG)
+    await asyncio.sleep(0.3)
     log = Path(c.root / "broker.log").read_text(errors="replace")
     assert not any(line.startswith(marker) for line in log.splitlines())
 
 
 # ------------------------------------------------------------------ found by the second review
-def test_a_reply_header_naming_two_topics_cannot_split_the_check_from_the_write(acl_cluster):
+async def test_a_reply_header_naming_two_topics_cannot_split_the_check_from_the_write(acl_cluster):
     """V2 reply headers with both ``b`` and ``topic`` (or an empty ``b``): the ACL checked one
     name and the processor wrote to the other."""
     c = acl_cluster
-    before = total_messages(c, "denyT")
+    before = await total_messages(c, "denyT")
     props = encode_properties({"REPLY_TO_CLIENT": "nobody@1", "CORRELATION_ID": "c2", "MSG_TYPE": "reply"})
     for b in ("aclT", ""):
         cmd = send_v2(b, b"forged", group="appPG", code=RequestCode.SEND_REPLY_MESSAGE_V2)
         cmd.ext_fields["topic"] = "denyT"
         cmd.ext_fields["i"] = props
-        call(c.broker_addr, cmd, APP)
-    assert total_messages(c, "denyT") == before
+        await call(c.broker_addr, cmd, APP)
+    assert await total_messages(c, "denyT") == before
 
 
 @pytest.mark.parametrize("topic", ["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"])
-def test_topics_holding_other_topics_messages_are_admin_only(acl_cluster, topic):
+async def test_topics_holding_other_topics_messages_are_admin_only(acl_cluster, topic):
     """A default topic permission reached the delay, timer and half-message topics: their pulls
     and key queries returned a DENY topic's messages."""
     c = acl_cluster
@@ -390,29 +390,29 @@ def test_topics_holding_other_topics_messages_are_admin_only(acl_cluster, topic)
         props["TIMER_DELAY_MS"] = "600000"
     else:
         props.update({"TRAN_MSG": "true", "PGROUP": "txPG2"})
-    admin_send(c, "denyT", b"held-secret", props, sys_flag=0x4 if "TRAN_MSG" in props else 0)
+    await admin_send(c, "denyT", b"held-secret", props, sys_flag=0x4 if "TRAN_MSG" in props else 0)
     query = RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
         "topic": topic, "key": key, "maxNum": 32, "beginTimestamp": 0, "endTimestamp": int(time.time() * 1000) + 60_000})
     pulls = [RemotingCommand.request(RequestCode.PULL_MESSAGE, {
         "consumerGroup": "hogReader", "topic": topic, "queueId": q, "queueOffset": 0, "maxMsgNums": 32,
         "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
         for q in range(4)]
-    for resp in calls(c.broker_addr, [query, *pulls], HOG):
+    for resp in await calls(c.broker_addr, [query, *pulls], HOG):
         assert acl_refused(resp) and b"held-secret" not in resp.body_bytes(), (resp.code, resp.remark)
 
 
-def test_viewing_your_own_delayed_message_is_allowed(acl_cluster):
+async def test_viewing_your_own_delayed_message_is_allowed(acl_cluster):
     """The stored-message check looks at the topic a delayed message was sent to, not at the
     delay topic that holds it (a regression of the first fix)."""
     c = acl_cluster
-    sent = call(c.broker_addr, send_v2("aclT", b"later", {"DELAY": "5"}, group="appPG"), APP)
+    sent = await call(c.broker_addr, send_v2("aclT", b"later", {"DELAY": "5"}, group="appPG"), APP)
     assert sent.code == ResponseCode.SUCCESS, sent.remark
-    view = call(c.broker_addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {
+    view = await call(c.broker_addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {
         "offset": decode_offset_msg_id(sent.ext_fields["msgId"])[1]}), APP)
     assert view.code == ResponseCode.SUCCESS, view.remark
 
 
-def test_heartbeats_cannot_grow_the_client_registry_without_bound(acl_cluster):
+async def test_heartbeats_cannot_grow_the_client_registry_without_bound(acl_cluster):
     """Producer groups are not ACL-checked (as RocketMQ), so an all-DENY account filled memory
     with 50,000 producer groups per heartbeat (684 MB after 20)."""
     c = acl_cluster
@@ -422,57 +422,50 @@ def test_heartbeats_cannot_grow_the_client_registry_without_bound(acl_cluster):
                 "producerDataSet": [{"groupName": n} for n in names]}
         return RemotingCommand.request(RequestCode.HEART_BEAT, None, orjson.dumps(body))
 
-    big = call(c.broker_addr, producers([f"pg{i}" for i in range(5000)]), DENY_ALL)
+    big = await call(c.broker_addr, producers([f"pg{i}" for i in range(5000)]), DENY_ALL)
     assert big.code == ResponseCode.SYSTEM_ERROR and "more than 256" in big.remark
     # one connection, many heartbeats of 200 new groups each: the per-connection bound holds
-    answers = calls(c.broker_addr, [producers([f"pg{j}_{i}" for i in range(200)]) for j in range(3)], DENY_ALL)
+    answers = await calls(c.broker_addr, [producers([f"pg{j}_{i}" for i in range(200)]) for j in range(3)], DENY_ALL)
     assert answers[0].code == ResponseCode.SUCCESS
     assert all(a.code == ResponseCode.SYSTEM_ERROR and "groups" in a.remark for a in answers[1:])
-    still_serves(c)
+    await still_serves(c)
 
 
-def test_pipelined_big_compressed_batches_do_not_stall_other_clients(cluster_factory):
+async def test_pipelined_big_compressed_batches_do_not_stall_other_clients(cluster_factory):
     """Sixteen 1.8 KB compressed batches of 32,767 messages each, sent at once on one connection: they
     were inflated, decoded and stored in one loop turn (a 2.8 s stall with 40 of them). Now each
     is prepared in slices, one at a time, and another client's requests are answered meanwhile."""
-    import zlib
-
-    from tidemq.message import encode_batch
-
     c = cluster_factory()
-    assert call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": "bigB", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), None).code == 0
+    assert (await call(c.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "bigB", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), None)).code == 0
     body = zlib.compress(encode_batch([(0, b"x", "")] * 32_767))
     header = {"a": "pg", "b": "bigB", "c": "TBW102", "d": 4, "e": 0, "f": 1, "g": 0, "h": 0, "i": "", "j": 0,
               "m": "true"}
 
-    async def go():
-        sender, other = RemotingClient(), RemotingClient()
-        try:
-            await other.invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
-                "topic": "bigB", "queueId": 0}), 10)
-            waits: list[float] = []
+    sender, other = RemotingClient(), RemotingClient()
+    try:
+        await other.invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
+            "topic": "bigB", "queueId": 0}), 10)
+        waits: list[float] = []
 
-            async def ping():
-                for _ in range(60):
-                    t = time.perf_counter()
-                    await other.invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
-                        "topic": "bigB", "queueId": 0}), 30)
-                    waits.append(time.perf_counter() - t)
-                    await asyncio.sleep(0.01)
+        async def ping():
+            for _ in range(60):
+                t = time.perf_counter()
+                await other.invoke(c.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {
+                    "topic": "bigB", "queueId": 0}), 30)
+                waits.append(time.perf_counter() - t)
+                await asyncio.sleep(0.01)
 
-            pinger = asyncio.create_task(ping())
-            await asyncio.sleep(0.05)
-            answers = await asyncio.gather(*[sender.invoke(c.broker_addr, RemotingCommand.request(
-                RequestCode.SEND_BATCH_MESSAGE, header, body), 60) for _ in range(16)])
-            await pinger
-            return answers, waits
-        finally:
-            await sender.close()
-            await other.close()
+        pinger = asyncio.create_task(ping())
+        await asyncio.sleep(0.05)
+        answers = await asyncio.gather(*[sender.invoke(c.broker_addr, RemotingCommand.request(
+            RequestCode.SEND_BATCH_MESSAGE, header, body), 60) for _ in range(16)])
+        await pinger
+    finally:
+        await sender.close()
+        await other.close()
 
-    answers, waits = asyncio.run(go())
     stored = sum(1 for a in answers if a.code == ResponseCode.SUCCESS)
     assert stored >= 1 and all(a.code in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY) for a in answers)
-    assert max_offset(c, "bigB", 0) == stored * 32_767  # whole batches only
+    assert await max_offset(c, "bigB", 0) == stored * 32_767  # whole batches only
     assert max(waits) < 0.8, f"another client waited {max(waits):.2f} s"
