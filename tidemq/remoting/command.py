@@ -56,21 +56,20 @@ class RemotingCommand:
         body: Body = None,
     ) -> "RemotingCommand":
         """A response to this request, in its serialize type, with every field as a string."""
-        ext = _str_fields(fields) if fields else {}
-        return RemotingCommand(
-            code=int(code),
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            language=LanguageCode.JAVA,
-            version=SERVER_VERSION,
-            remark=remark,
-            ext_fields=ext,
-            body=body,
-            serialize_type=self.serialize_type,
-        )
+        # Positional arguments and module constants: once per request (bench/hot_path.py).
+        return RemotingCommand(int(code), self.opaque, FLAG_RESPONSE, _JAVA, SERVER_VERSION, remark,
+                               _str_fields(fields) if fields else {}, body, self.serialize_type)
+
+    def response_str(self, code: int, remark: str | None, ext_fields: dict[str, str]) -> "RemotingCommand":
+        """:meth:`response` for a header whose values are all strings already: ``ext_fields`` is
+        taken as it is, not copied (hot path: a send's answer, bench/hot_path.py)."""
+        return RemotingCommand(int(code), self.opaque, FLAG_RESPONSE, _JAVA, SERVER_VERSION, remark,
+                               ext_fields, None, self.serialize_type)
 
     def body_bytes(self) -> bytes:
         b = self.body
+        if b.__class__ is bytes:  # hot path: a decoded request's body
+            return b
         if b is None:
             return b""
         if isinstance(b, (list, tuple)):
@@ -108,6 +107,9 @@ def field_int(v: str | None, name: str, default: int | None = None, limit: int =
     if not -limit <= n < limit:
         raise ValueError(f"header field {name!r} is out of range: {n}")
     return n
+
+
+_JAVA = LanguageCode.JAVA
 
 
 def _str_fields(fields: Mapping[str, object]) -> dict[str, str]:

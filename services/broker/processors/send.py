@@ -63,7 +63,7 @@ class SendProcessor:
             log.debug("send from %s refused (%s): %s", conn.peer, exc.code, exc.remark)
             return _error(cmd, exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         if isinstance(result, SendResult):  # hot path: answered now
-            return cmd.response(result.code, result.remark, send_response_fields(
+            return cmd.response_str(result.code, result.remark, send_response_fields(
                 result.msg_id, result.queue_id, result.queue_offset, self.region))
         if isinstance(result, asyncio.Future):  # stored, waiting for SYNC_FLUSH: no task per send
             cmd.body = None  # a send waiting for its flush must not pin its body
@@ -81,8 +81,8 @@ class SendProcessor:
         return self._respond(cmd, result)
 
     def _respond(self, cmd: RemotingCommand, result: SendResult) -> RemotingCommand:
-        return cmd.response(result.code, result.remark,
-                            send_response_fields(result.msg_id, result.queue_id, result.queue_offset, self.region))
+        return cmd.response_str(result.code, result.remark,
+                                send_response_fields(result.msg_id, result.queue_id, result.queue_offset, self.region))
 
 
 def _answer(answer: asyncio.Future, result: asyncio.Future, proc: SendProcessor, cmd: RemotingCommand) -> None:

@@ -19,7 +19,6 @@ from tidemq.remoting.command import field_int
 
 _INT32 = 1 << 31
 _INT64 = 1 << 63
-_MIN32, _MIN64 = -_INT32, -_INT64  # named: a negated global is computed (and a big int made) per use
 
 # Long name -> one-letter V2 name (SendMessageRequestHeaderV2).
 V2_NAMES = {
@@ -66,37 +65,48 @@ _ORDER = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "qu
           "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
 _LONG_KEYS = _ORDER
 _SHORT_KEYS = tuple(V2_NAMES[k] for k in _ORDER)
-_MAX_DIGITS = 24  # as field_int: a longer value is refused whatever it says
+
+# Hot path (bench/hot_path.py): the small numbers clients send (queue ids, flags, retry counts)
+# are looked up, not parsed: one dict lookup each, in range by construction, the field's default
+# for an absent or empty value. Anything else (a miss: None) is parsed by field_int below, which
+# also gives a bad value's exact error.
+_SMALL: dict[str | None, int] = {str(i): i for i in range(-1, 1024)}
+_QUEUE_ID: dict[str | None, int] = {**_SMALL, None: -1, "": -1}
+_ZERO: dict[str | None, int] = {**_SMALL, None: 0, "": 0}
+_QUEUE_NUMS: dict[str | None, int] = {**_SMALL, None: 4, "": 4}
+_FLAG: dict[str | None, bool] = {"true": True, "false": False, "1": True, "0": False, None: False}
+_BORN_DIGITS = 18  # a decimal of at most 18 digits is a Java long (< 2**63)
+
+
+def _flag(v: str | None) -> bool:
+    b = _FLAG.get(v)
+    return b if b is not None else (v is not None and v.lower() in ("true", "1"))
 
 
 def decode_send_header(fields: Mapping[str, str], v2: bool) -> SendHeader:
     """The header of a send request: one-letter names when ``v2``, long names otherwise."""
     group, topic, default_topic, dqn, qid, sys_flag, born, flag, props, reconsume, unit_mode, max_reconsume, batch = (
         map(fields.get, _SHORT_KEYS if v2 else _LONG_KEYS))
-    try:  # hot path: plain int() on the usual short values; anything unusual takes field_int below
-        n_qid = int(qid) if qid else -1
-        n_sys = int(sys_flag) if sys_flag else 0
-        n_born = int(born) if born else 0
-        n_flag = int(flag) if flag else 0
-        n_reconsume = int(reconsume) if reconsume else 0
-        n_dqn = int(dqn) if dqn else 4
-        ok = (_MIN32 <= n_qid < _INT32 and _MIN32 <= n_sys < _INT32 and _MIN64 <= n_born < _INT64
-              and _MIN32 <= n_flag < _INT32 and _MIN32 <= n_reconsume < _INT32 and _MIN64 <= n_dqn < _INT64
-              and len(born or "") <= _MAX_DIGITS and len(dqn or "") <= _MAX_DIGITS)
-    except ValueError:
-        ok = False
-    if not ok:  # the exact error (or value) of field_int, field by field
+    n_qid = _QUEUE_ID.get(qid)
+    n_sys = _ZERO.get(sys_flag)
+    n_flag = _ZERO.get(flag)
+    n_reconsume = _ZERO.get(reconsume)
+    n_dqn = _QUEUE_NUMS.get(dqn)
+    if (n_qid is None or n_sys is None or n_flag is None or n_reconsume is None or n_dqn is None
+            or not born or len(born) > _BORN_DIGITS or not born.isdigit() or not born.isascii()):
         n_dqn = field_int(dqn, "defaultTopicQueueNums", 4)
         n_qid = field_int(qid, "queueId", -1, _INT32)
         n_sys = field_int(sys_flag, "sysFlag", 0, _INT32)
         n_born = field_int(born, "bornTimestamp", 0, _INT64)
         n_flag = field_int(flag, "flag", 0, _INT32)
         n_reconsume = field_int(reconsume, "reconsumeTimes", 0, _INT32)
+    else:
+        n_born = int(born)
     return SendHeader(
         group or "", topic or "", default_topic or "", n_dqn, n_qid, n_sys, n_born, n_flag, props or "", n_reconsume,
-        unit_mode is not None and unit_mode.lower() in ("true", "1"),
+        _flag(unit_mode) if unit_mode is not None else False,
         field_int(max_reconsume, "maxReconsumeTimes", 0, _INT32) if max_reconsume else None,
-        batch is not None and batch.lower() in ("true", "1"),
+        _flag(batch) if batch is not None else False,
     )
 
 
