@@ -11,6 +11,7 @@ import os
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
 from tests.support.waiting import wait_until
 from tidemq.broker.acl import (
@@ -22,6 +23,11 @@ from tidemq.broker.acl import (
     needed_resources,
     parse_acl_config,
 )
+from tidemq.broker.broker import Broker
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.hooks import AclHook
+from tidemq.broker.store.config import StoreConfig
+from tidemq.cli.servers import broker_cmd
 from tidemq.errors import ConfigError
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.acl import AclSigner, signature
@@ -361,21 +367,12 @@ async def test_reload_on_change_keeps_old_config_on_a_bad_file(tmp_path, caplog)
 
 def test_acl_off_runs_no_acl_code(tmp_path):
     """With ACL off the broker's dispatch has no ACL hook: no ACL code runs per request."""
-    from tidemq.broker.broker import Broker
-    from tidemq.broker.config import BrokerConfig
-    from tidemq.broker.hooks import AclHook
-    from tidemq.broker.store.config import StoreConfig
-
     broker = Broker(BrokerConfig(store=StoreConfig(root=tmp_path / "store")))
     assert broker.acl is None
     assert not [h for h in broker.dispatcher.hooks if isinstance(h, AclHook)]
 
 
 def test_acl_file_flag_reaches_the_broker_config(tmp_path):
-    from click.testing import CliRunner
-
-    from tidemq.cli.servers import broker_cmd
-
     bad = tmp_path / "acl.yml"
     bad.write_text("accounts:\n  - accessKey: tiny\n")
     r = CliRunner().invoke(broker_cmd, ["--acl-file", str(bad), "--store", str(tmp_path / "s"),

@@ -5,6 +5,7 @@ that forgets its rule fails here."""
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from tidemq.broker.acl import ADMIN_CODES, REQUEST_ACCESS, Perm, needed_resources, stored_message_topics
 from tidemq.broker.broker import Broker
@@ -38,8 +39,6 @@ def test_resource_rules_name_a_resource_for_each_request():
 
 
 def test_a_send_without_a_topic_is_refused_by_the_acl():
-    import pytest
-
     for fields in ({"a": "g"}, {"b": "", "a": "g"}):
         with pytest.raises(ValueError, match="names no topic"):
             needed_resources(RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE_V2, fields))

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidemq.broker.metrics import NOT_ERRORS, code_name
+from tests.procs import Cluster
 from tests.support.waiting import wait_until
 from tidemq.client import Producer, PullConsumer, SyncProducer, SyncPullConsumer
 from tidemq.message import Message, Prop
@@ -65,8 +66,6 @@ async def _raw_requests(addr: str, metrics_url: str, base: dict[str, str]) -> tu
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    from tests.procs import Cluster
-
     c = Cluster(tmp_path_factory.mktemp("metrics"), extra_broker_args=["--metrics-queue-lag"]).start()
     try:
         c.create_topic(TOPIC, queues=1)

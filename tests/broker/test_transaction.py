@@ -33,8 +33,8 @@ from tidemq.broker.transaction.half import (
     to_half,
 )
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
-from tidemq.errors import BrokerError
-from tidemq.message import SysFlag, decode_offset_msg_id, decode_record, decode_records, encode_properties
+from tidemq.errors import BrokerError, CodecError
+from tidemq.message import MessageExt, SysFlag, decode_offset_msg_id, decode_record, decode_records, encode_properties
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 from tests.broker.store.util import Clock, config, open_store, read_queue
@@ -82,9 +82,6 @@ def test_op_body_parser_never_raises(data):
                                         PROP_ROOT_OFFSET, PROP_NOT_BEFORE, "PGROUP"]),
                        st.text(alphabet="0123456789-xT ", max_size=6)))
 def test_half_info_reads_any_properties_or_refuses_with_codec_error(props):
-    from tidemq.errors import CodecError
-    from tidemq.message import MessageExt
-
     msg = MessageExt("RMQ_SYS_TRANS_HALF_TOPIC", b"b", 0, 5, 100, 100, 0, 0, 1, "1.2.3.4:5", 2,
                      "1.2.3.4:6", 0, 0, props, 0, "X")
     try:
