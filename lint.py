@@ -256,8 +256,10 @@ def mypy() -> list[str]:
     return ["\n".join(_repository_path(tree, ln) for ln in _shown(proc).splitlines())]
 
 
-def import_contracts() -> list[str]:
-    tree = installed_tree()
+def import_contracts(tree: Path | None = None) -> list[str]:
+    """The import-linter contracts of pyproject.toml, over the installed layout (laid out in
+    ``tree``, default .venv/lint-tree)."""
+    tree = installed_tree() if tree is None else installed_tree(tree)
     proc = _run([_tool("lint-imports"), str(ROOT / "pyproject.toml"), "--no-cache"],
                 cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)))
     return [] if proc.returncode == 0 else [_shown(proc)]
