@@ -10,8 +10,9 @@ Invariants: every request that reaches :meth:`Dispatcher.handle` gets exactly on
 per hook, with its final outcome, also when the handler answered later (a future or a coroutine:
 long polls, SYNC_FLUSH waits) or failed; a request answered later also gets one ``deferred`` call
 when it is deferred and one ``settled`` call before its ``after``; a request refused by a hook's
-``before`` runs no handler and no later ``before``. A handler's ValueError/TypeError is a bad
-request (SYSTEM_ERROR naming it); any other exception is the transport's SYSTEM_ERROR.
+``before`` runs no handler and no later ``before``. A handler's BrokerError (a service's refusal)
+is answered with its code and remark, so adapters need not catch it; a ValueError/TypeError is a
+bad request (SYSTEM_ERROR naming it); any other exception is the transport's SYSTEM_ERROR.
 
 Hot path (guarded by bench/hot_path.py): a request answered at once allocates nothing here; the
 hooks are sorted once into plain lists of bound methods.
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tidemq.broker.metrics import NOT_ERRORS, TIMED_REQUESTS
 from tidemq.broker.processors.common import Answer, Handler
+from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
@@ -98,6 +100,8 @@ class Dispatcher:
             return resp
         try:
             result = handler(conn, cmd)
+        except BrokerError as exc:  # a service's refusal: its code and remark are the answer
+            result = cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
         except (ValueError, TypeError) as exc:
             result = cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
         except Exception:

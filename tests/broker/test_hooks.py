@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from tidemq.broker.hooks import Dispatcher, MetricsHook, Outcome
+from tidemq.broker.messaging.context import refused
 from tidemq.broker.metrics import BrokerMetrics
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -73,6 +74,16 @@ def test_unknown_codes_bad_requests_and_failures():
     with pytest.raises(RuntimeError):
         d.handle(CONN, request(12))
     assert log[-1] == ("b", "after", Outcome.FAILED, None)
+
+
+def test_a_services_refusal_is_answered_with_its_code_and_remark():
+    def refusing(conn, cmd):
+        raise refused(ResponseCode.TOPIC_NOT_EXIST, "topic[t] not exist")
+
+    d, log = dispatcher({13: refusing})
+    resp = d.handle(CONN, request(13))
+    assert (resp.code, resp.remark) == (ResponseCode.TOPIC_NOT_EXIST, "topic[t] not exist")
+    assert log[-1] == ("b", "after", Outcome.ANSWERED, ResponseCode.TOPIC_NOT_EXIST)
 
 
 async def test_a_deferred_answer_is_settled_then_aftered_once_it_comes():

@@ -17,7 +17,7 @@ import orjson
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.broker.messaging.admin import AdminService, TopicConfig
 from tidemq.broker.processors.common import Handler
-from tidemq.errors import BrokerError, FrameError
+from tidemq.errors import FrameError
 from tidemq.remoting import (
     Connection,
     RemotingCommand,
@@ -64,18 +64,12 @@ class AdminProcessor:
             topic_sys_flag=h.topic_sys_flag,
             order=h.order,
         )
-        try:
-            done = self.service.update_topic(tc)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        done = self.service.update_topic(tc)
         return _success_after(cmd, done)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = decode_topic_header(cmd.ext_fields)
-        try:
-            done = self.service.delete_topic(h.topic)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        done = self.service.delete_topic(h.topic)
         return _success_after(cmd, done)
 
     def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -90,10 +84,7 @@ class AdminProcessor:
             g = SubscriptionGroupConfig.from_json(data)
         except (FrameError, ValueError, TypeError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}")
-        try:
-            done = self.service.update_group(g)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        done = self.service.update_group(g)
         return cmd.response(ResponseCode.SUCCESS) if done is None else _success_after(cmd, done)
 
     def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -110,10 +101,7 @@ class AdminProcessor:
 
     def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_topic_header(cmd.ext_fields)
-        try:
-            stats = self.service.topic_stats(h.topic)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        stats = self.service.topic_stats(h.topic)
         table = {
             self._mq_key(s.topic, s.queue_id): {
                 "minOffset": s.min_offset, "maxOffset": s.max_offset, "lastUpdateTimestamp": s.last_update_ms,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from tidemq.broker.messaging.brokerconfig import BrokerConfigService
 from tidemq.broker.processors.common import Callers, Handler
-from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 
@@ -45,10 +44,7 @@ class BrokerConfigProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "UPDATE_BROKER_CONFIG: the body is not UTF-8 text")
         if not items:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "UPDATE_BROKER_CONFIG: no key=value in the body")
-        try:
-            self.service.update(self.callers(conn, cmd), items)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        self.service.update(self.callers(conn, cmd), items)
         return cmd.response(ResponseCode.SUCCESS)
 
     def get(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

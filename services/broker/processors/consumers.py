@@ -78,10 +78,7 @@ class ConsumerProcessor:
 
     def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_consumer_group_header(cmd.ext_fields)
-        try:
-            ids = self.service.consumer_ids(h.consumer_group)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        ids = self.service.consumer_ids(h.consumer_group)
         return cmd.response(body=orjson.dumps({"consumerIdList": ids}))
 
     def lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -96,10 +93,7 @@ class ConsumerProcessor:
 
     def connection_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_consumer_group_header(cmd.ext_fields)
-        try:
-            info = self.service.connections(h.consumer_group)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        info = self.service.connections(h.consumer_group)
         body = {
             "connectionSet": [
                 {"clientId": c.client_id, "clientAddr": c.client_addr, "language": _lang(c.language),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from tidemq.broker.messaging.offsets import OffsetCommit, OffsetService
 from tidemq.broker.processors.common import Callers, Handler
-from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.offsets import (
     decode_query_consumer_offset_header,
@@ -37,19 +36,13 @@ class OffsetProcessor:
 
     def query_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_query_consumer_offset_header(cmd.ext_fields)
-        try:
-            offset = self.service.committed(h.consumer_group, h.topic, h.queue_id)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        offset = self.service.committed(h.consumer_group, h.topic, h.queue_id)
         return cmd.response(fields={"offset": offset})
 
     def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_update_consumer_offset_header(cmd.ext_fields)
-        try:
-            self.service.commit(self.callers(conn, cmd),
-                                OffsetCommit(h.consumer_group, h.topic, h.queue_id, h.commit_offset))
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        self.service.commit(self.callers(conn, cmd),
+                            OffsetCommit(h.consumer_group, h.topic, h.queue_id, h.commit_offset))
         return cmd.response(ResponseCode.SUCCESS)
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

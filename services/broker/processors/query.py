@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from tidemq.broker.messaging.query import MessageQuery, QueryService
 from tidemq.broker.processors.common import Callers, Handler
-from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.query import (
     decode_query_message_header,
@@ -28,11 +27,8 @@ class QueryProcessor:
 
     def query(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_query_message_header(cmd.ext_fields)
-        try:
-            result = self.service.query(MessageQuery(h.topic, h.key, h.max_num, h.unique_key,
-                                                     h.begin_timestamp, h.end_timestamp))
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        result = self.service.query(MessageQuery(h.topic, h.key, h.max_num, h.unique_key,
+                                                 h.begin_timestamp, h.end_timestamp))
         fields = {"indexLastUpdateTimestamp": 0, "indexLastUpdatePhyoffset": result.index_max_offset}
         if not result.records:
             return cmd.response(
@@ -42,8 +38,5 @@ class QueryProcessor:
 
     def view(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_view_message_header(cmd.ext_fields)
-        try:
-            record = self.service.view(self.callers(conn, cmd), h.offset)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        record = self.service.view(self.callers(conn, cmd), h.offset)
         return cmd.response(body=record)

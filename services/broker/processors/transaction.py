@@ -14,7 +14,6 @@ from collections.abc import Awaitable
 
 from tidemq.broker.messaging.transaction import EndTransaction, EndTransactionService
 from tidemq.broker.processors.common import Callers, Handler
-from tidemq.errors import BrokerError
 from tidemq.message import MessageExt, Prop
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.transaction import decode_end_transaction_header
@@ -32,10 +31,7 @@ class EndTransactionProcessor:
         h = decode_end_transaction_header(cmd.ext_fields)
         req = EndTransaction(h.producer_group, h.tran_state_table_offset, h.commit_log_offset,
                              h.commit_or_rollback, h.from_transaction_check, h.msg_id, not cmd.is_oneway)
-        try:
-            durable = self.service.end(self.callers(conn, cmd), req)
-        except BrokerError as exc:
-            return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+        durable = self.service.end(self.callers(conn, cmd), req)
         if durable is None:
             return cmd.response(ResponseCode.SUCCESS)
         return _answer_when_durable(cmd, durable)

@@ -13,6 +13,7 @@ from tidemq.broker.messaging.context import refused
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.topics import TopicConfig
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
+from tests.broker.processors import Dispatched
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
 
@@ -64,7 +65,7 @@ class FakeService:
 
 def proc() -> tuple[FakeService, AdminProcessor]:
     service = FakeService()
-    return service, AdminProcessor(service, broker_name="broker-a")
+    return service, Dispatched(AdminProcessor(service, broker_name="broker-a"))
 
 
 async def test_a_topic_update_is_decoded_with_rocketmq_defaults_and_answered_once_persisted():

@@ -8,6 +8,7 @@ from tidemq.broker.messaging.context import refused
 from tidemq.broker.processors.brokerconfig import BrokerConfigProcessor, parse_properties
 from tidemq.broker.processors.common import Callers
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tests.broker.processors import Dispatched
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
 
@@ -31,7 +32,7 @@ def test_properties_lines_skip_comments_and_blanks_and_take_colons():
 
 def test_update_reads_the_body_and_answers_the_services_verdict():
     service = FakeService()
-    p = BrokerConfigProcessor(service, callers=Callers(False))
+    p = Dispatched(BrokerConfigProcessor(service, callers=Callers(False)))
     ok = p.update(CONN, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, None, b"brokerPermission=4\n"))
     assert ok.code == ResponseCode.SUCCESS and service.updates[0][1] == [("brokerPermission", "4")]
     assert service.updates[0][0].peer == CONN.peer
@@ -44,6 +45,6 @@ def test_update_reads_the_body_and_answers_the_services_verdict():
 
 
 def test_get_answers_properties_text():
-    p = BrokerConfigProcessor(FakeService(), callers=Callers(False))
+    p = Dispatched(BrokerConfigProcessor(FakeService(), callers=Callers(False)))
     resp = p.get(CONN, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
     assert resp.body == b"autoCreateTopicEnable=true\nbrokerName=broker-a\n"

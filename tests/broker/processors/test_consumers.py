@@ -21,8 +21,13 @@ from tidemq.broker.messaging.context import refused
 from tidemq.broker.processors.common import Callers
 from tidemq.broker.processors.consumers import ConsumerProcessor, notify_consumer_ids_changed
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tests.broker.processors import Dispatched, assert_bad_request
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
+
+
+def adapter(service, acl: bool) -> Dispatched:
+    return Dispatched(ConsumerProcessor(service, callers=Callers(acl)))
 
 
 class FakeService:
@@ -81,8 +86,7 @@ HEARTBEAT = {
 
 def test_a_heartbeat_body_is_decoded_once_into_the_services_request():
     service = FakeService()
-    resp = ConsumerProcessor(service, callers=Callers(True)).heartbeat(CONN, request(RequestCode.HEART_BEAT, None,
-                                                                                       HEARTBEAT, ak="appKey0001"))
+    resp = adapter(service, acl=True).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, HEARTBEAT, ak="appKey0001"))
     assert resp.code == ResponseCode.SUCCESS
     (_, caller, channel, hb), = service.calls
     assert channel is CONN and caller.access_key == "appKey0001" and caller.peer == CONN.peer
@@ -93,21 +97,19 @@ def test_a_heartbeat_body_is_decoded_once_into_the_services_request():
 
 def test_without_acl_a_claimed_access_key_names_nobody():
     service = FakeService()
-    ConsumerProcessor(service, callers=Callers(False)).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, {},
-                                                                               ak="appKey0001"))
+    adapter(service, acl=False).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, {}, ak="appKey0001"))
     assert service.calls[0][1].access_key is None
 
 
 @pytest.mark.parametrize("body, problem", [(b"{not json", "body is not JSON"), (b"[1]", "body is not a JSON object")])
 def test_a_heartbeat_body_that_is_no_json_object_is_a_bad_request(body, problem):
-    with pytest.raises(ValueError, match=problem):
-        ConsumerProcessor(FakeService(), callers=Callers(False)).heartbeat(CONN, request(RequestCode.HEART_BEAT,
-                                                                                         None, body))
+    assert_bad_request(
+        adapter(FakeService(), acl=False).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, body)), problem)
 
 
 def test_a_refused_heartbeat_answers_the_refusal():
     service = FakeService(error=refused(ResponseCode.SYSTEM_ERROR, "a heartbeat names 300 groups, more than 256"))
-    resp = ConsumerProcessor(service, callers=Callers(False)).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, {}))
+    resp = adapter(service, acl=False).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, {}))
     assert (resp.code, resp.remark) == (ResponseCode.SYSTEM_ERROR, "a heartbeat names 300 groups, more than 256")
 
 
@@ -118,15 +120,14 @@ async def test_a_heartbeat_that_created_a_retry_topic_is_answered_after_the_wait
         waited.append(True)
 
     service = FakeService(pending=pending())
-    answer = ConsumerProcessor(service, callers=Callers(False)).heartbeat(CONN, request(RequestCode.HEART_BEAT,
-                                                                                        None, {}))
+    answer = adapter(service, acl=False).heartbeat(CONN, request(RequestCode.HEART_BEAT, None, {}))
     resp = await answer
     assert waited and resp.code == ResponseCode.SUCCESS
 
 
 def test_unregister_and_the_group_lists():
     service = FakeService()
-    proc = ConsumerProcessor(service, callers=Callers(False))
+    proc = adapter(service, acl=False)
     handlers = proc.handlers()
     resp = handlers[RequestCode.UNREGISTER_CLIENT](CONN, request(RequestCode.UNREGISTER_CLIENT,
                                                                  {"clientID": "c", "consumerGroup": "cg"}))
@@ -150,7 +151,7 @@ def test_unregister_and_the_group_lists():
 
 def test_lock_bodies_are_decoded_leniently_and_the_held_queues_answered():
     service = FakeService()
-    proc = ConsumerProcessor(service, callers=Callers(False))
+    proc = adapter(service, acl=False)
     body = {"consumerGroup": "cg", "clientId": "c1",
             "mqSet": [{"topic": "t", "brokerName": "b", "queueId": 2}, {"topic": "t", "queueId": "x"}, 5]}
     resp = proc.lock(CONN, request(RequestCode.LOCK_BATCH_MQ, None, body))

@@ -11,6 +11,7 @@ from tidemq.broker.messaging.offsets import OffsetCommit
 from tidemq.broker.processors.common import Callers
 from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tests.broker.processors import Dispatched, assert_bad_request
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
 
@@ -46,7 +47,7 @@ class FakeService:
 @pytest.fixture
 def handlers():
     service = FakeService()
-    return service, OffsetProcessor(service, callers=Callers(True)).handlers()
+    return service, Dispatched(OffsetProcessor(service, callers=Callers(True))).handlers()
 
 
 def call(handlers, code, fields):
@@ -78,8 +79,9 @@ def test_a_commit_reaches_the_service_with_the_verified_caller(handlers):
      "header field 'commitOffset' is out of range"),
 ])
 def test_a_bad_commit_header_is_a_bad_request_naming_the_field(handlers, fields, problem):
-    with pytest.raises(ValueError, match=problem):
-        call(handlers, RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+    assert_bad_request(
+        call(handlers, RequestCode.UPDATE_CONSUMER_OFFSET, fields),
+        problem)
 
 
 def test_queue_offsets_and_times(handlers):
@@ -88,5 +90,6 @@ def test_queue_offsets_and_times(handlers):
     assert call(handlers, RequestCode.GET_MIN_OFFSET, q).ext_fields == {"offset": "8"}
     assert call(handlers, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, dict(q, timestamp=77)).ext_fields == {"offset": "77"}
     assert call(handlers, RequestCode.GET_EARLIEST_MSG_STORETIME, q).ext_fields == {"timestamp": "-1"}
-    with pytest.raises(ValueError, match="missing header field 'queueId'"):
-        call(handlers, RequestCode.GET_MAX_OFFSET, {"topic": "t"})
+    assert_bad_request(
+        call(handlers, RequestCode.GET_MAX_OFFSET, {"topic": "t"}),
+        "missing header field 'queueId'")

@@ -9,6 +9,7 @@ from tidemq.broker.messaging.query import MessageQuery, QueryResult
 from tidemq.broker.processors.common import Callers
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tests.broker.processors import Dispatched
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
 
@@ -33,7 +34,7 @@ class FakeService:
 
 def test_a_query_answers_its_records_with_the_index_fields():
     service = FakeService((b"r1", b"r2"))
-    proc = QueryProcessor(service, callers=Callers(False))
+    proc = Dispatched(QueryProcessor(service, callers=Callers(False)))
     fields = {"topic": "t", "key": "k", "maxNum": 5, "beginTimestamp": 1, "endTimestamp": 2,
               "_UNIQUE_KEY_QUERY": "true"}
     resp = proc.query(CONN, RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields))
@@ -43,7 +44,7 @@ def test_a_query_answers_its_records_with_the_index_fields():
 
 
 def test_a_query_finding_nothing_or_refused():
-    proc = QueryProcessor(FakeService(), callers=Callers(False))
+    proc = Dispatched(QueryProcessor(FakeService(), callers=Callers(False)))
     resp = proc.query(CONN, RemotingCommand.request(RequestCode.QUERY_MESSAGE, {"topic": "t", "key": "k"}))
     assert resp.code == ResponseCode.QUERY_NOT_FOUND
     assert resp.remark == "can not find message, maybe time range not correct"
@@ -54,7 +55,7 @@ def test_a_query_finding_nothing_or_refused():
 
 def test_view_by_id_answers_the_record_or_the_refusal_for_the_verified_caller():
     service = FakeService()
-    proc = QueryProcessor(service, callers=Callers(True))
+    proc = Dispatched(QueryProcessor(service, callers=Callers(True)))
     cmd = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": 12, "AccessKey": "appKey0001"})
     assert proc.view(CONN, cmd).body == b"REC"
     caller, offset = service.asked[0]

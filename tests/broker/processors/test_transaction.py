@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
 
 from tidemq.broker.messaging.context import refused
 from tidemq.broker.messaging.transaction import EndTransaction
 from tidemq.broker.processors.common import Callers
 from tidemq.broker.processors.transaction import EndTransactionProcessor
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
+from tests.broker.processors import Dispatched, assert_bad_request
 
 CONN = SimpleNamespace(peer="10.0.0.5:6000")
 FIELDS = {"producerGroup": "pg", "tranStateTableOffset": 3, "commitLogOffset": 4096, "commitOrRollback": 8,
@@ -36,7 +36,7 @@ class FakeService:
 
 def end(service, fields=FIELDS, oneway=False):
     cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, fields, oneway=oneway)
-    return EndTransactionProcessor(service, callers=Callers(False)).end(CONN, cmd)
+    return Dispatched(EndTransactionProcessor(service, callers=Callers(False))).end(CONN, cmd)
 
 
 def test_the_header_is_decoded_into_the_services_request():
@@ -47,8 +47,9 @@ def test_the_header_is_decoded_into_the_services_request():
                                                  EndTransaction("pg", 3, 4096, 8, True, "MSGID", False)]
     resp = end(service, dict(FIELDS, commitOrRollback=12))
     assert (resp.code, resp.remark) == (ResponseCode.SYSTEM_ERROR, "The producer group wrong")
-    with pytest.raises(ValueError, match="missing header field 'commitLogOffset'"):
-        end(service, {k: v for k, v in FIELDS.items() if k != "commitLogOffset"})
+    assert_bad_request(
+        end(service, {k: v for k, v in FIELDS.items() if k != "commitLogOffset"}),
+        "missing header field 'commitLogOffset'")
 
 
 async def test_a_sync_flush_commit_is_answered_when_durable_or_flush_timeout():
