@@ -1,0 +1,182 @@
+"""Behaviour of the coordination store, the same for every backend (parametrized by ``backend``).
+
+The etcd backend runs against a real etcd on loopback; the Kubernetes backend against the kmock
+emulator adapted in tests/broker/ha/kube.py. Backend-specific cases (etcd's endpoint failover) are
+at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from tidemq.broker.ha.coordination import CoordinationError, CoordinationStore, GroupRecord, group_key
+from tidemq.broker.ha.etcd import EtcdConfig, EtcdStore
+
+from tests.procs import free_port
+
+from .conftest import Etcd
+
+Factory = Callable[[], CoordinationStore]
+
+
+def record(epoch: int, master: int | None = 0) -> GroupRecord:
+    return GroupRecord(epoch=epoch, master=master, in_sync=(0, 1, 2), min_in_sync=2,
+                       master_log_end=epoch * 1000)
+
+
+@pytest.fixture(params=["etcd"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Factory]:
+    """Makes clients of one store (each call a new client, as another replica would have)."""
+    made: list[CoordinationStore] = []
+    if request.param == "etcd":
+        server: Etcd = request.getfixturevalue("etcd")
+
+        def make() -> CoordinationStore:
+            made.append(EtcdStore(EtcdConfig.parse(f"etcd://{server.endpoint}")))
+            return made[-1]
+    yield make
+    for store in made:
+        await store.close()
+
+
+@pytest.fixture
+def key() -> str:
+    return group_key("test", f"broker-{uuid.uuid4().hex[:8]}")
+
+
+async def test_compare_and_swap_succeeds_only_at_the_revision_read(backend: Factory, key: str) -> None:
+    store = backend()
+    assert await store.get(key) is None
+    first = await store.compare_and_swap(key, record(1), 0)
+    assert first is not None and first.record == record(1)
+    assert await store.compare_and_swap(key, record(9), 0) is None  # exists: no second create
+    assert await store.get(key) == first
+    assert await store.compare_and_swap(key, record(2), first.revision + 1) is None
+    second = await store.compare_and_swap(key, record(2), first.revision)
+    assert second is not None and second.revision > first.revision
+    assert await store.compare_and_swap(key, record(3), first.revision) is None  # stale
+    assert await store.get(key) == second
+
+
+async def test_of_two_contenders_exactly_one_wins_each_revision(backend: Factory, key: str) -> None:
+    a, b = backend(), backend()
+    revision = 0
+    for epoch in range(1, 6):
+        current = await a.get(key)
+        assert (current.revision if current else 0) == revision
+        results = await asyncio.gather(a.compare_and_swap(key, record(epoch, master=0), revision),
+                                       b.compare_and_swap(key, record(epoch, master=1), revision))
+        winners = [r for r in results if r is not None]
+        assert len(winners) == 1, results
+        assert await b.get(key) == winners[0]
+        revision = winners[0].revision
+
+
+async def wait_gone(store: CoordinationStore, key: str, within: float) -> float:
+    started = time.monotonic()
+    while await store.get(key) is not None:
+        assert time.monotonic() - started < within, f"{key} still there after {within} s"
+        await asyncio.sleep(0.1)
+    return time.monotonic() - started
+
+
+async def test_a_record_under_a_lease_disappears_after_the_ttl_without_keep_alive(
+        backend: Factory, key: str) -> None:
+    store, other = backend(), backend()
+    lease = await store.grant(2)
+    assert await store.compare_and_swap(key, record(1), 0, lease=lease) is not None
+    assert await other.get(key) is not None
+    await wait_gone(other, key, within=lease.ttl + 3)
+    assert not await store.keep_alive(lease)
+    # Absent again: a new contender creates it at revision 0.
+    assert await other.compare_and_swap(key, record(2), 0) is not None
+
+
+async def test_a_record_under_a_kept_alive_lease_stays_until_revoked(backend: Factory, key: str) -> None:
+    store, other = backend(), backend()
+    lease = await store.grant(2)
+    assert await store.compare_and_swap(key, record(1), 0, lease=lease) is not None
+    deadline = time.monotonic() + 2 * lease.ttl + 1
+    while time.monotonic() < deadline:
+        assert await store.keep_alive(lease)
+        assert await other.get(key) is not None
+        await asyncio.sleep(lease.ttl / 4)
+    await store.revoke(lease)
+    await wait_gone(other, key, within=3)
+    await store.revoke(lease)  # a gone lease is no error
+
+
+async def test_watch_sees_a_change_made_by_another_client(backend: Factory, key: str) -> None:
+    watcher, writer = backend(), backend()
+    changes = watcher.watch(key)
+    first = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0.5)  # the watch is open before the write
+    written = await writer.compare_and_swap(key, record(1), 0)
+    assert written is not None
+    change = await asyncio.wait_for(first, 10)
+    assert (change.record, change.revision) == (written.record, written.revision)
+    second = await writer.compare_and_swap(key, record(2), written.revision)
+    assert second is not None
+    change = await asyncio.wait_for(anext(changes), 10)
+    assert (change.record, change.revision) == (second.record, second.revision)
+    await changes.aclose()
+
+
+async def test_watch_from_a_revision_replays_what_came_after(backend: Factory, key: str) -> None:
+    store = backend()
+    one = await store.compare_and_swap(key, record(1), 0)
+    assert one is not None
+    two = await store.compare_and_swap(key, record(2), one.revision)
+    assert two is not None
+    changes = store.watch(key, after=one.revision)
+    change = await asyncio.wait_for(anext(changes), 10)
+    assert (change.record, change.revision) == (two.record, two.revision)
+    await changes.aclose()
+
+
+async def test_an_unreachable_store_raises_within_its_timeout_instead_of_hanging() -> None:
+    silent = _silent_listener()
+    try:
+        store = EtcdStore(EtcdConfig.parse(f"etcd://127.0.0.1:{silent.getsockname()[1]},"
+                                           f"127.0.0.1:{_closed_port()}", timeout=1.5))
+        started = time.monotonic()
+        with pytest.raises(CoordinationError, match="did not answer .* within 1.5 s"):
+            await store.get(group_key("test", "unreachable"))
+        assert time.monotonic() - started < 3
+        await store.close()
+    finally:
+        silent.close()
+
+
+async def test_an_unreachable_endpoint_fails_over_to_the_next(etcd: Etcd, key: str) -> None:
+    silent = _silent_listener()
+    try:
+        for dead in (f"127.0.0.1:{_closed_port()}", f"127.0.0.1:{silent.getsockname()[1]}"):
+            store = EtcdStore(EtcdConfig.parse(f"etcd://{dead},{etcd.endpoint}", timeout=4))
+            written = await store.compare_and_swap(key, record(1), 0) or await store.get(key)
+            assert written is not None and written.record == record(1)
+            started = time.monotonic()
+            assert await store.get(key) == written  # the endpoint that answered is kept
+            assert time.monotonic() - started < 1
+            await store.close()
+    finally:
+        silent.close()
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (connections to it are refused)."""
+    return free_port()
+
+
+def _silent_listener() -> socket.socket:
+    """A socket that accepts connections (the kernel's backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock
