@@ -56,7 +56,8 @@ def ensure_venv(extras: str) -> None:
 
 
 # Debian packages some tests need: binary -> (package, the tests that skip without it).
-DEBIAN_TOOLS = {"prometheus": ("prometheus", "tests/test_prometheus.py")}
+DEBIAN_TOOLS = {"prometheus": ("prometheus", "tests/test_prometheus.py"),
+                "etcd": ("etcd-server", "tests/broker/ha")}
 
 
 def ensure_debian_tools() -> None:
