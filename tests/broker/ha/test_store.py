@@ -1,8 +1,9 @@
 """Behaviour of the coordination store, the same for every backend (parametrized by ``backend``).
 
 The etcd backend runs against a real etcd on loopback; the Kubernetes backend against the kmock
-emulator adapted in tests/broker/ha/kube.py. Backend-specific cases (etcd's endpoint failover) are
-at the end.
+emulator adapted in tests/broker/ha/kube.py (resourceVersion and 409 Conflict added there). Every
+behaviour runs on both but endpoint failover, which is etcd's alone (the Kubernetes backend talks to
+one API server address, whose Service balances).
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
 from tidemq.broker.ha.coordination import CoordinationError, CoordinationStore, GroupRecord, group_key
 from tidemq.broker.ha.etcd import EtcdConfig, EtcdStore
+from tidemq.broker.ha.kubernetes import KubernetesConfig, KubernetesLeaseStore
 
 from tests.procs import free_port
+from tests.support.kube import ThreadedEmulator
 
 from .conftest import Etcd
+from .kube import build_emulator
 
 Factory = Callable[[], CoordinationStore]
 
@@ -30,16 +34,30 @@ def record(epoch: int, master: int | None = 0) -> GroupRecord:
                        master_log_end=epoch * 1000)
 
 
-@pytest.fixture(params=["etcd"])
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[ThreadedEmulator]:
+    emu = ThreadedEmulator(build_emulator, name="kmock-leases").start()
+    yield emu
+    emu.stop()
+
+
+def client(kind: str, where: str, timeout: float = 5.0) -> CoordinationStore:
+    """A client of the ``kind`` backend at ``where`` (HOST:PORT list for etcd, URL for Kubernetes)."""
+    if kind == "etcd":
+        return EtcdStore(EtcdConfig.parse(f"etcd://{where}", timeout=timeout))
+    return KubernetesLeaseStore(KubernetesConfig(where, "default", timeout=timeout))
+
+
+@pytest.fixture(params=["etcd", "kubernetes"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Factory]:
     """Makes clients of one store (each call a new client, as another replica would have)."""
     made: list[CoordinationStore] = []
-    if request.param == "etcd":
-        server: Etcd = request.getfixturevalue("etcd")
+    where = request.getfixturevalue("etcd").endpoint if request.param == "etcd" else \
+        request.getfixturevalue("emulator").url
 
-        def make() -> CoordinationStore:
-            made.append(EtcdStore(EtcdConfig.parse(f"etcd://{server.endpoint}")))
-            return made[-1]
+    def make() -> CoordinationStore:
+        made.append(client(request.param, where))
+        return made[-1]
     yield make
     for store in made:
         await store.close()
@@ -140,11 +158,13 @@ async def test_watch_from_a_revision_replays_what_came_after(backend: Factory, k
     await changes.aclose()
 
 
-async def test_an_unreachable_store_raises_within_its_timeout_instead_of_hanging() -> None:
+@pytest.mark.parametrize("kind", ["etcd", "kubernetes"])
+async def test_an_unreachable_store_raises_within_its_timeout_instead_of_hanging(kind: str) -> None:
     silent = _silent_listener()
     try:
-        store = EtcdStore(EtcdConfig.parse(f"etcd://127.0.0.1:{silent.getsockname()[1]},"
-                                           f"127.0.0.1:{_closed_port()}", timeout=1.5))
+        where = f"127.0.0.1:{silent.getsockname()[1]},127.0.0.1:{_closed_port()}" if kind == "etcd" \
+            else f"http://127.0.0.1:{silent.getsockname()[1]}"
+        store = client(kind, where, timeout=1.5)
         started = time.monotonic()
         with pytest.raises(CoordinationError, match="did not answer .* within 1.5 s"):
             await store.get(group_key("test", "unreachable"))
