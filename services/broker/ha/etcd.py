@@ -33,6 +33,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from tidemq.errors import ConfigError
+
 from .coordination import (
     Change,
     CoordinationError,
@@ -71,12 +73,12 @@ class EtcdConfig:
     def parse(cls, url: str, timeout: float = 5.0) -> EtcdConfig:
         """``etcd://HOST:PORT[,HOST:PORT...]`` (the ``--coordination`` value)."""
         if not url.startswith(SCHEME):
-            raise ValueError(f"coordination URL {url!r} must look like etcd://HOST:PORT[,HOST:PORT]")
+            raise ConfigError(f"coordination URL {url!r} must look like etcd://HOST:PORT[,HOST:PORT]")
         endpoints = []
         for part in url[len(SCHEME):].split(","):
             host, sep, port = part.strip().rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"etcd endpoint {part!r} in {url!r} must be HOST:PORT")
+                raise ConfigError(f"etcd endpoint {part!r} in {url!r} must be HOST:PORT")
             endpoints.append((host.strip("[]"), int(port)))
         return cls(tuple(endpoints), timeout=timeout)
 
@@ -110,7 +112,7 @@ class EtcdStore:
 
     def __init__(self, config: EtcdConfig) -> None:
         if not config.endpoints:
-            raise ValueError("etcd needs at least one endpoint (etcd://HOST:PORT)")
+            raise ConfigError("etcd needs at least one endpoint (etcd://HOST:PORT)")
         self.config = config
         self._preferred = 0  # index of the endpoint that answered last
         self._session: aiohttp.ClientSession | None = None

@@ -19,6 +19,7 @@ import pytest
 from tidemq.broker.ha.coordination import CoordinationError, CoordinationStore, GroupRecord, group_key
 from tidemq.broker.ha.etcd import EtcdConfig, EtcdStore
 from tidemq.broker.ha.kubernetes import KubernetesConfig, KubernetesLeaseStore
+from tidemq.errors import ConfigError
 
 from tests.procs import free_port
 from tests.support.kube import ThreadedEmulator
@@ -200,3 +201,40 @@ def _silent_listener() -> socket.socket:
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
     return sock
+
+
+async def test_a_kubernetes_lease_runs_out_by_the_injected_clock(emulator: ThreadedEmulator,
+                                                                  key: str) -> None:
+    """Expiry of a Lease is read against the store's clock: here a fake one, moved by hand."""
+    now = [time.time()]
+    store = KubernetesLeaseStore(KubernetesConfig(emulator.url, "default"), clock=lambda: now[0])
+    try:
+        lease = await store.grant(10)
+        written = await store.compare_and_swap(key, record(1), 0, lease=lease)
+        assert written is not None
+        now[0] += 9
+        assert await store.keep_alive(lease)  # renewTime moves to now: ten more seconds
+        now[0] += 9
+        assert await store.get(key) is not None
+        now[0] += 2
+        assert await store.get(key) is None
+        assert not await store.keep_alive(lease)
+        # An expired record is absent: creating at revision 0 takes the Lease over.
+        assert await store.compare_and_swap(key, record(2), 0) is not None
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://127.0.0.1:2379", "etcd://HOST:PORT"),
+    ("etcd://127.0.0.1", "HOST:PORT"),
+    ("etcd://127.0.0.1:2379,:2380", "HOST:PORT"),
+    ("etcd://127.0.0.1:99999", "HOST:PORT"),
+])
+def test_an_etcd_url_that_is_not_host_port_pairs_is_refused(url: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        EtcdConfig.parse(url)
+
+
+def test_etcd_urls_name_every_endpoint_in_order() -> None:
+    assert EtcdConfig.parse("etcd://a:2379,[::1]:2380").endpoints == (("a", 2379), ("::1", 2380))
