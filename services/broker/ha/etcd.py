@@ -163,7 +163,8 @@ class EtcdStore:
                 if code == GRPC_UNAVAILABLE:
                     errors.append(f"endpoint {index}: {doc.get('message')}")
                     continue
-                raise EtcdRefusal(f"etcd refused {path}: {doc.get('message')}", code)
+                raise EtcdRefusal(f"etcd refused {path}: {doc.get('message')} (gRPC code {code}); "
+                                  "see etcd's log for the cause", code)
             if index != self._preferred:
                 log.info("etcd: using endpoint %s:%d", *self.config.endpoints[index])
                 self._preferred = index
@@ -248,7 +249,6 @@ class EtcdStore:
     async def _watch_once(self, key: str, after: int) -> AsyncIterator[Change]:
         """One watch stream; returns when it stays idle past ``watch_idle``."""
         body = {"create_request": {"key": _key(key), "start_revision": str(after + 1)}}
-        loop = asyncio.get_running_loop()
         errors = []
         for index in self._order():
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.timeout,
@@ -261,20 +261,25 @@ class EtcdStore:
                 errors.append(f"{exc.__class__.__name__} {exc}")
                 continue
             async with resp:
+                if resp.status != 200:
+                    raise CoordinationError(f"etcd refused the watch of {key} with HTTP "
+                                            f"{resp.status}: {(await resp.read())[:200]!r}")
                 while True:
-                    started = loop.time()
                     try:
                         line = await asyncio.wait_for(resp.content.readline(), self.config.watch_idle)
                     except TimeoutError:
                         return
                     if not line:
-                        raise CoordinationError(f"etcd closed the watch of {key} after "
-                                                f"{loop.time() - started:.1f} s")
+                        raise CoordinationError(f"etcd closed the watch of {key}")
                     if len(line) > MAX_WATCH_LINE:
                         raise CoordinationError(f"etcd watch line of {len(line)} bytes for {key}")
-                    result = orjson.loads(line).get("result") or {}
+                    doc = orjson.loads(line)
+                    result = doc.get("result") or {}
                     if int(result.get("compact_revision", 0)):
                         raise _Compacted
+                    if "error" in doc or result.get("canceled"):
+                        raise CoordinationError(f"etcd ended the watch of {key}: "
+                                                f"{doc.get('error') or result.get('cancel_reason')}")
                     for event in result.get("events") or []:
                         kv = event["kv"]
                         revision = int(kv["mod_revision"])

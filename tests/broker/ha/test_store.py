@@ -9,11 +9,13 @@ one API server address, whose Service balances).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
+import aiohttp
 import pytest
 
 from tidemq.broker.ha.coordination import CoordinationError, CoordinationStore, GroupRecord, group_key
@@ -238,3 +240,47 @@ def test_an_etcd_url_that_is_not_host_port_pairs_is_refused(url: str, why: str) 
 
 def test_etcd_urls_name_every_endpoint_in_order() -> None:
     assert EtcdConfig.parse("etcd://a:2379,[::1]:2380").endpoints == (("a", 2379), ("::1", 2380))
+
+
+@pytest.mark.parametrize("kind", ["etcd", "kubernetes"])
+async def test_a_watch_reopened_after_idling_misses_no_change(kind: str, request: pytest.FixtureRequest,
+                                                             key: str) -> None:
+    where = request.getfixturevalue("etcd").endpoint if kind == "etcd" else \
+        request.getfixturevalue("emulator").url
+    config = EtcdConfig.parse(f"etcd://{where}") if kind == "etcd" else \
+        KubernetesConfig(where, "default")
+    idle = dataclasses.replace(config, watch_idle=0.2)
+    watcher = EtcdStore(idle) if isinstance(idle, EtcdConfig) else KubernetesLeaseStore(idle)
+    writer = client(kind, where)
+    try:
+        changes = watcher.watch(key)
+        first = asyncio.ensure_future(anext(changes))
+        await asyncio.sleep(1)  # several idle reopens before the write
+        written = await writer.compare_and_swap(key, record(1), 0)
+        assert written is not None
+        change = await asyncio.wait_for(first, 10)
+        assert (change.record, change.revision) == (written.record, written.revision)
+        await changes.aclose()
+    finally:
+        await watcher.close()
+        await writer.close()
+
+
+async def test_an_etcd_watch_from_a_compacted_revision_yields_the_current_record(
+        etcd: Etcd, key: str) -> None:
+    store = EtcdStore(EtcdConfig.parse(f"etcd://{etcd.endpoint}"))
+    try:
+        one = await store.compare_and_swap(key, record(1), 0)
+        assert one is not None
+        two = await store.compare_and_swap(key, record(2), one.revision)
+        assert two is not None
+        async with aiohttp.ClientSession() as http, http.post(
+                f"http://{etcd.endpoint}/v3/kv/compaction",
+                json={"revision": str(two.revision), "physical": True}) as resp:
+            assert resp.status == 200, await resp.text()
+        changes = store.watch(key, after=one.revision - 1)
+        change = await asyncio.wait_for(anext(changes), 10)
+        assert change.record == two.record and change.revision >= two.revision
+        await changes.aclose()
+    finally:
+        await store.close()
