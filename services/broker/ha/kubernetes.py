@@ -127,8 +127,10 @@ class KubernetesLeaseStore:
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
         self._token: tuple[str, float] | None = None  # (token, when read, by the monotonic clock)
-        # Lease id -> the keys this client wrote under it (keep-alive renews each one).
+        # Lease id -> the keys this client wrote under it (keep-alive renews each one), and when
+        # it runs out by ``clock`` (a lease with no key yet expires too, as etcd's does).
         self._leased: dict[str, set[str]] = {}
+        self._deadline: dict[str, float] = {}
 
     # ---- HTTP ------------------------------------------------------------------------------------
     def _http(self) -> aiohttp.ClientSession:
@@ -234,9 +236,10 @@ class KubernetesLeaseStore:
 
     async def compare_and_swap(self, key: str, record: GroupRecord, revision: int,
                                lease: Lease | None = None) -> Versioned | None:
-        if lease is not None and lease.id not in self._leased:
-            raise CoordinationError(f"lease {lease.id} was not granted by this store or was "
-                                    "revoked: grant a new lease")
+        if lease is not None and self._deadline.get(lease.id, 0.0) < self.clock():
+            self._forget(lease)
+            raise CoordinationError(f"lease {lease.id} expired, was revoked or was not granted by "
+                                    "this store: grant a new lease and read the record again")
         body = self._body(key, record, lease)
         name = lease_name(key)
         if revision == 0:
@@ -259,7 +262,7 @@ class KubernetesLeaseStore:
                  lease: Lease | None) -> Versioned | None:
         if status in (404, 409):
             return None
-        if lease is not None:
+        if lease is not None and lease.id in self._leased:  # else it ran out meanwhile
             self._leased[lease.id].add(key)
         return Versioned(record, int(doc["metadata"]["resourceVersion"]))
 
@@ -267,15 +270,23 @@ class KubernetesLeaseStore:
     async def grant(self, ttl: float) -> Lease:
         lease = Lease(id=f"tidemq-{uuid.uuid4().hex[:12]}", ttl=float(max(1, round(ttl))))
         self._leased[lease.id] = set()
+        self._deadline[lease.id] = self.clock() + lease.ttl
         return lease
 
+    def _forget(self, lease: Lease) -> set[str]:
+        self._deadline.pop(lease.id, None)
+        return self._leased.pop(lease.id, set())
+
     async def keep_alive(self, lease: Lease) -> bool:
-        if lease.id not in self._leased:
+        renewed_at = self.clock()
+        if self._deadline.get(lease.id, 0.0) < renewed_at:
+            self._forget(lease)
             return False
         for key in sorted(self._leased[lease.id]):
             if not await self._renew(key, lease):
-                self._leased.pop(lease.id, None)
+                self._forget(lease)
                 return False
+        self._deadline[lease.id] = renewed_at + lease.ttl
         return True
 
     async def _renew(self, key: str, lease: Lease) -> bool:
@@ -296,7 +307,7 @@ class KubernetesLeaseStore:
         return False
 
     async def revoke(self, lease: Lease) -> None:
-        for key in sorted(self._leased.pop(lease.id, set())):
+        for key in sorted(self._forget(lease)):
             obj = await self._fetch(key)
             if obj is None or (obj.get("spec") or {}).get("holderIdentity") != lease.id:
                 continue

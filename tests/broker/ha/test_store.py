@@ -115,6 +115,8 @@ async def test_a_record_under_a_lease_disappears_after_the_ttl_without_keep_aliv
     assert await other.get(key) is not None
     await wait_gone(other, key, within=lease.ttl + 3)
     assert not await store.keep_alive(lease)
+    with pytest.raises(CoordinationError, match="grant a new lease"):
+        await store.compare_and_swap(key, record(2), 0, lease=lease)
     # Absent again: a new contender creates it at revision 0.
     assert await other.compare_and_swap(key, record(2), 0) is not None
 
