@@ -83,7 +83,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json")
         self.quota = CreationQuota(config.creation_limits)
         self.creation = ImplicitCreation(self.topics, self.groups, self.quota,
-                                         config.auto_create_subscription_group, self.topics_changed)
+                                         lambda: self.config.auto_create_subscription_group, self.topics_changed)
         self.clients: ClientRegistry[Connection] = ClientRegistry(config.client_channel_expiry,
                                                                   notify=notify_consumer_ids_changed)
         self.clients.notify_enabled = self._notify_enabled
@@ -142,7 +142,7 @@ class Broker:
         for family in (  # the families beside sending and pulling, each over its service
             ConsumerProcessor(ConsumerService(
                 clients=self.clients, groups=self.groups, topics=self.topics, creation=self.creation,
-                locks=self.locks, auto_create_group=lambda: self.config.auto_create_subscription_group,
+                locks=self.locks, auto_create_group=self.creation.auto_create_group,
                 registration=lambda: self.registration), callers=callers),
             OffsetProcessor(OffsetService(offsets=self.offsets, store=self.store, topics=self.topics,
                                           creation=self.creation), callers=callers),

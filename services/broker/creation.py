@@ -36,10 +36,11 @@ log = logging.getLogger(__name__)
 
 class ImplicitCreation:
     def __init__(self, topics: "TopicConfigManager", groups: "SubscriptionGroupManager", quota: CreationQuota,
-                 auto_create_group: bool, topics_changed: Callable[[], object]) -> None:
+                 auto_create_group: Callable[[], bool], topics_changed: Callable[[], object]) -> None:
         self.topics = topics
         self.groups = groups
         self.quota = quota
+        # Read per creation: UPDATE_BROKER_CONFIG may switch autoCreateSubscriptionGroup.
         self.auto_create_group = auto_create_group
         self.topics_changed = topics_changed
 
@@ -54,7 +55,7 @@ class ImplicitCreation:
         problem = validate_group_name(name)
         if problem:
             raise refused(invalid_code, problem)
-        if not self.auto_create_group:
+        if not self.auto_create_group():
             raise refused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group [{name}] does not exist; create it with "

@@ -339,3 +339,29 @@ async def test_delete_then_recreate_and_send_keeps_the_new_message(cluster_facto
         await cl.close()
     assert r.code == ResponseCode.SUCCESS
     assert [m.body for m in decode_records(r.body_bytes())] == [b"new"]
+
+
+async def test_auto_create_subscription_group_follows_update_broker_config(cluster_factory, rc):
+    """autoCreateSubscriptionGroup changed by UPDATE_BROKER_CONFIG applies to pulls and heartbeats
+    at once (the implicit-creation rules once kept the value the broker started with)."""
+    c = cluster_factory()
+    topic = f"acg_{uuid.uuid4().hex[:6]}"
+    c.create_topic(topic, queues=1)
+    addr = c.broker_addr
+
+    async def set_auto_create(on: bool) -> None:
+        body = f"autoCreateSubscriptionGroup={'true' if on else 'false'}\n".encode()
+        resp = await rc.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body), 3)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+    await set_auto_create(False)
+    refused = await rc.invoke(addr, pull_cmd(topic, 0, 0, group="acg_off"), 3)
+    assert refused.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, refused.remark
+    groups = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 3)
+    assert "acg_off" not in orjson.loads(groups.body_bytes())["subscriptionGroupTable"]
+
+    await set_auto_create(True)
+    served = await rc.invoke(addr, pull_cmd(topic, 0, 0, group="acg_on"), 3)
+    assert served.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, served.remark
+    groups = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 3)
+    assert "acg_on" in orjson.loads(groups.body_bytes())["subscriptionGroupTable"]

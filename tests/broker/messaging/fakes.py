@@ -126,7 +126,7 @@ class Parts:
         self.quota = CreationQuota(self.config.creation_limits)
         self.changed = 0
         self.creation = ImplicitCreation(self.topics, self.groups, self.quota,
-                                         self.config.auto_create_subscription_group, self._changed)
+                                         lambda: self.config.auto_create_subscription_group, self._changed)
 
     def _changed(self) -> None:
         self.changed += 1

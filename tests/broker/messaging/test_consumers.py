@@ -43,9 +43,9 @@ class Parts:
         self.clients = ClientRegistry(notify=lambda conn, group: self.told.append((conn, group)))
         self.locks = RebalanceLockManager()
         self.topic_changes = 0
-        self.creation = ImplicitCreation(self.topics, self.groups, CreationQuota(CreationLimits()),
-                                         auto_create_group, self._changed)
         self.auto = auto_create_group
+        self.creation = ImplicitCreation(self.topics, self.groups, CreationQuota(CreationLimits()),
+                                         lambda: self.auto, self._changed)
         self.service = ConsumerService(
             clients=self.clients, groups=self.groups, topics=self.topics, creation=self.creation,
             locks=self.locks, auto_create_group=lambda: self.auto, registration=lambda: registration)

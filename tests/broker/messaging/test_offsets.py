@@ -41,7 +41,7 @@ def parts(tmp_path):
     groups = SubscriptionGroupManager(tmp_path / "groups.json")
     offsets = ConsumerOffsetManager(tmp_path / "offsets.json")
     store = QueueStore()
-    creation = ImplicitCreation(topics, groups, CreationQuota(CreationLimits()), True, lambda: None)
+    creation = ImplicitCreation(topics, groups, CreationQuota(CreationLimits()), lambda: True, lambda: None)
     service = OffsetService(offsets=offsets, store=store, topics=topics, creation=creation)
     return service, topics, groups, offsets, store
 
@@ -87,7 +87,7 @@ def test_a_commit_of_an_unknown_group_is_refused_without_auto_creation(tmp_path)
     topics = TopicConfigManager(tmp_path / "topics.json")
     groups = SubscriptionGroupManager(tmp_path / "groups.json")
     topics.put(TopicConfig("t", 1, 1))
-    creation = ImplicitCreation(topics, groups, CreationQuota(CreationLimits()), False, lambda: None)
+    creation = ImplicitCreation(topics, groups, CreationQuota(CreationLimits()), lambda: False, lambda: None)
     offsets = ConsumerOffsetManager(tmp_path / "offsets.json")
     service = OffsetService(offsets=offsets, store=QueueStore(), topics=topics, creation=creation)
     with pytest.raises(BrokerError) as err:
