@@ -53,5 +53,5 @@ def test_heartbeat_enums_arrive_as_names_or_ordinals():
     assert enum_name(0, CONSUME_FROM, "x") == "CONSUME_FROM_LAST_OFFSET"
     assert enum_name("5", CONSUME_FROM, "x") == "CONSUME_FROM_TIMESTAMP"
     assert enum_name("CONSUME_FROM_TIMESTAMP", CONSUME_FROM, "x") == "CONSUME_FROM_TIMESTAMP"
-    for odd in (99, -1, True, None, 1.0, "CONSUME_NEVER"):
+    for odd in (99, -1, True, None, 1.0, "CONSUME_NEVER", "\u00b2", "\u0663", "9" * 5000):
         assert enum_name(odd, CONSUME_TYPES, "dflt") == "dflt"

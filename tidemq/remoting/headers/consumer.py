@@ -29,7 +29,9 @@ def enum_name(value: object, names: Sequence[str], default: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return names[value] if 0 <= value < len(names) else default
     if isinstance(value, str):
-        if value.isdigit():
+        # ASCII digits only ("²" is a digit to str.isdigit but not to int) and few of them (an
+        # ordinal has one or two; a long digit string is no ordinal and costs int() time)
+        if value.isascii() and value.isdigit() and len(value) <= 9:
             return enum_name(int(value), names, default)
         return value if value in names else default
     return default
