@@ -22,7 +22,7 @@ def _start(tmp_path_factory: pytest.TempPathFactory, **kw) -> Cluster:
     c = Cluster(tmp_path_factory.mktemp("cluster"), **kw)
     try:
         c.start()
-    except Exception:
+    except Exception:  # noqa: BLE001 (whatever failed, stop what started, then say why with the log)
         c.stop()
         raise RuntimeError(f"cluster did not start:\n{c.namesrv.log()[-3000:]}\n{c.broker.log()[-3000:]}")
     return c

@@ -44,6 +44,10 @@ import click
 import pytest
 import yaml
 
+from tidemq.broker.acl import parse_acl_config
+from tidemq.cli.main import cli
+from tidemq.errors import ConfigError
+
 from tests.procs import ServerProcess, free_port, tidemq_cmd
 from tests.support.readme import (
     Block,
@@ -104,8 +108,6 @@ def crd_resource_names() -> frozenset[str]:
 
 def check_tidemq(args: list[str]) -> str | None:
     """Parse ``tidemq ARGS`` with the CLI's click commands without running them."""
-    from tidemq.cli.main import cli
-
     cmd: click.Command = cli
     path = ["tidemq"]
     while isinstance(cmd, click.Group):
@@ -227,9 +229,6 @@ def check_yaml(text: str) -> list[str]:
     except yaml.YAMLError as exc:
         return [f"YAML: {exc}"]
     if any(isinstance(d, dict) and "accounts" in d for d in docs):
-        from tidemq.broker.acl import parse_acl_config
-        from tidemq.errors import ConfigError
-
         try:
             parse_acl_config(text, "the README's plain_acl.yml")
         except ConfigError as exc:

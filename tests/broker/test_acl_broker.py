@@ -64,7 +64,7 @@ def acl_cluster(tmp_path_factory):
     c = Cluster(root, extra_broker_args=["--acl-file", str(path), "--acl-reload-interval", "0.2"])
     try:
         c.start()
-    except Exception:
+    except Exception:  # noqa: BLE001 (whatever failed, stop what started, then say why with the log)
         c.stop()
         raise RuntimeError(f"ACL cluster did not start:\n{c.broker.log()[-3000:]}")
     with SyncAdmin(c.namesrv_addr, cfg(c, ADMIN)) as admin:

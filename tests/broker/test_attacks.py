@@ -66,7 +66,7 @@ def acl_cluster(tmp_path_factory):
         "--implicit-create-window", "3600", "--max-topics", "1000", "--max-groups", "1000"])
     try:
         c.start()
-    except Exception:
+    except Exception:  # noqa: BLE001 (whatever failed, stop what started, then say why with the log)
         c.stop()
         raise RuntimeError(f"cluster did not start:\n{c.broker.log()[-3000:]}")
     admin_config = ClientConfig(name_servers=c.namesrv_addr, access_key=ADMIN[0], secret_key=ADMIN[1])

@@ -8,6 +8,8 @@ import pytest
 
 from tests.cli.clirun import REPO, tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tidemq.cli.config import config_notes, read_config_file
+from tidemq.cli.servers import broker_cmd, build_broker_config
 from tidemq.client import ClientConfig
 from tidemq.client.send import SendStatus
 from tidemq.client.sync import SyncProducer
@@ -48,7 +50,7 @@ def start_broker(tmp_path, monkeypatch):
         started.append(p)
         try:
             p.start()
-        except Exception as exc:
+        except (RuntimeError, OSError) as exc:  # ServerProcess.start: exited, not ready, cannot spawn
             raise AssertionError(f"broker did not start: {exc}\n{p.log()[-3000:]}") from None
         return p
 
@@ -153,8 +155,6 @@ def test_rocketmq_keys_that_map_onto_options(tmp_path):
     """deleteWhen, cleanResourceInterval, registerNameServerPeriod (ms), warmMapedFileEnable,
     maxTransferBytesOnMessageInMemory and brokerId set the options they name; brokerIP1 alone
     advertises that host on the listen port."""
-    from tidemq.cli.servers import broker_cmd, build_broker_config
-
     conf = tmp_path / "broker.conf"
     conf.write_text("deleteWhen=05;17\ncleanResourceInterval=2500\nregisterNameServerPeriod=15000\n"
                     "warmMapedFileEnable=true\nmaxTransferBytesOnMessageInMemory=65536\nbrokerId=0\n"
@@ -168,8 +168,6 @@ def test_rocketmq_keys_that_map_onto_options(tmp_path):
 
 
 def test_config_notes_name_the_closest_known_key(tmp_path):
-    from tidemq.cli.config import config_notes, read_config_file
-
     conf = tmp_path / "namesrv.conf"
     conf.write_text("listenPort=9876\nbrokerIP1=10.0.0.1\nrocketmqHome=/opt/rocketmq\nlisten-prot=1\n")
     notes = dict((msg, level) for level, msg in config_notes(read_config_file(str(conf)), {"listen", "metrics_listen", "log_level"}))

@@ -8,7 +8,8 @@ import uuid
 
 from tidemq.client import ClientConfig, MessageQueue, Producer, PullConsumer
 from tidemq.client.accumulator import MAX_MERGED, MAX_MERGED_BODY
-from tidemq.client.send import SendStatus
+from tidemq.client.accumulator import mergeable as may_merge
+from tidemq.client.send import SendStatus, prepare_message
 from tidemq.errors import BrokerError, ClientError
 from tidemq.message import Message
 from tidemq.remoting.codes import ResponseCode
@@ -156,9 +157,6 @@ async def test_a_large_body_and_a_cancelled_merge_never_leave_a_caller_hanging(c
 async def test_delays_timers_odd_wait_values_and_different_timeouts_are_not_merged(cluster):
     """A batch element may carry no DELAY key (not even "0") and no delivery time, WAIT is compared
     as the broker does (case-insensitively), and sends with different timeouts are not merged."""
-    from tidemq.client.accumulator import mergeable as may_merge
-    from tidemq.client.send import prepare_message
-
     def mergeable(**props):
         msg = Message("T", b"x", properties=props)
         return may_merge(prepare_message(msg, "U", None), msg.all_properties())

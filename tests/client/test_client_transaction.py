@@ -5,9 +5,13 @@ check limit, and a broker restart in the middle of a transaction."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +55,7 @@ def _start(root, args: list[str] = TX_ARGS, **kw) -> Cluster:
     c = Cluster(root, extra_broker_args=args, **kw)
     try:
         c.start()
-    except Exception:
+    except Exception:  # noqa: BLE001 (whatever failed, stop what started, then say why with the log)
         c.stop()
         raise RuntimeError(f"cluster did not start:\n{c.broker.log()[-3000:]}")
     return c
@@ -307,11 +311,6 @@ def test_listener_and_state_validation():
 
 
 def _cpp(scenario: str, timeout: float = 90, **args) -> dict:
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(__file__).resolve().parent.parent / "interop" / "cpp_scenarios.py"
     probe = subprocess.run([sys.executable, "-c", "import rocketmq.client"], capture_output=True)
     if probe.returncode != 0:

@@ -23,12 +23,16 @@ from tidemq.message import (
     decode_record,
     decode_records,
     encode_batch,
+    encode_record,
     encode_offset_msg_id,
     encode_properties,
     inflate,
     pack_host,
 )
-from tidemq.remoting import fastjson
+from tidemq.broker.clients import SubscriptionParseError, parse_tag_expression
+from tidemq.client.route import TopicRouteData
+from tidemq.namesrv.bodies import parse_register_body
+from tidemq.remoting import RemotingCommand, RequestCode, fastjson
 from tidemq.remoting.frame import (
     decode_json_header,
     decode_rocketmq_header,
@@ -74,8 +78,6 @@ def check_frame(data: bytes) -> None:
     if whole[1] is None:
         assert whole[2] == halves[2]
     for key in whole[0]:  # every decoded frame re-encodes to something that decodes the same
-        from tidemq.remoting.command import RemotingCommand
-
         cmd = RemotingCommand(*key[:6], dict(key[6]), key[7], key[8])
         again = _decode_all([encode_frame(cmd)])
         assert again[1] is None and again[0] == [_key(cmd)], "frame does not round-trip"
@@ -163,8 +165,6 @@ def check_msg_id(data: bytes) -> None:
 
 
 def check_route(data: bytes) -> None:
-    from tidemq.client.route import TopicRouteData
-
     try:
         TopicRouteData.from_json(data)
     except CodecError:
@@ -172,8 +172,6 @@ def check_route(data: bytes) -> None:
 
 
 def check_register_body(data: bytes) -> None:
-    from tidemq.namesrv.bodies import parse_register_body
-
     for compressed in (False, True):
         try:
             parse_register_body(data, compressed)
@@ -182,8 +180,6 @@ def check_register_body(data: bytes) -> None:
 
 
 def check_tag_expression(data: bytes) -> None:
-    from tidemq.broker.clients import SubscriptionParseError, parse_tag_expression
-
     try:
         parse_tag_expression(data.decode("utf-8", "replace"))
     except SubscriptionParseError:
@@ -217,9 +213,6 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
 
 def seeds() -> dict[str, list[bytes]]:
     """Valid inputs per target, made with our encoders (written to tests/fuzz/corpus/ by run.py)."""
-    from tidemq.message import Message, encode_record  # noqa: F401
-    from tidemq.remoting import RemotingCommand, RequestCode
-
     send = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": "T", "c": "TBW102", "d": 4,
                                    "e": 0, "f": 0, "g": 1700000000000, "h": 0,
                                    "i": "UNIQ_KEY\x01ABC\x02WAIT\x01true\x02TAGS\x01t", "j": 0},

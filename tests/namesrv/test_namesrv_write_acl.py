@@ -114,7 +114,7 @@ def procs(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     try:
         p.start_broker(mp, ADMIN)
-    except Exception:
+    except Exception:  # noqa: BLE001 (whatever failed, stop what started, then say why with the log)
         p.stop()
         raise RuntimeError(f"cluster did not start:\n{p.namesrv.log()[-3000:]}")
     yield p

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -218,8 +220,6 @@ print(cap, resource.getrlimit(resource.RLIMIT_NOFILE)[0], said, sep="|")
 def test_connection_cap_fits_under_the_open_file_limit(soft, hard, requested, cap, soft_after, said):
     """With more connections than descriptors, accept() fails with EMFILE and the store cannot open
     its next segment: the cap is fitted under the (raised) open-file limit, and says how to lift it."""
-    import subprocess
-    import sys
     out = subprocess.run([sys.executable, "-c", _CAP_PROBE, str(soft), str(hard), str(requested)],
                          capture_output=True, text=True, check=True).stdout.strip().split("|")
     assert (int(out[0]), int(out[1])) == (cap, soft_after)

@@ -22,11 +22,14 @@ import trustme
 from tests.cli.clirun import tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_port
 from tidemq.client.config import ClientConfig
+from tidemq.client.route import MessageQueue
+from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
 from tidemq.client.instance import ClientInstance
 from tidemq.errors import ConfigError, ConnectError, RemotingError, TideMQError
 from tidemq.message import Message
 from tidemq.monitoring import MetricsServer
 from tidemq.remoting import RemotingClient, RemotingCommand, RemotingServer, RequestCode, ResponseCode
+from tidemq.remoting.transport import TLS_MAYBE_NOT_SERVED, TLS_MAYBE_REQUIRED
 from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig, TlsMode, client_context
 
 
@@ -105,8 +108,6 @@ async def test_enforcing_serves_tls_and_closes_plaintext(pki):
 def test_a_tls_mismatch_says_the_peer_may_require_tls_or_not_serve_it(pki):
     """A plaintext client on a TLS-only port used to get "connection ... closed"; a TLS client on a
     plaintext port "cannot connect to ...: " with an empty reason. Both now name TLS."""
-    from tidemq.remoting.transport import TLS_MAYBE_NOT_SERVED, TLS_MAYBE_REQUIRED
-
     async def main():
         tls_server, tls_addr = await serve("enforcing", pki)
         plain_server, plain_addr = await serve("disabled", pki)
@@ -358,9 +359,6 @@ async def test_metrics_endpoint_over_https(pki):
 def test_real_processes_enforcing_namesrv_and_broker(pki, tmp_path):
     """Name server and broker processes with TLS only (remoting and metrics); the broker registers
     over TLS; our client creates a topic, sends and pulls over TLS; plaintext gets nothing."""
-    from tidemq.client.route import MessageQueue
-    from tidemq.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer
-
     tls_args = ["--tls-mode", "enforcing", "--tls-cert-file", pki["crt"], "--tls-key-file", pki["key"],
                 "--tls-ca-file", pki["ca_file"], "--metrics-tls"]
     ns_port, ns_metrics, b_port, b_metrics = free_port(), free_port(), free_port(), free_port()

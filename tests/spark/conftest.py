@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tidemq.spark import register
+
 pytest.importorskip("pyspark", reason="the Spark tests need the 'spark' extra: "
                                       "pip install -e '.[test,spark]' (python3 dev.py test does)")
 
@@ -18,7 +20,7 @@ pytest.importorskip("pyspark", reason="the Spark tests need the 'spark' extra: "
 def make_session(app: str = "tidemq-tests"):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415 (the spark extra: only past the importorskip)
     spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.enabled", "false")
@@ -32,7 +34,6 @@ def make_session(app: str = "tidemq-tests"):
 
 @pytest.fixture(scope="session")
 def spark():
-    from tidemq.spark import register
     session = make_session()
     register(session)
     yield session

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import sys
 
+from pyspark.sql import SparkSession
+
+from tidemq.spark import register
+
 
 def main() -> None:
     name_servers, topic, out, checkpoint, mode = sys.argv[1:6]
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from tidemq.spark import register
     spark = (SparkSession.builder.master("local[2]").appName("tidemq-exactly-once")
              .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

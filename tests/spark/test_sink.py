@@ -7,15 +7,17 @@ exactly; driver-side mistakes must fail the write with a sentence saying what to
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 
 import pytest
+from pyspark.sql import Row
 
 from tests.support.topics import create_topic_sync
 from tidemq.client.sync import SyncPullConsumer
 from tidemq.message import MessageExt
 from tidemq.spark.options import SinkOptions
-from tidemq.spark.sink import RESERVED_PROPERTIES, SinkError, _Task
+from tidemq.spark.sink import RESERVED_PROPERTIES, ROWS_PER_CHUNK, SinkError, _Task, write_rows
 
 
 def _topic(prefix: str) -> str:
@@ -153,7 +155,6 @@ def test_driver_side_mistakes_fail_the_write_with_a_sentence(spark, cluster, ddl
 
 
 def test_unreachable_name_server_fails_the_job(spark):
-    import socket
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
@@ -190,9 +191,6 @@ def test_bad_rows_fail_with_their_position(value, props, topic, sentence):
 
 
 def test_row_path_gathers_rows_into_columns_and_counts_positions_across_chunks():
-    from pyspark.sql import Row
-
-    from tidemq.spark.sink import ROWS_PER_CHUNK, write_rows
     rows = [Row(value=f"v{i}", topic="t") for i in range(ROWS_PER_CHUNK + 10)]
     rows[ROWS_PER_CHUNK + 5] = Row(value=None, topic="t")
     opts = SinkOptions(name_servers=("127.0.0.1:1",), send_batch_size=100_000)

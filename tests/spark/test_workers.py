@@ -18,6 +18,7 @@ import pytest
 
 from tests.spark.support import send
 from tests.support.topics import create_topic_sync
+from tidemq.spark.workers import _reason
 
 SCRIPT = """
 import os, sys
@@ -94,7 +95,6 @@ def test_register_names_pyspark_python_when_workers_cannot_import_tidemq(cluster
 
 
 def test_reason_picks_the_line_that_says_why_a_worker_failed() -> None:
-    from tidemq.spark.workers import _reason
     java = ("An error occurred while calling o1.collect.\n"
             ": org.apache.spark.SparkException: Job aborted due to stage failure: Lost task 0.0 "
             '(executor driver): java.io.IOException: Cannot run program "/x/python": error=2, '

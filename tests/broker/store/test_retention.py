@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 from tidemq.message import decode_record
 
+from tidemq.broker.store.retention import filesystem_usage
 from tidemq.broker.store.store import GetStatus, PutStatus
 
 from tests.broker.store.util import SEGMENT, T0, Clock, config, open_store, read_queue, req
@@ -134,9 +136,6 @@ async def test_puts_are_refused_above_the_refuse_ratio(tmp_path):
 
 
 def test_disk_usage_counts_root_reserved_blocks_as_free_like_rocketmq(tmp_path):
-    import os
-
-    from tidemq.broker.store.retention import filesystem_usage
     st = os.statvfs(tmp_path)
     u = filesystem_usage(str(tmp_path))
     assert u.total == st.f_blocks * st.f_frsize

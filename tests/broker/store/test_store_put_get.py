@@ -3,12 +3,14 @@ tag filtering, time and key lookups."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 import pytest
 
 from tidemq.message import BLANK_MAGIC, SysFlag, decode_offset_msg_id, decode_record, java_hash, tags_code
 
+from tidemq.broker.store import consume_queue
 from tidemq.broker.store.store import GetStatus, PutRequest, PutStatus
 
 from tests.broker.store.util import SEGMENT, Clock, config, open_store, read_queue, req
@@ -341,8 +343,6 @@ def test_ipv6_store_host_is_encoded_with_its_flag(tmp_path, host):
 @pytest.mark.parametrize("warm", [False, True])
 @pytest.mark.timeout(20, func_only=True)
 async def test_next_segment_is_created_off_the_loop(tmp_path, warm):
-    import asyncio
-
     store = open_store(config(tmp_path, warm_segments=warm))  # warm: pre-faulted (MAP_POPULATE)
     await store.start()
     cl = store._commitlog
@@ -362,8 +362,6 @@ async def test_next_segment_is_created_off_the_loop(tmp_path, warm):
 
 
 def test_a_file_that_cannot_be_created_refuses_the_put_and_writes_nothing(tmp_path, monkeypatch):
-    from tidemq.broker.store import consume_queue
-
     store = open_store(config(tmp_path))
     assert store.put(req(topic="A")).ok
     end = store.commitlog_max_offset

@@ -12,7 +12,7 @@ import pytest
 from tests.client.push.helpers import Collector, cfg, committed_offsets, send, send_sync
 from tests.support.topics import create_topic, create_topic_sync
 from tests.support.waiting import wait_until, wait_until_sync
-from tidemq.client import PullConsumer
+from tidemq.client import PullConsumer, SyncPushConsumer
 from tidemq.client.push import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
@@ -243,8 +243,6 @@ async def test_a_slow_message_holds_the_offset_and_the_span_bounds_pulling(clust
 
 
 def test_blocking_push_consumer(cluster):
-    from tidemq.client import SyncPushConsumer
-
     topic, group = "PushSync", "push-sync-cg"
     create_topic_sync(cluster, topic, 2)
     got = Collector()

@@ -9,8 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.client.push.test_push_process_queue import msg
+from tidemq.client import LitePullConsumer, PushConsumer
 from tidemq.client.allocate import AllocateMessageQueueAveragelyByCircle, allocate_averagely_by_circle
 from tidemq.client.push import protocol
+from tidemq.client.push.blocking import SyncPushConsumer
 from tidemq.client.push.settings import LitePullSettings, PushSettings
 from tidemq.client.route import MessageQueue
 from tidemq.errors import CodecError, ConfigError
@@ -130,9 +132,6 @@ def test_lite_pull_settings_refuse_nonsense(kw):
 
 
 def test_consumers_take_a_settings_object_and_its_fields_by_name():
-    from tidemq.client import LitePullConsumer, PushConsumer, allocate_averagely_by_circle
-    from tidemq.client.push.blocking import SyncPushConsumer
-
     c = PushConsumer("g", "127.0.0.1:9876", settings=PushSettings(orderly=True, pull_batch_size=8),
                      pull_batch_size=64, allocate_strategy=allocate_averagely_by_circle)
     assert c.settings == PushSettings(orderly=True, pull_batch_size=64,
@@ -148,8 +147,6 @@ def test_consumers_take_a_settings_object_and_its_fields_by_name():
 
 
 def test_an_unknown_setting_names_the_closest_one():
-    from tidemq.client import LitePullConsumer, PushConsumer
-
     # a misspelt keyword is still the TypeError Python raises for one, now naming the closest setting
     with pytest.raises(TypeError, match="unknown consumer setting 'pull_batchsize' .did you mean 'pull_batch_size'"):
         PushConsumer("g", "127.0.0.1:9876", pull_batchsize=8)
