@@ -49,6 +49,7 @@ class FakeInstance:
         self.answer = answer or (lambda addr, cmd: ResponseCode.SUCCESS)
         self.sent: list[tuple[str, RemotingCommand]] = []
         self.oneway: list[tuple[str, RemotingCommand]] = []
+        self.refreshed: list[str] = []
         self.offset = 0
 
     async def get_route(self, topic: str, refresh: bool = False) -> TopicRouteData | None:
@@ -75,6 +76,9 @@ class FakeInstance:
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         self.oneway.append((addr, cmd))
+
+    def refresh_route_after_fault(self, topic: str) -> None:
+        self.refreshed.append(topic)
 
     def now_ms(self) -> int:
         return 1_700_000_000_000

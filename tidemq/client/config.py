@@ -60,6 +60,9 @@ class ClientConfig:
     instance_name: str = "DEFAULT"
     request_timeout: float = 3.0
     route_refresh_interval: float = 30.0
+    # A failed send or pull re-reads its topic's route at once (to follow a failover), at most
+    # once per this many seconds per topic (tidemq.client.route_refresh).
+    fault_route_refresh_interval: float = 0.5
     heartbeat_interval: float = 30.0
     retry_times_when_send_failed: int = 2
     compress_threshold: int = 4096
@@ -91,7 +94,7 @@ class ClientConfig:
         if not self.instance_name or "@" in self.instance_name:
             raise ConfigError("instance_name must be non-empty and must not contain '@'")
         check_positive(self, ("request_timeout", "route_refresh_interval", "heartbeat_interval",
-                              "connect_timeout"))
+                              "connect_timeout", "fault_route_refresh_interval"))
         if self.retry_times_when_send_failed < 0:
             raise ConfigError("retry_times_when_send_failed must be >= 0")
         if not 0 <= self.compress_level <= 9:

@@ -7,6 +7,8 @@ shared one and counts users; the last :meth:`release` closes it. An instance own
 * a :class:`tidemq.remoting.RemotingClient` (one connection per broker / name server address);
 * the :class:`~tidemq.client.route_cache.RouteCache` (topic routes, broker name -> addresses);
 * two background tasks, route refresh and heartbeat, cancelled on close;
+* the :class:`~tidemq.client.route_refresh.FaultRefresher`: a failed send or pull re-reads its
+  topic's route at once (bounded per topic), so clients follow a broker group's failover;
 * the group registry a heartbeat reports (producer groups, consumer groups + subscriptions).
 
 Name servers are tried in turn: a request that cannot reach one (connect error or timeout) moves
@@ -33,6 +35,7 @@ from tidemq.client.ids import UniqIdGenerator, make_client_id
 from tidemq.client.response import check
 from tidemq.client.route import MessageQueue, TopicRouteData
 from tidemq.client.route_cache import RouteCache
+from tidemq.client.route_refresh import FaultRefresher
 from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
 from tidemq.message import local_ip_bytes
@@ -76,6 +79,9 @@ class ClientInstance:
         self._consumers: list[ConsumerMember] = []
         self._tasks: set[asyncio.Task] = set()
         self._route_lock = asyncio.Lock()
+        self.fault_refresher = FaultRefresher(
+            lambda topic: self.get_route(topic, refresh=True), config.fault_route_refresh_interval,
+            spawn=self._spawn)
         self._users = 0
         self._state = "new"  # new -> started -> closed
         self._start_task: asyncio.Future[None] | None = None
@@ -298,6 +304,13 @@ class ClientInstance:
     async def refresh_routes(self) -> None:
         for topic in self.routes.topics():
             await self.get_route(topic, refresh=True)
+
+    def refresh_route_after_fault(self, topic: str) -> "asyncio.Future[None] | None":
+        """Re-read ``topic``'s route now because a request to one of its brokers failed: the
+        refresh in flight or a new one, None when one started too recently (FaultRefresher)."""
+        if not self.started:
+            return None
+        return self.fault_refresher.request(topic)
 
     async def master_addr(self, topic: str, broker_name: str) -> str:
         """The master address of ``broker_name``, refreshing ``topic``'s route once if unknown."""

@@ -52,6 +52,24 @@ RETRYABLE_SEND_CODES = frozenset(
 )
 
 
+# Answers of a broker that may no longer be (or no longer fully be) its group's master, after
+# which the producer re-reads the topic's route at once to follow a failover (issue 17):
+# SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT (stored by the master, not acknowledged by its
+# replicas), SERVICE_NOT_AVAILABLE (what a slave or a stopping broker answers a send) and
+# NO_PERMISSION (a broker whose write permission was wiped, as before a switchover).
+ROUTE_FAULT_CODES = frozenset(
+    {
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+    }
+)
+# Stored, but not replicated as the group promises: a producer that has retries left sends again
+# (to the group's new master when the route changed), as RocketMQ's retryAnotherBrokerWhenNotStoreOK.
+NOT_STORE_OK_CODES = frozenset({ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT})
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """``msg_id`` is the client UNIQ_KEY (comma-joined for a batch); ``offset_msg_id`` the

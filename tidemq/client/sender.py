@@ -14,6 +14,19 @@ ordering the caller asked for. ``timeout`` bounds the whole send, retries includ
 sendMsgTimeout does). Topics without a route raise ClientError unless a broker offers
 auto-creation (TBW102, as RocketMQ's producers).
 
+Following a failover (issue 17): a connection error, a timeout, or an answer of
+:data:`~tidemq.client.send.ROUTE_FAULT_CODES` (the broker may no longer be its group's master)
+re-reads the topic's route at once through the instance's bounded
+:class:`~tidemq.client.route_refresh.FaultRefresher`. The retry waits for that refresh only when
+no other broker serves the topic (else it goes elsewhere at once, as before); when the route then
+names a new master for the failed group, that group's fault record (the old master's) is
+forgotten and the retry may go to it. SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT (stored, not
+replicated) are sent again while retries last and the last such result is returned when none
+does better. Where RocketMQ differs: DefaultMQProducerImpl.sendDefaultImpl retries on another
+broker and updates fault items but learns a new master only from the 30 s
+updateTopicRouteInfoFromNameServer poll (or when the route has no address at all), and returns a
+not-stored-OK result at once unless retryAnotherBrokerWhenNotStoreOK is set.
+
 What is sent is a *request builder*: a function of the chosen queue that returns the request, so
 a retry on another queue resends the same prepared message (same UNIQ_KEY, same bytes) with only
 the queue id changed. A Sender lives from a producer's start to its close (it holds the started
@@ -36,7 +49,9 @@ from tidemq.client.route import MessageQueue, Perm, TopicRouteData
 from tidemq.client.selectors import QueueSelector
 from tidemq.client.send import (
     DEFAULT_TOPIC_QUEUE_NUMS,
+    NOT_STORE_OK_CODES,
     RETRYABLE_SEND_CODES,
+    ROUTE_FAULT_CODES,
     OutgoingMessage,
     SendResult,
     build_batch_request,
@@ -180,36 +195,53 @@ class Sender:
         fault = self.fault
         last_broker: str | None = None
         last_exc: TideMQError | None = None
+        not_stored_ok: SendResult | None = None  # stored, not replicated: returned if nothing better
+        refresh: asyncio.Future[None] | None = None  # the route refresh the last fault started
+        failed_addr: str | None = None
         made = busy = 0
         while made - busy < attempts:  # SYSTEM_BUSY answers do not use up the retry budget
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
             if fixed is None and made:  # a retry: the route may have changed meanwhile
-                queues = inst.routes.publish_queues(topic)
+                if last_broker is not None and await self._follow(
+                        topic, refresh, last_broker, failed_addr, queues or (), remaining):
+                    last_broker = None  # the same group's new master may take the retry
+                refresh = None
+                # During a failover the route may name no master for a while: keep the queues
+                # (the attempt then fails with what is wrong) rather than claim the topic has none.
+                queues = inst.routes.publish_queues(topic) or queues
             mq = fixed or fault.select(topic, queues, last_broker)  # type: ignore[arg-type]
             if mq is None:
                 raise no_route_error(topic, self.config.name_servers)
             made += 1
             started = fault.now()
+            failed_addr = inst.routes.master_addr(mq.broker_name)
             try:
                 # hot path (bench/produce_consume.py): a cached master address needs no coroutine
-                addr = (inst.routes.master_addr(mq.broker_name)
-                        or await inst.master_addr(topic, mq.broker_name))
+                addr = failed_addr or await inst.master_addr(topic, mq.broker_name)
                 resp = await inst.invoke(addr, build(mq), remaining)
             except (RemotingError, ClientError) as exc:
                 last_exc, last_broker = exc, mq.broker_name
+                refresh = inst.refresh_route_after_fault(topic)
                 if fixed is None:
                     fault.report(mq.broker_name, (fault.now() - started) * 1000, isolation=True)
                 log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, exc)
                 continue
             latency_ms = (fault.now() - started) * 1000
-            if resp.code == ResponseCode.SYSTEM_BUSY:  # flow control: not stored, back off and retry
+            code = resp.code
+            if code == ResponseCode.SUCCESS:
+                if fixed is None:
+                    fault.report(mq.broker_name, latency_ms)
+                return parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
+            if code in ROUTE_FAULT_CODES:  # the group may have a new master: learn it at once
+                refresh = inst.refresh_route_after_fault(topic)
+            if code == ResponseCode.SYSTEM_BUSY:  # flow control: not stored, back off and retry
                 busy += 1
                 last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
                 await asyncio.sleep(min(busy_backoff(busy), max(0.0, deadline - loop.time())))
                 continue
-            if resp.code in RETRYABLE_SEND_CODES:
+            if code in RETRYABLE_SEND_CODES:
                 last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
                 if fixed is None:
                     # A reply refused because its requester is gone is no fault of the broker.
@@ -218,8 +250,37 @@ class Sender:
                 continue
             if fixed is None:
                 fault.report(mq.broker_name, latency_ms)
-            return parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
+            result = parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
+            if code in NOT_STORE_OK_CODES and fixed is None and made - busy < attempts:
+                not_stored_ok, last_broker = result, mq.broker_name
+                log.info("send to %s was stored but not replicated (%s, attempt %d/%d): sending "
+                         "again", mq, result.status.value, made, attempts)
+                continue
+            return result
+        if not_stored_ok is not None:
+            return not_stored_ok
         raise _final_error(topic, made, budget, last_exc)
+
+    async def _follow(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,
+                      failed_addr: str | None, queues: Sequence[MessageQueue],
+                      remaining: float) -> bool:
+        """Before a retry after a fault on ``broker``: when no other broker serves the topic, wait
+        (within the send's deadline) for the route refresh the fault started, since only a new
+        master of the same group can take the retry. True when the route now names another
+        master for ``broker``: its fault record belonged to the old master and is forgotten."""
+        if (refresh is not None and not refresh.done()
+                and all(q.broker_name == broker for q in queues)):
+            try:
+                await asyncio.wait_for(asyncio.shield(refresh), remaining)
+            except asyncio.TimeoutError:
+                return False
+        master = self.inst.routes.master_addr(broker)
+        if master is None or master == failed_addr:
+            return False
+        self.fault.tolerance.remove(broker)
+        log.info("broker %s of topic %s has a new master %s (was %s): retrying there", broker,
+                 topic, master, failed_addr)
+        return True
 
 
 async def _auto_create_route(inst: ClientInstance, topic: str) -> TopicRouteData | None:

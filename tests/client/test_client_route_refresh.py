@@ -1,0 +1,197 @@
+"""Fault-driven route refreshes (issue 17): the bound of FaultRefresher against a fake route
+source and an injected clock (no sleeping), and a Sender following a broker group's failover to
+the new master within one send's retry budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.client.test_client_sender import ADDRS, FakeClock, FakeInstance, make, out, route
+from tidemq.client.route import BrokerData, QueueData, TopicRouteData
+from tidemq.client.route_refresh import FaultRefresher
+from tidemq.client.send import SendStatus
+from tidemq.errors import ConnectError, RemotingTimeoutError
+from tidemq.remoting import ResponseCode
+
+NEW_MASTER = "10.0.0.9:10911"
+
+
+class FakeRouteSource:
+    """Counts fetches; each waits for ``gate`` (set by default) and may raise ``fail``."""
+
+    def __init__(self) -> None:
+        self.fetches: list[str] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail: Exception | None = None
+
+    async def __call__(self, topic: str) -> None:
+        self.fetches.append(topic)
+        await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+
+
+async def test_concurrent_faults_share_one_refresh_in_flight():
+    source, clock = FakeRouteSource(), FakeClock()
+    source.gate.clear()
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock)
+    first = refresher.request("T")
+    assert first is not None
+    assert all(refresher.request("T") is first for _ in range(100))
+    source.gate.set()
+    await first
+    assert source.fetches == ["T"]
+
+
+async def test_no_new_refresh_within_the_minimum_interval_then_one_after_it():
+    source, clock = FakeRouteSource(), FakeClock()
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock)
+    assert await refresher.refresh("T", 1.0)
+    clock.t += 0.499
+    assert refresher.request("T") is None and not await refresher.refresh("T", 1.0)
+    clock.t += 0.001
+    assert await refresher.refresh("T", 1.0)
+    assert source.fetches == ["T", "T"] and refresher.refreshes == 2
+
+
+async def test_the_bound_is_per_topic():
+    source, clock = FakeRouteSource(), FakeClock()
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock)
+    assert await refresher.refresh("A", 1.0) and await refresher.refresh("B", 1.0)
+    assert refresher.request("A") is None and refresher.request("B") is None
+    assert source.fetches == ["A", "B"]
+
+
+async def test_a_failed_refresh_is_logged_not_raised_and_counts_against_the_bound(caplog):
+    source, clock = FakeRouteSource(), FakeClock()
+    source.fail = ConnectError("no name server answered")
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock)
+    assert await refresher.refresh("T", 1.0)
+    assert "route refresh of topic T after a failed request failed" in caplog.text
+    assert refresher.request("T") is None  # a dead name server is not asked again at once
+
+
+async def test_a_waiter_that_gives_up_leaves_the_refresh_running_for_others():
+    source, clock = FakeRouteSource(), FakeClock()
+    source.gate.clear()
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock)
+    assert not await refresher.refresh("T", 0.01)
+    task = refresher.request("T")
+    assert task is not None and not task.done()
+    source.gate.set()
+    await task
+    assert source.fetches == ["T"]
+
+
+async def test_remembered_topics_are_bounded():
+    source, clock = FakeRouteSource(), FakeClock()
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock, max_topics=3)
+    for topic in "ABCD":
+        assert await refresher.refresh(topic, 1.0)
+    assert len(refresher._started) == 3
+    assert refresher.request("A") is not None  # forgotten first: allowed one early refresh
+
+
+# The Sender over a fake instance whose route source moves broker-a's master -------------------
+
+def failover_instance(inst: FakeInstance, clock: FakeClock) -> FaultRefresher:
+    """Give ``inst`` a real FaultRefresher whose fetch reads ``inst.known`` (the name servers)."""
+    async def fetch(topic: str) -> None:
+        await inst.get_route(topic, refresh=True)
+
+    refresher = FaultRefresher(fetch, min_interval=0.5, clock=clock)
+    inst.refresh_route_after_fault = refresher.request  # type: ignore[method-assign]
+    return refresher
+
+
+def moved(broker: str = "broker-a") -> TopicRouteData:
+    return TopicRouteData((QueueData(broker, 2, 2, 6),), (BrokerData("C", broker, {0: NEW_MASTER}),))
+
+
+@pytest.mark.parametrize("failure", ["refused", "timeout", "not master"])
+async def test_a_send_follows_the_new_master_of_its_group_within_one_send(failure):
+    old = ADDRS["broker-a"]
+
+    def answer(addr, cmd):
+        if addr != old:
+            return ResponseCode.SUCCESS
+        if failure == "refused":
+            raise ConnectError(f"connect to {addr} refused")
+        if failure == "timeout":
+            raise RemotingTimeoutError(f"request to {addr} timed out")
+        return ResponseCode.SERVICE_NOT_AVAILABLE
+
+    inst, sender = make({"T": route("broker-a")}, answer, retries=2)
+    clock = FakeClock()
+    refresher = failover_instance(inst, clock)
+    await sender.queues("T")
+    inst.known["T"] = moved()  # the new master registered as brokerId 0 at another address
+    res = await sender.send_one(out(), 3.0)
+    assert res.status is SendStatus.SEND_OK and res.message_queue.broker_name == "broker-a"
+    assert [a for a, _ in inst.sent] == [old, NEW_MASTER]
+    assert refresher.refreshes == 1
+    assert sender.fault.tolerance.is_available("broker-a")  # the old master's fault is forgotten
+
+
+async def test_a_failure_storm_asks_the_name_servers_once_per_interval():
+    inst, sender = make({"T": route("broker-a")},
+                        lambda addr, cmd: (_ for _ in ()).throw(ConnectError(f"{addr} refused")),
+                        retries=2)
+    clock = FakeClock()
+    refresher = failover_instance(inst, clock)
+    await sender.queues("T")
+    results = await asyncio.gather(*(sender.send_one(out(), 3.0) for _ in range(50)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, ConnectError) for r in results)
+    assert refresher.refreshes == 1 and len(inst.sent) == 150
+    clock.t += 0.5
+    with pytest.raises(ConnectError):
+        await sender.send_one(out(), 3.0)
+    assert refresher.refreshes == 2
+
+
+async def test_with_another_broker_the_retry_goes_there_without_waiting_for_the_refresh():
+    inst, sender = make({"T": route("broker-a", "broker-b")},
+                        lambda addr, cmd: (ResponseCode.SUCCESS if addr == ADDRS["broker-b"]
+                                           else ResponseCode.SERVICE_NOT_AVAILABLE))
+    clock = FakeClock()
+    failover_instance(inst, clock)
+    gate = asyncio.Event()  # a name server that does not answer
+
+    async def hanging(topic: str) -> None:
+        await gate.wait()
+
+    refresher = FaultRefresher(hanging, min_interval=0.5, clock=clock)
+    inst.refresh_route_after_fault = refresher.request  # type: ignore[method-assign]
+    await sender.queues("T")
+    for _ in range(3):
+        res = await asyncio.wait_for(sender.send_one(out(), 3.0), 1.0)
+        assert res.message_queue.broker_name == "broker-b"
+    pending = refresher.request("T")
+    gate.set()
+    if pending is not None:
+        await pending
+
+
+async def test_not_replicated_answers_are_sent_again_and_the_last_returned_when_none_does_better():
+    answers = iter([ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.SUCCESS])
+    inst, sender = make({"T": route("broker-a")}, lambda addr, cmd: next(answers), retries=2)
+    res = await sender.send_one(out(), 3.0)
+    assert res.status is SendStatus.SEND_OK and len(inst.sent) == 2 and inst.refreshed == ["T"]
+
+    inst, sender = make({"T": route("broker-a")},
+                        lambda addr, cmd: ResponseCode.FLUSH_SLAVE_TIMEOUT, retries=2)
+    res = await sender.send_one(out(), 3.0)
+    assert res.status is SendStatus.FLUSH_SLAVE_TIMEOUT and len(inst.sent) == 3
+
+
+async def test_a_fixed_queue_send_is_not_retried_but_refreshes_the_route():
+    inst, sender = make({"T": route("broker-a")}, lambda addr, cmd: ResponseCode.SLAVE_NOT_AVAILABLE)
+    await sender.queues("T")
+    mq = inst.routes.publish_queues("T")[0]
+    res = await sender.send("T", sender.single(out()), "UNIQ1", mq, 3.0)
+    assert res.status is SendStatus.SLAVE_NOT_AVAILABLE and len(inst.sent) == 1
+    assert inst.refreshed == ["T"]
