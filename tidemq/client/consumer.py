@@ -29,7 +29,7 @@ from tidemq.client.pull import (
 from tidemq.client.response import check, header_int
 from tidemq.client.route import MessageQueue
 from tidemq.client.validation import check_group, check_topic_name
-from tidemq.errors import ClientError
+from tidemq.errors import ClientError, RemotingError
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,13 @@ class PullConsumer(ClientBase):
         cmd = build_pull_request(self.group, mq, offset, max_nums, expr, suspend_ms,
                                  self._subscriptions[mq.topic].sub_version)
         wait = (timeout if timeout is not None else self.config.request_timeout) + suspend_ms / 1000
-        return await inst.invoke(addr, cmd, wait), expr, addr
+        try:
+            return await inst.invoke(addr, cmd, wait), expr, addr
+        except RemotingError:
+            # The broker may have failed over (issue 17): re-read the route now (bounded) so the
+            # caller's next pull goes to the group's new master.
+            inst.refresh_route_after_fault(mq.topic)
+            raise
 
     # offsets -----------------------------------------------------------------------------------
     async def committed_offset(self, mq: MessageQueue) -> int | None:

@@ -10,7 +10,10 @@ status:
   as consumed (it skips filtered-out messages), pull again;
 * OFFSET_ILLEGAL: the broker moved us (queue truncated or offset beyond its end): forget the
   cache, commit ``nextBeginOffset`` and continue from there;
-* an error: wait ``error_backoff`` seconds (3 s as in RocketMQ) and try again.
+* an error: wait ``error_backoff`` seconds (3 s as in RocketMQ) and try again. A connection
+  error or timeout also re-reads the topic's route at once (the instance's bounded
+  FaultRefresher, issue 17): when it names a new master for the queue's broker group (a
+  failover), the pull goes there without waiting out the back-off.
 
 The loop ends when its process queue is dropped or its task is cancelled; a pull answered after
 the drop is discarded (its messages are pulled again by the queue's next owner).
@@ -30,7 +33,7 @@ from tidemq.client.push.broker_api import ConsumerBrokerApi
 from tidemq.client.push.offset_store import OffsetStore, ReadOffsetType
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.route import MessageQueue
-from tidemq.errors import TideMQError
+from tidemq.errors import RemotingError, TideMQError
 from tidemq.message import MessageExt
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,7 @@ class QueuePuller:
             cmd = build_pull_request(self.host.group, mq, self.next_offset, s.batch_size,
                                      sub.expression, s.suspend_ms, sub.sub_version, commit)
             pq.mark_pulled()
+            pulled_from = inst.routes.master_addr(mq.broker_name)
             try:
                 addr = await inst.queue_master_addr(mq)
                 resp = await inst.invoke(addr, cmd, inst.config.request_timeout + s.suspend_ms / 1000)
@@ -101,7 +105,13 @@ class QueuePuller:
                     break
                 log.warning("pull of %s (group %s, offset %d) failed, retrying in %g s: %s", mq,
                             self.host.group, self.next_offset, s.error_backoff, exc)
-                await asyncio.sleep(s.error_backoff)
+                waited = 0.0
+                if isinstance(exc, RemotingError):
+                    started = asyncio.get_running_loop().time()
+                    if await self._follow(pulled_from):
+                        continue
+                    waited = asyncio.get_running_loop().time() - started
+                await asyncio.sleep(max(0.0, s.error_backoff - waited))
                 continue
             self.pulls += 1
             if pq.dropped:
@@ -124,3 +134,20 @@ class QueuePuller:
                 self.host.offset_store.update(mq, result.next_begin_offset, increase_only=False)
                 await self.host.offset_store.persist(mq)
         log.debug("stopped pulling %s of group %s", mq, self.host.group)
+
+    async def _follow(self, failed_addr: str | None) -> bool:
+        """After a connection error or timeout: wait (up to the error back-off) for the route
+        refresh it asks for; True when the route now names another master for the queue's broker."""
+        inst = self.host.instance
+        refresh = inst.refresh_route_after_fault(self.mq.topic)
+        if refresh is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(refresh), self.settings.error_backoff)
+            except asyncio.TimeoutError:
+                return False
+        master = inst.routes.master_addr(self.mq.broker_name)
+        if master is None or master == failed_addr:
+            return False
+        log.info("broker %s has a new master %s (was %s): pulling %s of group %s there",
+                 self.mq.broker_name, master, failed_addr, self.mq, self.host.group)
+        return True
