@@ -1,0 +1,340 @@
+"""Election (issue 17, step 1): the pure decisions, then Electors on a real store.
+
+The Elector tests run on both backends (a real etcd on loopback, the Kubernetes emulator) through
+test_store's ``backend`` fixture, with a 2 s lease (etcd's minimum rounds up to that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidemq.broker.ha.coordination import MAX_REPLICAS, CoordinationStore, GroupRecord
+from tidemq.broker.ha.election import (
+    Candidate,
+    ElectionConfig,
+    ElectionError,
+    Elector,
+    ReplicaPosition,
+    Role,
+    RoleKind,
+    backoff,
+    grow_record,
+    handover_record,
+    may_campaign,
+    rank,
+    shrink_record,
+    winner_record,
+)
+
+# The store tests' fixtures: a client factory per backend, a fresh group key per test.
+from .test_store import backend, emulator, key  # noqa: F401
+
+Factory = Callable[[], CoordinationStore]
+FAST = ElectionConfig(lease_seconds=2, safety_margin=0.5, backoff_step=0.3, gather=0.2, poll=0.25,
+                      request_timeout=3)
+
+
+def rec(epoch: int = 1, master: int | None = 0, in_sync: tuple[int, ...] = (0, 1, 2),
+        log_end: int = 0) -> GroupRecord:
+    return GroupRecord(epoch=epoch, master=master, in_sync=in_sync, min_in_sync=2,
+                       master_log_end=log_end)
+
+
+# ---- pure decisions -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("record, in_sync, log_end, unclean, expected", [
+    (rec(master=0), True, 10, False, False),    # a live master: nobody campaigns
+    (rec(master=0), True, 10, True, False),     # not even unclean
+    (None, True, 0, False, True),               # absent record, in sync
+    (rec(master=None, log_end=5), True, 5, False, True),
+    (rec(master=None, log_end=5), True, 4, False, False),  # lacks what the last master had
+    (None, False, 99, False, False),            # out of sync
+    (None, False, 0, True, True),               # unclean election allowed explicitly
+])
+def test_who_may_campaign(record: GroupRecord | None, in_sync: bool, log_end: int, unclean: bool,
+                          expected: bool) -> None:
+    assert may_campaign(record, 1, in_sync, log_end, unclean) is expected
+
+
+def test_rank_puts_in_sync_then_highest_log_end_then_lowest_id_first() -> None:
+    everyone = {c.replica: c for c in [Candidate(0, True, 10), Candidate(1, True, 20),
+                                       Candidate(2, True, 20), Candidate(3, False, 99)]}
+    assert [rank(everyone[r], everyone) for r in range(4)] == [2, 0, 1, 3]
+    assert rank(everyone[0], {}) == 0  # alone: goes at once
+    assert backoff(0, 0.5) == 0 and backoff(2, 0.5) == 1.0 and backoff(99, 0.5) == 2.0
+
+
+def test_a_winner_writes_the_next_epoch_with_itself_as_master() -> None:
+    known = rec(epoch=4, master=0, in_sync=(0, 1, 2))
+    assert winner_record(known, 1, True, 700, 0, 1) == \
+        GroupRecord(epoch=5, master=1, in_sync=(0, 1, 2), min_in_sync=2, master_log_end=700)
+    assert winner_record(known, 1, True, 7, 9, 1).epoch == 10  # its log knows a later epoch
+    # An unclean winner, or the first one, starts an in-sync set of itself.
+    assert winner_record(known, 3, False, 7, 0, 1).in_sync == (3,)
+    assert winner_record(None, 2, True, 0, 0, 2) == \
+        GroupRecord(epoch=1, master=2, in_sync=(2,), min_in_sync=2, master_log_end=0)
+
+
+def test_shrink_grow_and_hand_over_records() -> None:
+    record = rec(epoch=3, master=0, in_sync=(0, 1, 2), log_end=50)
+    assert shrink_record(record, 2).in_sync == (0, 1)
+    assert grow_record(shrink_record(record, 2), 2).in_sync == (0, 1, 2)
+    assert grow_record(record, 1) == record
+    with pytest.raises(ElectionError, match="hand mastership over"):
+        shrink_record(record, 0)
+    moved = handover_record(record, 1, 80)
+    assert (moved.epoch, moved.master, moved.master_log_end, moved.in_sync) == (4, 1, 80, (0, 1, 2))
+    with pytest.raises(ElectionError, match="not in sync"):
+        handover_record(shrink_record(record, 2), 2, 80)
+    with pytest.raises(ElectionError, match="already the master"):
+        handover_record(record, 0, 80)
+    with pytest.raises(ElectionError, match="no master"):
+        handover_record(rec(master=None), 1, 80)
+
+
+replica_ids = st.integers(0, MAX_REPLICAS - 1)
+# One step of a group's life: the master dies and a random set campaigns (with its log ends), a
+# hand-over, or the master shrinks/grows the in-sync set.
+events = st.one_of(
+    st.tuples(st.just("fail"), st.dictionaries(replica_ids, st.integers(0, 1000), min_size=1)),
+    st.tuples(st.just("hand_over"), replica_ids),
+    st.tuples(st.just("shrink"), replica_ids),
+    st.tuples(st.just("grow"), replica_ids),
+)
+
+
+@given(st.lists(events, max_size=30), st.booleans())
+def test_elections_keep_one_master_per_epoch_and_growing_epochs(
+        steps: list[tuple[str, object]], unclean: bool) -> None:
+    """A model of the store (one record, compare-and-swap by revision) driven by the pure
+    decisions in rank order: every write names one master per epoch, epochs only grow, and an
+    out-of-sync replica wins only with unclean election allowed."""
+    record: GroupRecord | None = None  # as stored: None while no master holds a lease
+    known: GroupRecord | None = None   # what the replicas saw last
+    revision = 0
+    masters: dict[int, int] = {}
+    last_epoch = 0
+
+    def write(new: GroupRecord) -> None:
+        nonlocal record, known, revision, last_epoch
+        assert new.epoch >= last_epoch
+        if new.master is not None:
+            assert masters.setdefault(new.epoch, new.master) == new.master
+        record, known, revision, last_epoch = new, new, revision + 1, new.epoch
+
+    for kind, arg in steps:
+        if kind == "fail":
+            assert isinstance(arg, dict)
+            record = None  # the master's lease ran out
+            cands = {r: Candidate(r, known is None or r in known.in_sync, end)
+                     for r, end in arg.items()}
+            read_at = revision
+            for me in sorted(cands.values(), key=lambda c: rank(c, cands)):
+                if not may_campaign(record, me.replica, me.in_sync, me.log_end, unclean):
+                    continue
+                if revision != read_at:
+                    break  # compare-and-swap at the revision read fails for the rest
+                new = winner_record(known, me.replica, me.in_sync, me.log_end, 0, 2)
+                assert me.in_sync or unclean
+                write(new)
+        elif record is not None and isinstance(arg, int):
+            try:
+                if kind == "hand_over":
+                    write(handover_record(record, arg, record.master_log_end))
+                elif kind == "shrink":
+                    write(shrink_record(record, arg))
+                else:
+                    write(grow_record(record, arg))
+            except ElectionError:
+                pass
+
+
+def test_election_config_refuses_a_margin_longer_than_the_lease() -> None:
+    with pytest.raises(ValueError, match="shorten the margin"):
+        ElectionConfig(lease_seconds=2, safety_margin=2)
+
+
+# ---- Electors on a real store ---------------------------------------------------------------------
+
+class Group:
+    """Electors of one group, each with its own store client, closed at the end."""
+
+    def __init__(self, clients: Factory, group_key: str) -> None:
+        self.backend, self.key = clients, group_key
+        self.electors: dict[int, Elector] = {}
+
+    async def seed(self, in_sync: tuple[int, ...], log_end: int = 0) -> None:
+        """A record with no master yet, naming the in-sync set (as a first master would grow it)."""
+        assert await self.backend().compare_and_swap(
+            self.key, GroupRecord(epoch=0, master=None, in_sync=in_sync, min_in_sync=1,
+                                  master_log_end=log_end), 0) is not None
+
+    def make(self, replica: int, log_end: int = 100, config: ElectionConfig = FAST) -> Elector:
+        elector = Elector(self.backend(), self.key, replica,
+                          lambda: ReplicaPosition(log_end=log_end), config)
+        self.electors[replica] = elector
+        return elector
+
+    async def start(self, *replicas: int) -> None:
+        await asyncio.gather(*(self.electors[r].start() for r in replicas))
+
+    def masters(self) -> list[int]:
+        return [r for r, e in self.electors.items() if e.role.kind is RoleKind.MASTER]
+
+    async def settled(self, within: float, exclude: tuple[int, ...] = ()) -> Role:
+        """Waits until exactly one master exists and every other live elector follows it."""
+        deadline = time.monotonic() + within
+        while True:
+            live = {r: e for r, e in self.electors.items() if r not in exclude}
+            masters = [e.role for e in live.values() if e.role.kind is RoleKind.MASTER]
+            if len(masters) == 1 and all(
+                    e.role == masters[0] or e.role == Role(RoleKind.FOLLOWER, masters[0].epoch,
+                                                           masters[0].master)
+                    for e in live.values()):
+                return masters[0]
+            assert len(masters) <= 1, {r: e.role for r, e in live.items()}
+            assert time.monotonic() < deadline, {r: e.role for r, e in live.items()}
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        for elector in self.electors.values():
+            await elector.close()
+
+
+def crash(elector: Elector) -> None:
+    """Stops every task of ``elector`` without revoking its lease, as a killed process would."""
+    for task in elector._tasks.values():
+        task.cancel()
+
+
+@pytest.fixture
+async def group(backend: Factory, key: str) -> AsyncIterator[Group]:  # noqa: F811
+    made = Group(backend, key)
+    yield made
+    await made.close()
+
+
+async def test_three_electors_elect_exactly_one_master(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica)
+    await group.start(0, 1, 2)
+    role = await group.settled(within=10)
+    assert role.epoch == 1
+    current = await group.backend().get(group.key)
+    assert current is not None and current.record.master == role.master
+    await asyncio.sleep(1)  # and it stays so
+    assert group.masters() == [role.master]
+
+
+async def test_a_crashed_master_is_replaced_within_the_lease_with_the_next_epoch(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica)
+    await group.start(0, 1, 2)
+    first = await group.settled(within=10)
+    assert first.master is not None
+    crash(group.electors[first.master])
+    crashed = time.monotonic()
+    second = await group.settled(within=FAST.lease_seconds + 4, exclude=(first.master,))
+    print(f"failover after {time.monotonic() - crashed:.2f} s")
+    assert second.master != first.master and second.epoch == first.epoch + 1
+
+
+async def test_the_replica_with_the_highest_log_end_wins_when_all_start_together(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica, log_end in ((0, 100), (1, 300), (2, 200)):
+        group.make(replica, log_end=log_end)
+    await group.start(0, 1, 2)
+    assert (await group.settled(within=10)).master == 1
+
+
+async def test_an_out_of_sync_replica_does_not_win(group: Group) -> None:
+    await group.seed((0, 1))
+    group.make(2, log_end=999)
+    await group.start(2)
+    await asyncio.sleep(2)
+    assert group.electors[2].role.kind is RoleKind.NONE
+    current = await group.backend().get(group.key)
+    assert current is not None and current.record.master is None
+    group.make(0, log_end=10)  # an in-sync one with less data wins
+    await group.start(0)
+    assert (await group.settled(within=10)).master == 0
+
+
+async def test_an_out_of_sync_replica_wins_when_unclean_election_is_allowed(group: Group) -> None:
+    await group.seed((0, 1))
+    unclean = ElectionConfig(lease_seconds=2, safety_margin=0.5, backoff_step=0.3, gather=0.2,
+                             poll=0.25, request_timeout=3, allow_unclean=True)
+    group.make(2, config=unclean)
+    await group.start(2)
+    role = await group.settled(within=10)
+    assert role.master == 2
+    current = await group.backend().get(group.key)
+    assert current is not None and current.record.in_sync == (2,)
+
+
+async def test_a_stalled_master_stops_acknowledging_before_its_lease_runs_out(group: Group) -> None:
+    await group.seed((0, 1))
+    for replica in range(2):
+        group.make(replica)
+    await group.start(0, 1)
+    role = await group.settled(within=10)
+    assert role.master is not None
+    master = group.electors[role.master]
+    loop = asyncio.get_running_loop()
+    assert master.may_acknowledge(loop.time())
+    master._tasks["keep-alive"].cancel()  # stalled: no renewal, no revoke
+    while master.may_acknowledge(loop.time()):
+        await asyncio.sleep(0.02)
+    # It has stopped acknowledging while the store still holds its record: nobody else can win yet.
+    current = await group.backend().get(group.key)
+    assert current is not None and current.record.master == role.master
+    assert all(e.role.kind is not RoleKind.MASTER for r, e in group.electors.items() if r != role.master)
+    crash(master)
+    second = await group.settled(within=FAST.lease_seconds + 4, exclude=(role.master,))
+    assert second.epoch == role.epoch + 1
+
+
+async def test_hand_over_moves_mastership_with_the_next_epoch(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica)
+    await group.start(0, 1, 2)
+    first = await group.settled(within=10)
+    assert first.master is not None
+    old = group.electors[first.master]
+    target = (first.master + 1) % 3
+    assert await old.hand_over(target)
+    assert not old.may_acknowledge(asyncio.get_running_loop().time())  # at once
+    second = await group.settled(within=5)
+    assert (second.master, second.epoch) == (target, first.epoch + 1)
+    # The record now lives under the new master's lease: the old one's leaving changes nothing.
+    await old.close()
+    del group.electors[first.master]
+    await asyncio.sleep(FAST.lease_seconds + 1)
+    assert (await group.settled(within=1)) == second
+
+
+async def test_the_master_shrinks_and_grows_the_in_sync_set(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica)
+    await group.start(0, 1, 2)
+    role = await group.settled(within=10)
+    assert role.master is not None
+    master, other = group.electors[role.master], (role.master + 1) % 3
+    assert await master.shrink(other)
+    current = await group.backend().get(group.key)
+    assert current is not None and other not in current.record.in_sync
+    assert current.record.epoch == role.epoch
+    assert await master.grow(other)
+    current = await group.backend().get(group.key)
+    assert current is not None and other in current.record.in_sync
+    assert not await group.electors[other].shrink(role.master)  # a follower cannot
