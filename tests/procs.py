@@ -158,6 +158,25 @@ class Cluster:
             self.broker.stop()
         self.broker.start()
 
+    def same_name_broker(self, store_dir: Path, log_name: str = "broker-2.log") -> tuple[ServerProcess, str]:
+        """A second broker (not started) registering this cluster's broker name as brokerId 0 at
+        another address over ``store_dir``: started after the first is killed, it is the group's
+        new master as a failover makes one (issue 17). Returns it and its address."""
+        port, metrics_port = free_port(), free_port()
+        proc = ServerProcess(
+            tidemq_cmd(
+                "broker", "--namesrv", self.namesrv_addr, "--listen", f"127.0.0.1:{port}",
+                "--store", str(store_dir), "--cluster", self.cluster_name,
+                "--broker-name", self.broker_name, "--flush", self.flush,
+                "--segment-size", str(self.segment_size),
+                "--metrics-listen", f"127.0.0.1:{metrics_port}",
+                *self.extra_broker_args,
+            ),
+            self.root / log_name,
+            f"http://127.0.0.1:{metrics_port}/readyz",
+        )
+        return proc, f"127.0.0.1:{port}"
+
     def admin(self, *args: str, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess:
         """Run `tidemq admin ...` against this cluster."""
         r = subprocess.run(

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from tests.client.test_client_sender import ADDRS, FakeClock, FakeInstance, make, out, route
-from tidemq.client.route import BrokerData, QueueData, TopicRouteData
+from tidemq.client.route import BrokerData, Perm, QueueData, TopicRouteData
 from tidemq.client.route_refresh import FaultRefresher
 from tidemq.client.send import SendStatus
 from tidemq.errors import ConnectError, RemotingTimeoutError
@@ -103,12 +103,12 @@ def failover_instance(inst: FakeInstance, clock: FakeClock) -> FaultRefresher:
         await inst.get_route(topic, refresh=True)
 
     refresher = FaultRefresher(fetch, min_interval=0.5, clock=clock)
-    inst.refresh_route_after_fault = refresher.request  # type: ignore[method-assign]
+    inst.refresh_route_after_fault = refresher.request  # type: ignore[method-assign,assignment]
     return refresher
 
 
 def moved(broker: str = "broker-a") -> TopicRouteData:
-    return TopicRouteData((QueueData(broker, 2, 2, 6),), (BrokerData("C", broker, {0: NEW_MASTER}),))
+    return TopicRouteData((QueueData(broker, 2, 2, Perm.READ | Perm.WRITE),), (BrokerData("C", broker, {0: NEW_MASTER}),))
 
 
 @pytest.mark.parametrize("failure", ["refused", "timeout", "not master"])
@@ -165,7 +165,7 @@ async def test_with_another_broker_the_retry_goes_there_without_waiting_for_the_
         await gate.wait()
 
     refresher = FaultRefresher(hanging, min_interval=0.5, clock=clock)
-    inst.refresh_route_after_fault = refresher.request  # type: ignore[method-assign]
+    inst.refresh_route_after_fault = refresher.request
     await sender.queues("T")
     for _ in range(3):
         res = await asyncio.wait_for(sender.send_one(out(), 3.0), 1.0)
