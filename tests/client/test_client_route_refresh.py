@@ -1,6 +1,6 @@
 """Fault-driven route refreshes (issue 17): the bound of FaultRefresher against a fake route
-source and an injected clock (no sleeping), and a Sender following a broker group's failover to
-the new master within one send's retry budget."""
+source and an injected clock (no sleeping), a Sender following a broker group's failover to the
+new master within one send's retry budget, and a puller moving to it without its back-off."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ import asyncio
 import pytest
 
 from tests.client.test_client_sender import ADDRS, FakeClock, FakeInstance, make, out, route
-from tidemq.client.route import BrokerData, Perm, QueueData, TopicRouteData
+from tidemq.client.config import ClientConfig
+from tidemq.client.heartbeat import Subscription
+from tidemq.client.push.process_queue import ProcessQueue
+from tidemq.client.push.puller import PullSettings, QueuePuller
+from tidemq.client.route import BrokerData, MessageQueue, Perm, QueueData, TopicRouteData
+from tidemq.client.route_cache import RouteCache
 from tidemq.client.route_refresh import FaultRefresher
 from tidemq.client.send import SendStatus
 from tidemq.errors import ConnectError, RemotingTimeoutError
-from tidemq.remoting import ResponseCode
+from tidemq.remoting import RemotingCommand, ResponseCode
 
 NEW_MASTER = "10.0.0.9:10911"
 
@@ -195,3 +200,84 @@ async def test_a_fixed_queue_send_is_not_retried_but_refreshes_the_route():
     res = await sender.send("T", sender.single(out()), "UNIQ1", mq, 3.0)
     assert res.status is SendStatus.SLAVE_NOT_AVAILABLE and len(inst.sent) == 1
     assert inst.refreshed == ["T"]
+
+
+# The push / lite-pull puller -------------------------------------------------------------------
+
+class FakePullInstance:
+    """What a QueuePuller uses of a ClientInstance; pulls to ``dead`` are refused."""
+
+    def __init__(self, refresher_clock: FakeClock, dead: str) -> None:
+        self.config = ClientConfig(request_timeout=1.0)
+        self.routes = RouteCache()
+        self.known = route("broker-a")
+        self.routes.update("T", self.known)
+        self.dead = dead
+        self.pulled_from: list[str] = []
+
+        async def fetch(topic: str) -> None:
+            self.routes.update(topic, self.known)
+
+        self.refresher = FaultRefresher(fetch, min_interval=0.5, clock=refresher_clock)
+        self.refresh_route_after_fault = self.refresher.request
+
+    async def queue_master_addr(self, mq: MessageQueue) -> str:
+        addr = self.routes.master_addr(mq.broker_name)
+        assert addr is not None
+        return addr
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        self.pulled_from.append(addr)
+        if addr == self.dead:
+            raise ConnectError(f"connect to {addr} refused")
+        return cmd.response(ResponseCode.PULL_NOT_FOUND, "",
+                            {"nextBeginOffset": 0, "minOffset": 0, "maxOffset": 0})
+
+
+class FakePullHost:
+    group = "cg"
+
+    def __init__(self, inst: FakePullInstance, pq: ProcessQueue) -> None:
+        self.instance = inst
+        self.pq = pq
+        self.offset_store = self
+
+    async def read(self, mq: MessageQueue, how: object) -> int:
+        return 0
+
+    def subscription(self, topic: str) -> Subscription:
+        return Subscription(topic)
+
+    async def pull_gate(self, puller: QueuePuller) -> float:
+        return 0.0
+
+    def deliver(self, puller: QueuePuller, msgs: list) -> None:
+        raise AssertionError("nothing to deliver")
+
+    def on_caught_up(self, puller: QueuePuller, next_offset: int) -> None:
+        self.pq.dropped = True  # one successful pull is all this test needs
+
+
+async def test_a_puller_moves_to_the_new_master_at_once_instead_of_backing_off():
+    inst = FakePullInstance(FakeClock(), dead=ADDRS["broker-a"])
+    inst.known = moved()  # the replacement registered while the puller held the old route
+    pq = ProcessQueue()
+    host = FakePullHost(inst, pq)
+    puller = QueuePuller(host, MessageQueue("T", "broker-a", 0), pq, 0,
+                         PullSettings(error_backoff=60.0))
+    await asyncio.wait_for(puller.run(), 5.0)  # a 60 s back-off would time this out
+    assert inst.pulled_from == [ADDRS["broker-a"], NEW_MASTER]
+    assert inst.refresher.refreshes == 1
+
+
+async def test_a_puller_whose_group_did_not_move_backs_off_as_before():
+    inst = FakePullInstance(FakeClock(), dead=ADDRS["broker-a"])
+    pq = ProcessQueue()
+    puller = QueuePuller(FakePullHost(inst, pq), MessageQueue("T", "broker-a", 0), pq, 0,
+                         PullSettings(error_backoff=60.0))
+    task = asyncio.create_task(puller.run())
+    await asyncio.sleep(0.05)
+    assert inst.pulled_from == [ADDRS["broker-a"]] and not task.done()  # waiting out its back-off
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
