@@ -11,6 +11,9 @@ Invariants:
   active, so a rollover on the event loop normally only swaps objects.
 - Reads verify size, magic and the record's own PHYSICALOFFSET field before returning bytes, so a
   stale or wrong pointer yields None, never foreign bytes.
+- Replication (issue 17) reads whole records of one segment from a record boundary (``read_from``)
+  and a follower places them at exactly the offset the master had them (``place``): its write
+  position, or the start of the next segment after a filler, as the master's rollover left it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import os
 import struct
 from pathlib import Path
 
-from tidemq.errors import CodecError, StoreCorruptError
+from tidemq.errors import CodecError, StoreCorruptError, StoreError
 from tidemq.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
@@ -273,6 +276,83 @@ class CommitLog:
         if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE:
             return None
         return store_timestamp_in(seg.mm, 0)
+
+    # ------------------------------------------------------------------------------ replication
+    def read_from(self, offset: int, max_bytes: int) -> tuple[int, bytes]:
+        """Whole records from ``offset`` (a record boundary) on, of one segment: as many as fit
+        ``max_bytes``, but at least one. A filler at ``offset`` is stepped over (the records then
+        start at the next segment). Returns (their offset, their bytes); no bytes when none are
+        written there yet. Raises StoreError when ``offset`` holds neither a record nor a filler."""
+        seg = self.segment_for(offset)
+        if seg is not None and offset < self.write_pos:
+            total, magic = BLANK.unpack_from(seg.mm, offset - seg.start)
+            if magic == BLANK_MAGIC and total == seg.end - offset:
+                offset = seg.end
+                seg = self.segment_for(offset)
+        if seg is None or offset >= self.write_pos:
+            if offset < self.min_offset:
+                raise StoreError(f"commitlog offset {offset} was deleted by retention (the log now "
+                                 f"starts at {self.min_offset}); the follower must start from a copy")
+            return offset, b""
+        rel = offset - seg.start
+        limit = min(self.write_pos, seg.end) - seg.start
+        p = rel
+        while p < limit:
+            total, magic = BLANK.unpack_from(seg.mm, p)
+            if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or (p > rel and p + total - rel > max_bytes):
+                break
+            p += total
+        if p == rel:
+            raise StoreError(f"commitlog offset {offset} is not the start of a record; replicate from a "
+                             f"record boundary")
+        return offset, bytes(seg.mm[rel:p])
+
+    def is_boundary(self, offset: int) -> bool:
+        """Whether ``offset`` is the end of the log, a record's start or a filler's."""
+        if offset == self.write_pos:
+            return True
+        seg = self.segment_for(offset)
+        if seg is None or offset > self.write_pos:
+            return False
+        total: int
+        total, magic = BLANK.unpack_from(seg.mm, offset - seg.start)
+        if magic == BLANK_MAGIC:
+            return total == seg.end - offset
+        return self.claim_at(offset) is not None
+
+    def place(self, offset: int, total: int) -> tuple[MappedFile, int]:
+        """Where ``total`` replicated bytes that the master has at ``offset`` go: the write position,
+        or the next segment's start (the filler the master's rollover wrote is written here too,
+        so the logs stay byte-identical). The caller writes, checks, then calls ``commit``."""
+        seg = self.segments[-1]
+        if offset == self.write_pos and total + FILLER_MIN <= seg.end - offset:
+            return seg, offset - seg.start
+        if offset == seg.end and total + FILLER_MIN <= self.segment_size:
+            nxt = self._next_segment(seg.end)  # may raise OSError: nothing written yet
+            BLANK.pack_into(seg.mm, self.write_pos - seg.start, seg.end - self.write_pos, BLANK_MAGIC)
+            self.segments.append(nxt)
+            self.write_pos = nxt.start
+            self._prepare_next()
+            return nxt, 0
+        raise StoreError(
+            f"{total} replicated bytes at commitlog offset {offset} do not continue this log, which ends "
+            f"at {self.write_pos}: a gap or an overlap; reconnect so the handshake finds the right offset")
+
+    def forget_pending(self) -> None:
+        """Drop and delete a pre-created next segment (blocking: a truncation makes its start wrong,
+        and left on disk it would be a gap at the next load)."""
+        fut, self._pending = self._pending, None
+        if fut is not None and not fut.cancel():
+            try:
+                fut.result().destroy()
+            except OSError as exc:
+                log.warning("pre-creating the next commitlog segment failed: %s", exc)
+
+    def rewound(self, offset: int) -> None:
+        """After recovery's cut at ``offset`` (a truncation): the write position moves back there
+        and the next segment is pre-created again."""
+        self.write_pos = offset
+        self._prepare_next()
 
     # ------------------------------------------------------------------------------ flushing
     def segments_between(self, lo: int, hi: int) -> list[MappedFile]:

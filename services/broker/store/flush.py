@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,12 @@ class CommitLogFlusher:
                 self._flushed_to(target, n, time.perf_counter() - started)
             else:
                 self._release()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Between flush rounds (a replica's truncation moves the write position back)."""
+        async with self._lock:
+            yield
 
     # ---------------------------------------------------------------- SYNC group commit
     def durable(self, end_offset: int) -> asyncio.Future[bool] | None:

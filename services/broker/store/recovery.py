@@ -235,6 +235,19 @@ def _cut(commitlog: CommitLog, i: int, rel: int, what: str) -> None:
         seg.flush()
 
 
+def truncate_commitlog(commitlog: CommitLog, offset: int, why: str) -> None:
+    """Cut the CommitLog at ``offset`` (a record boundary at or above its start), as a torn tail
+    is cut: zero the rest of its segment (flushed, so the old records never come back at a
+    load), delete later segments and the pre-created next one. Blocking (a worker thread);
+    the caller moves the write position (``CommitLog.rewound``)."""
+    if not commitlog.min_offset <= offset <= commitlog.write_pos:
+        raise StoreCorruptError(f"cannot truncate the commitlog at {offset}: it holds "
+                                f"[{commitlog.min_offset}, {commitlog.write_pos})")
+    commitlog.forget_pending()
+    i = (offset - commitlog.min_offset) // commitlog.segment_size
+    _cut(commitlog, i, offset - commitlog.segments[i].start, why)
+
+
 # --------------------------------------------------------------------------- the recovery plan
 
 

@@ -14,6 +14,13 @@ Invariants:
 - An ``abort`` file exists while the store is loaded and open; finding it at ``load`` means a crash.
 - In SYNC mode a put counts as acknowledged only after ``wait_durable`` returned True; nothing
   below the flushed position is ever dropped by recovery.
+- Replication (issue 17) adds three primitives off the put path: a master reads whole records
+  from a CommitLog offset (``read_commitlog``); a follower appends a master's records at exactly
+  the offset the master has them, each checked (magic, size, own offset, body CRC) as recovery
+  checks them, and dispatches them through the one dispatcher (``append_replicated``); and
+  cuts its log, with the consume-queue units pointing past the cut, at a truncation point
+  (``truncate``). Index entries past a cut stay: every key lookup re-reads and re-checks the
+  record an entry points at, so a stale entry finds nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tidemq.errors import StoreError
 from tidemq.message import encode_offset_msg_id
 
 from tidemq.broker.store import reader
@@ -47,8 +55,8 @@ from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.mapped_file import StoreFile, fsync_dir
 from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit, soft_nofile_limit
-from tidemq.broker.store.recovery import recover
-from tidemq.broker.store.replay import ScheduleTagsCode, default_schedule_tags_code
+from tidemq.broker.store.recovery import recover, truncate_commitlog, validate_record
+from tidemq.broker.store.replay import Replayer, ScheduleTagsCode, default_schedule_tags_code
 from tidemq.broker.store.results import (  # re-exported: the store's API types
     GetResult,
     GetStatus,
@@ -56,7 +64,7 @@ from tidemq.broker.store.results import (  # re-exported: the store's API types
     PutResult,
     PutStatus,
 )
-from tidemq.broker.store.retention import Retention, filesystem_usage, usage_ratio
+from tidemq.broker.store.retention import Retention, destroy_all, filesystem_usage, usage_ratio
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.store.writer import Pending, RecordEncoder, illegal
 
@@ -92,6 +100,9 @@ class MessageStore:
         self._dispatcher = Dispatcher(
             ConsumeQueueBuilder(self._queues.get_or_create, self._commitlog.claim_at, config.root),
             IndexBuilder(self._index), on_index_error=self._index_failed)
+        # Replicated records are dispatched as recovery's replay dispatches found ones (units and
+        # index from their headers; the delay topic's units get their delivery time).
+        self._replicated = Replayer(self._dispatcher, 0, 0, schedule_tags_code)
         self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
                                          config.sync_flush_timeout, self._flush_exec, observer)
         self._logics = LogicsFlusher(self._snapshot, self._flusher, config.checkpoint_path,
@@ -311,6 +322,78 @@ class MessageStore:
         stats["messages_put"] += len(pending)
         stats["bytes_put"] += total
         return PutResult(PutStatus.PUT_OK, base, first_q, msg_ids, len(pending), base + total)
+
+    # ================================================================== replication
+    def read_commitlog(self, offset: int, max_bytes: int) -> tuple[int, bytes]:
+        """Master: whole records of one segment from record boundary ``offset`` (a filler there
+        is stepped over), at most ``max_bytes`` but at least one record; (their offset, bytes)."""
+        return self._commitlog.read_from(offset, max_bytes)
+
+    def is_record_boundary(self, offset: int) -> bool:
+        """Whether ``offset`` is the CommitLog's end or where a record (or filler) starts."""
+        return self._commitlog.is_boundary(offset)
+
+    def append_replicated(self, offset: int, records: bytes) -> int:
+        """Follower: append a master's whole ``records`` at exactly CommitLog ``offset`` (this
+        log's end, or the next segment's start after the master's filler), check each as recovery
+        does and dispatch them; returns the new end. Raises StoreError and keeps nothing of the
+        frame when it does not continue this log or a record fails its check."""
+        if self._state not in ("loaded", "running"):
+            raise StoreError(f"cannot append replicated records: {self._refuse or 'the store is not open'}")
+        cl = self._commitlog
+        n = len(records)
+        seg, rel = cl.place(offset, n)
+        mm = seg.mm
+        mm[rel : rel + n] = records  # past the write position: invisible until commit
+        headers = []
+        p, end = rel, rel + n
+        while p < end:
+            h = validate_record(seg, p, True)
+            if isinstance(h, str) or p + h.total_size > end:
+                mm[rel:end] = bytes(n)  # no valid record may remain past the write position
+                why = h if isinstance(h, str) else "it runs past the frame"
+                raise StoreError(f"replicated record at commitlog offset {seg.start + p} is refused: {why}; "
+                                 f"the connection to the master is dropped and re-established")
+            headers.append(h)
+            p += h.total_size
+        cl.commit(n)
+        phys = seg.start + rel
+        for h in headers:
+            self._replicated(phys, h)
+            phys += h.total_size
+        if headers:
+            self._last_store_ts = headers[-1].store_timestamp
+        return cl.write_pos
+
+    async def truncate(self, offset: int) -> None:
+        """Follower: cut the CommitLog at record boundary ``offset`` (what diverged from the
+        master), drop consume-queue units pointing past it, and write the checkpoint, so neither
+        a load nor a flush ever vouches for the cut records again. For a follower before it
+        streams: nothing may put or read meanwhile (segments past the cut are deleted)."""
+        cl = self._commitlog
+        if offset == cl.write_pos:
+            return
+        if not cl.is_boundary(offset):
+            raise StoreError(f"cannot truncate the commitlog at {offset}: no record starts there")
+        loop = asyncio.get_running_loop()
+        cut_from = cl.write_pos
+        async with self._flusher.paused():  # no flush round may report a position past the cut
+            # The checkpoint stops vouching for the bytes to be cut first: a crash in the middle
+            # of the cut then loads like a torn tail, not like damaged acknowledged data.
+            self._flusher.flushed = min(self._flusher.flushed, offset)
+            await self._logics.checkpoint()
+            await loop.run_in_executor(self._io_exec, truncate_commitlog, cl, offset,
+                                       f"diverged from the master's log (it ended at {cut_from})")
+            cl.rewound(offset)
+        gone = self._queues.truncate_past(offset)
+        self._dirty.difference_update(gone)
+        await loop.run_in_executor(self._io_exec, destroy_all, gone)
+        await self._logics.checkpoint()
+
+    async def flush_commitlog(self) -> int:
+        """Flush the CommitLog now; returns the flushed (durable) offset."""
+        await self._flusher.flush()
+        return self._flusher.flushed
 
     async def flush(self) -> None:
         """Flush the CommitLog, consume queues and index now, then write the checkpoint."""
