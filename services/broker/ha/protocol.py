@@ -14,8 +14,9 @@ what failover needs: a handshake naming the group (cluster, broker name) and the
 epoch the follower knows (a master refuses a follower from a newer epoch, a follower refuses a
 master from an older one: the epoch fences a stale master in the data path), and the master's
 answer with the truncation point, where the follower cuts the tail it holds that the master does
-not, before streaming starts. Every data frame repeats the epoch and carries whole records only
-(never a record cut in two), so a dropped connection can never leave half a record behind.
+not, before streaming starts. Every data frame repeats the epoch, carries whole records only
+(never a record cut in two), so a dropped connection can never leave half a record behind, and a
+CRC of them all (a record's own BODYCRC does not cover its header).
 
 Frames: FRAME_HEAD (LENGTH of what follows KIND, then KIND), then the kind's fields. This module
 is pure (bytes in, values out); the connection code is ha/replication.py. Invariants: a length
@@ -26,6 +27,7 @@ anything that is not a frame raises ReplicationCodecError only.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -57,7 +59,9 @@ WELCOME = struct.Struct(
 )
 DATA = struct.Struct(
     ">q"  # EPOCH: the master's epoch (a follower refuses a lower one)
-    "q"  # OFFSET: CommitLog offset of the first record, followed by whole records back to back
+    "q"  # OFFSET: CommitLog offset of the first record
+    "I"  # RECORDSCRC: zlib.crc32 of the records (a record's BODYCRC leaves its header uncovered),
+    # followed by whole records back to back
 )
 ACK = struct.Struct(
     ">q"  # OFFSET: the follower's CommitLog end that is durable (flushed) on its disk
@@ -158,7 +162,7 @@ def _frame(kind: FrameKind, body: bytes) -> bytes:
 def encode(frame: Frame) -> bytes:
     """The frame's bytes, FRAME_HEAD included."""
     if isinstance(frame, Data):
-        return _frame(FrameKind.DATA, DATA.pack(frame.epoch, frame.offset) + frame.records)
+        return _frame(FrameKind.DATA, DATA.pack(frame.epoch, frame.offset, zlib.crc32(frame.records)) + frame.records)
     if isinstance(frame, Ack):
         return _frame(FrameKind.ACK, ACK.pack(frame.offset))
     if isinstance(frame, Heartbeat):
@@ -222,10 +226,12 @@ def check_whole_records(records: bytes) -> None:
 def decode_body(kind: FrameKind, body: bytes) -> Frame:
     """The frame of ``kind`` whose fields (after FRAME_HEAD) are ``body``."""
     if kind is FrameKind.DATA:
-        epoch, offset = _fixed(body, DATA, kind, exact=False)
+        epoch, offset, crc = _fixed(body, DATA, kind, exact=False)
         records = body[DATA.size :]
         if offset < 0 or not records:
             raise ReplicationCodecError(f"data frame at offset {offset} with {len(records)} bytes of records")
+        if zlib.crc32(records) != crc:
+            raise ReplicationCodecError(f"data frame at offset {offset}: its records do not match their CRC")
         check_whole_records(records)
         return Data(epoch, offset, records)
     if kind is FrameKind.ACK:

@@ -57,11 +57,16 @@ def test_a_length_past_the_limit_is_refused_from_the_head_alone() -> None:
 
 
 def test_a_data_frame_with_a_cut_record_is_refused() -> None:
-    whole = p.encode(p.Data(1, 0, records([100, 120])))
-    cut = whole[:-10]
-    cut = p.FRAME_HEAD.pack(len(cut) - p.FRAME_HEAD.size, p.FrameKind.DATA) + cut[p.FRAME_HEAD.size :]
+    cut = p.encode(p.Data(1, 0, records([100, 120])[:-10]))
     with pytest.raises(p.ReplicationCodecError, match="does not fit"):
         p.decode(cut)
+
+
+def test_a_data_frame_whose_records_changed_fails_its_crc() -> None:
+    raw = bytearray(p.encode(p.Data(1, 0, records([100, 120]))))
+    raw[-1] ^= 0x01
+    with pytest.raises(p.ReplicationCodecError, match="CRC"):
+        p.decode(bytes(raw))
 
 
 def test_a_handshake_from_something_else_is_refused_by_its_magic() -> None:

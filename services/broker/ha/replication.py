@@ -1,0 +1,332 @@
+"""CommitLog replication, master to followers (issue 17, step 2): the asyncio server a master runs
+on its HA port and the client a follower runs against it. Election and acknowledgement build on it.
+
+A session: the follower connects and sends its Handshake (group, replica id, the epoch it knows,
+its CommitLog end); the master answers Welcome (its epoch, the truncation point, the offset it
+streams from) or a Refusal; the follower cuts its log at the truncation point and then appends the
+master's data frames at exactly the offsets they carry, checking every record (the store's
+``append_replicated``), and acks the offset it has flushed. The master streams whole records
+within a bounded window (at most ``max_unacked_bytes`` past the follower's ack), sends heartbeats
+when idle, and records each follower's acked offset: what sync acknowledgement will wait on.
+
+Invariants:
+- Truncation follows Kafka's leader-epoch rule: a follower's log agrees with the master's up to
+  the start of the first epoch after the follower's (``truncation_point``); the epoch history is
+  the master's (where each epoch began: the group record's ``masterLogEnd``).
+- A follower never accepts an epoch lower than the one it knows, nor a data frame of an epoch
+  other than the session's: a stale master is fenced in the data path, not by its lease.
+- Every network wait has a timeout; every task is owned (a master's one per connection, a
+  follower's one loop) and cancelled and awaited on ``close``.
+- A dropped connection leaves no partial record: frames are read whole before anything is
+  appended, and the store keeps nothing of a frame that fails its checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tidemq.errors import BrokerError, StoreError
+
+from tidemq.broker.ha import protocol
+from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Refusal, Welcome
+from tidemq.broker.store.store import MessageStore
+from tidemq.broker.store.tasks import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationError(BrokerError):
+    """A replication session ended: the peer refused, broke the protocol or went silent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    cluster: str
+    broker_name: str
+    frame_bytes: int = 256 * 1024  # most record bytes in one data frame (at least one record)
+    max_unacked_bytes: int = 4 * 1024 * 1024  # the window: bytes sent past the follower's ack
+    heartbeat_interval: float = 1.0  # an idle master sends a heartbeat, the follower acks it
+    timeout: float = 10.0  # every network wait (connect, read, drain)
+    poll_interval: float = 0.05  # a caught-up master looks for new records this often (or on wake)
+    retry_interval: float = 1.0  # a follower reconnects after a failed session
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStart:
+    """Epoch ``epoch`` began with the master's CommitLog at ``start``."""
+
+    epoch: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerState:
+    replica_id: int
+    acked: int  # CommitLog offset the follower has flushed
+    sent: int  # CommitLog offset streamed to it so far
+
+
+def truncation_point(history: Sequence[EpochStart], follower_epoch: int, follower_end: int,
+                     master_end: int) -> int | None:
+    """Where a follower that knows ``follower_epoch`` and ends at ``follower_end`` must cut its log
+    (None: nothing to cut): the start of the first epoch after its own, if its log goes past it
+    (it may hold records its old master never got to us), and never past our end."""
+    cut = follower_end
+    for e in sorted(history, key=lambda e: e.epoch):
+        if e.epoch > follower_epoch:
+            cut = min(cut, e.start)
+            break
+    cut = min(cut, master_end)
+    return cut if cut < follower_end else None
+
+
+async def _read_frame(reader: asyncio.StreamReader, timeout: float) -> Frame:
+    """One whole frame, its length checked before its body is read (a timeout raises)."""
+    async with asyncio.timeout(timeout):
+        kind, length = protocol.decode_head(await reader.readexactly(protocol.FRAME_HEAD.size))
+        body = await reader.readexactly(length)
+    return protocol.decode_body(kind, body)
+
+
+async def _send(writer: asyncio.StreamWriter, frame: Frame, timeout: float) -> None:
+    writer.write(protocol.encode(frame))
+    async with asyncio.timeout(timeout):
+        await writer.drain()
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+        async with asyncio.timeout(1.0):
+            await writer.wait_closed()
+
+
+class ReplicationMaster:
+    """Serves the CommitLog of ``store`` to followers on the HA port, in epoch ``epoch``."""
+
+    def __init__(self, store: MessageStore, config: ReplicationConfig, epoch: int,
+                 history: Sequence[EpochStart]) -> None:
+        self.store = store
+        self.config = config
+        self.epoch = epoch
+        self.history = tuple(history)
+        self._server: asyncio.Server | None = None
+        self._sessions: set[asyncio.Task[None]] = set()
+        self._followers: dict[int, FollowerState] = {}
+        self._wake = asyncio.Event()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on (host, port); returns the port bound (0 picks a free one)."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        bound: int = self._server.sockets[0].getsockname()[1]
+        log.info("replication master of %s/%s (epoch %d) listening on %s:%d",
+                 self.config.cluster, self.config.broker_name, self.epoch, host, bound)
+        return bound
+
+    def wake(self) -> None:
+        """New records were stored: stream them now rather than at the next poll."""
+        self._wake.set()
+
+    def followers(self) -> dict[int, FollowerState]:
+        """Each connected-or-seen follower's acked and sent offsets, by replica id."""
+        return dict(self._followers)
+
+    def acked_offset(self, replica_id: int) -> int | None:
+        state = self._followers.get(replica_id)
+        return state.acked if state is not None else None
+
+    async def close(self) -> None:
+        """Stop accepting, end every session and wait for them."""
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._sessions):
+            t.cancel()
+        for t in list(self._sessions):
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # a stream handler always runs in a task
+        self._sessions.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._session(reader, writer)
+        except (ReplicationError, protocol.ReplicationCodecError, StoreError) as exc:
+            log.warning("replication session with %s ended: %s", peer, exc)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.info("replication session with %s ended: %r", peer, exc)
+        finally:
+            self._sessions.discard(task)
+            await _close(writer)
+
+    async def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
+        await _send(writer, Refusal(reason), self.config.timeout)
+        raise ReplicationError(reason)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cfg = self.config
+        hello = await _read_frame(reader, cfg.timeout)
+        if not isinstance(hello, Handshake):
+            raise ReplicationError(f"expected a handshake, got {type(hello).__name__}")
+        if (hello.cluster, hello.broker_name) != (cfg.cluster, cfg.broker_name):
+            await self._refuse(writer, f"this is the master of {cfg.cluster}/{cfg.broker_name}, not of "
+                                       f"{hello.cluster}/{hello.broker_name}; check --cluster and --broker-name")
+        if hello.epoch > self.epoch:
+            await self._refuse(writer, f"replica {hello.replica_id} knows epoch {hello.epoch}, newer than "
+                                       f"this master's {self.epoch}: this master is stale")
+        store = self.store
+        end = store.commitlog_max_offset
+        cut = truncation_point(self.history, hello.epoch, hello.log_end, end)
+        start = hello.log_end if cut is None else cut
+        if start < store.commitlog_min_offset or not store.is_record_boundary(start):
+            await self._refuse(writer, f"replica {hello.replica_id}'s log (end {hello.log_end}, epoch "
+                                       f"{hello.epoch}) does not meet this master's log [{store.commitlog_min_offset}, "
+                                       f"{end}) at a record boundary; empty its store directory to copy it anew")
+        await _send(writer, Welcome(self.epoch, -1 if cut is None else cut, start), cfg.timeout)
+        log.info("replica %d of %s/%s joined at offset %d (truncated from %d: %s)", hello.replica_id,
+                 cfg.cluster, cfg.broker_name, start, hello.log_end, cut is not None)
+        state = FollowerState(hello.replica_id, start, start)
+        self._followers[hello.replica_id] = state
+        acked = asyncio.Event()
+        tasks = [asyncio.create_task(self._stream(writer, hello.replica_id, start, acked)),
+                 asyncio.create_task(self._read_acks(reader, hello.replica_id, acked))]
+        try:  # either ending (both only end by raising) ends the session
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+        finally:
+            await cancel_and_wait(*tasks)
+
+    async def _stream(self, writer: asyncio.StreamWriter, replica: int, pos: int,
+                      acked: asyncio.Event) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while True:
+            state = self._followers[replica]
+            if pos - state.acked >= cfg.max_unacked_bytes:
+                acked.clear()
+                async with asyncio.timeout(cfg.timeout):  # a follower that stops acking is dropped
+                    await acked.wait()
+                continue
+            at, data = self.store.read_commitlog(pos, min(cfg.frame_bytes, cfg.max_unacked_bytes))
+            if data:
+                await _send(writer, Data(self.epoch, at, data), cfg.timeout)
+                pos = at + len(data)
+                self._followers[replica] = FollowerState(replica, state.acked, pos)
+                idle_since = loop.time()
+                continue
+            pos = at
+            if loop.time() - idle_since >= cfg.heartbeat_interval:
+                await _send(writer, Heartbeat(self.epoch, self.store.commitlog_max_offset), cfg.timeout)
+                idle_since = loop.time()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(cfg.poll_interval):
+                    await self._wake.wait()
+
+    async def _read_acks(self, reader: asyncio.StreamReader, replica: int, acked: asyncio.Event) -> None:
+        # A follower acks every frame and heartbeat: silence past the heartbeat interval plus the
+        # timeout means it is gone.
+        wait = self.config.heartbeat_interval + self.config.timeout
+        while True:
+            frame = await _read_frame(reader, wait)
+            if not isinstance(frame, Ack):
+                raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
+            state = self._followers[replica]
+            if not state.acked <= frame.offset <= state.sent:
+                raise ReplicationError(f"replica {replica} acked offset {frame.offset} outside "
+                                       f"[{state.acked}, {state.sent}]")
+            self._followers[replica] = FollowerState(replica, frame.offset, state.sent)
+            acked.set()
+
+
+class ReplicationFollower:
+    """Replicates the CommitLog of the master at ``master`` (host, port) into ``store``."""
+
+    def __init__(self, store: MessageStore, config: ReplicationConfig, replica_id: int, epoch: int,
+                 master: tuple[str, int]) -> None:
+        self.store = store
+        self.config = config
+        self.replica_id = replica_id
+        self.epoch = epoch  # the newest epoch this replica knows; never goes down
+        self.master = master
+        self.acked = -1  # the last offset acked to the master
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run sessions until ``close``, reconnecting after each failure."""
+        self._task = asyncio.create_task(self._run(), name=f"tidemq-replica-{self.replica_id}")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_session()
+            except (ReplicationError, protocol.ReplicationCodecError, StoreError) as exc:
+                log.warning("replication from %s:%d stopped: %s; retrying in %.1fs",
+                            *self.master, exc, self.config.retry_interval)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                log.info("replication from %s:%d interrupted: %r; retrying in %.1fs",
+                         *self.master, exc, self.config.retry_interval)
+            await asyncio.sleep(self.config.retry_interval)
+
+    async def run_session(self) -> None:
+        """One connection: handshake, truncation, then frames until it breaks (raises why)."""
+        cfg = self.config
+        async with asyncio.timeout(cfg.timeout):
+            reader, writer = await asyncio.open_connection(*self.master)
+        try:
+            store = self.store
+            await _send(writer, Handshake(cfg.cluster, cfg.broker_name, self.replica_id, self.epoch,
+                                          store.commitlog_max_offset), cfg.timeout)
+            answer = await _read_frame(reader, cfg.timeout)
+            if isinstance(answer, Refusal):
+                raise ReplicationError(f"the master refused: {answer.reason}")
+            if not isinstance(answer, Welcome):
+                raise ReplicationError(f"expected the master's welcome, got {type(answer).__name__}")
+            if answer.epoch < self.epoch:
+                raise ReplicationError(f"the master is at epoch {answer.epoch}, older than {self.epoch} "
+                                       f"that this replica knows: it is stale")
+            self.epoch = answer.epoch
+            if answer.truncate_at >= 0:
+                log.warning("replica %d truncates its commitlog from %d to %d to follow epoch %d",
+                            self.replica_id, store.commitlog_max_offset, answer.truncate_at, answer.epoch)
+                await store.truncate(answer.truncate_at)
+            if answer.stream_from != store.commitlog_max_offset:
+                raise ReplicationError(f"the master streams from {answer.stream_from} but this log ends at "
+                                       f"{store.commitlog_max_offset}")
+            await self._follow(reader, writer, answer.epoch)
+        finally:
+            await _close(writer)
+
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, epoch: int) -> None:
+        cfg = self.config
+        wait = cfg.heartbeat_interval + cfg.timeout  # the master is gone if silent past this
+        while True:
+            frame = await _read_frame(reader, wait)
+            if isinstance(frame, Data):
+                if frame.epoch != epoch:
+                    raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
+                self.store.append_replicated(frame.offset, frame.records)
+            elif isinstance(frame, Heartbeat):
+                if frame.epoch != epoch:
+                    raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
+            else:
+                raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
+            self.acked = await self.store.flush_commitlog()
+            await _send(writer, Ack(self.acked), cfg.timeout)

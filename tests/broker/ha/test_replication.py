@@ -1,0 +1,297 @@
+"""CommitLog replication between two real MessageStores on loopback (no broker process): catch-up
+to a byte-identical log and the same consume queues, truncation of a diverged follower, resuming
+after a restart, a connection dropped mid-frame and a corrupt frame leaving nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from tidemq.errors import StoreError
+from tidemq.message import decode_record_header
+
+from tidemq.broker.ha import protocol
+from tidemq.broker.ha.protocol import Data, Handshake, Refusal, Welcome
+from tidemq.broker.ha.replication import (
+    EpochStart,
+    ReplicationConfig,
+    ReplicationError,
+    ReplicationFollower,
+    ReplicationMaster,
+    truncation_point,
+)
+from tidemq.broker.store.store import MessageStore
+from tests.broker.store.util import Clock, config, open_store, req
+
+CFG = ReplicationConfig("c", "broker-a", frame_bytes=4096, max_unacked_bytes=16384, heartbeat_interval=0.1,
+                        timeout=3.0, poll_interval=0.01, retry_interval=0.05)
+
+
+async def started(root: Path) -> MessageStore:
+    store = open_store(config(root), clock=Clock())
+    await store.start()
+    return store
+
+
+@contextlib.asynccontextmanager
+async def stores(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore]]:
+    master, follower = await started(tmp_path / "m"), await started(tmp_path / "f")
+    try:
+        yield master, follower
+    finally:
+        await master.shutdown()
+        await follower.shutdown()
+
+
+def put(store: MessageStore, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        body = bytes([i % 251]) * (100 + (i * 37) % 700)  # sizes vary: segments roll over with fillers
+        r = store.put(req(f"T{i % 3}", i % 2, body, tags=f"t{i % 4}", keys=f"k{i}", uniq=f"u{i}"))
+        assert r.status.name == "PUT_OK"
+
+
+def commitlog(store: MessageStore) -> bytes:
+    data = b"".join(p.read_bytes() for p in sorted(store.config.commitlog_dir.iterdir()))
+    return data[store.commitlog_min_offset : store.commitlog_max_offset]
+
+
+def queues(store: MessageStore) -> dict[tuple[str, int], list[tuple[int, int, int] | None]]:
+    out = {}
+    for topic in store.topics():
+        for qid in store.queue_ids(topic):
+            cq = store._cq(topic, qid)
+            assert cq is not None
+            out[topic, qid] = [cq.unit(q) for q in range(cq.min_offset, cq.max_offset)]
+    return out
+
+
+async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.01)
+
+
+def assert_same(master: MessageStore, follower: MessageStore) -> None:
+    assert follower.commitlog_max_offset == master.commitlog_max_offset
+    assert commitlog(follower) == commitlog(master)
+    assert queues(follower) == queues(master)
+
+
+@contextlib.asynccontextmanager
+async def replicating(master: MessageStore, follower: MessageStore, epoch: int = 1,
+                      history: tuple[EpochStart, ...] = (EpochStart(1, 0),),
+                      follower_epoch: int = 1) -> AsyncIterator[tuple[ReplicationMaster, ReplicationFollower]]:
+    m = ReplicationMaster(master, CFG, epoch, history)
+    port = await m.start("127.0.0.1", 0)
+    f = ReplicationFollower(follower, CFG, 1, follower_epoch, ("127.0.0.1", port))
+    f.start()
+    try:
+        yield m, f
+    finally:
+        await f.close()
+        await m.close()
+
+
+def test_truncation_point_is_the_start_of_the_first_epoch_after_the_followers() -> None:
+    history = (EpochStart(1, 0), EpochStart(2, 500), EpochStart(3, 900))
+    assert truncation_point(history, 1, 700, 1200) == 500  # holds a tail epoch 2's master never had
+    assert truncation_point(history, 1, 400, 1200) is None  # behind: nothing to cut
+    assert truncation_point(history, 2, 1000, 1200) == 900
+    assert truncation_point(history, 3, 1000, 1200) is None
+    assert truncation_point(history, 3, 1300, 1200) == 1200  # never past the master's end
+
+
+async def test_follower_catches_up_to_a_byte_identical_log_and_the_same_queues(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 300)  # ~125 KiB: rolls over two 64 KiB segments
+        async with replicating(master, follower) as (m, _f):
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            put(master, 100, 300)  # live, while streaming
+            m.wake()
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            assert m.followers()[1].sent == master.commitlog_max_offset
+        assert_same(master, follower)
+        assert len(follower.query_by_key("T1", "k7", 5, 0, 1 << 62)) == 1  # the index was built too
+
+
+async def test_a_diverged_follower_truncates_to_the_new_epoch_and_then_matches(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 120)
+        async with replicating(master, follower) as (m, _f):
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+        common = master.commitlog_max_offset
+        put(follower, 40, 1000)  # written by the follower as an old master, never replicated
+        put(master, 80, 120)  # epoch 2 began at ``common``
+        assert follower.commitlog_max_offset > common
+        history = (EpochStart(1, 0), EpochStart(2, common))
+        async with replicating(master, follower, epoch=2, history=history) as (m, f):
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            assert f.epoch == 2
+        assert_same(master, follower)
+        cfg, log, units = follower.config, commitlog(master), queues(master)
+    # The truncation is durable: a load finds the master's log, not the cut tail.
+    reopened = open_store(cfg, clock=Clock())
+    try:
+        assert commitlog(reopened) == log
+        assert queues(reopened) == units
+    finally:
+        await reopened.shutdown()
+
+
+async def test_a_restarted_follower_resumes_from_its_end(tmp_path: Path) -> None:
+    master = await started(tmp_path / "m")
+    follower = await started(tmp_path / "f")
+    try:
+        put(master, 400)
+        async with replicating(master, follower):
+            await until(lambda: follower.commitlog_max_offset > 0)
+        stopped_at = follower.commitlog_max_offset
+        await follower.shutdown()
+        put(master, 50, 400)
+        follower = await started(tmp_path / "f")
+        assert follower.commitlog_max_offset == stopped_at
+        async with replicating(master, follower) as (m, _f):
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+        assert_same(master, follower)
+    finally:
+        await master.shutdown()
+        await follower.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def fake_master(send: Callable[[asyncio.StreamWriter], None],
+                      closed: asyncio.Event) -> AsyncIterator[int]:
+    """A master that answers any handshake with a welcome at offset 0, then writes ``send``'s bytes;
+    ``closed`` is set when the follower closes its end."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        kind, length = protocol.decode_head(await reader.readexactly(protocol.FRAME_HEAD.size))
+        assert isinstance(protocol.decode_body(kind, await reader.readexactly(length)), Handshake)
+        writer.write(protocol.encode(Welcome(1, -1, 0)))
+        send(writer)
+        await writer.drain()
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(1 << 16):
+                pass
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_connection_dropped_mid_frame_leaves_no_partial_record(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 10)
+        at, records = master.read_commitlog(0, 1 << 20)
+        frame = protocol.encode(Data(1, at, records))
+
+        def half(writer: asyncio.StreamWriter) -> None:
+            writer.write(frame[: len(frame) // 2])
+            writer.write_eof()
+
+        closed = asyncio.Event()
+        async with fake_master(half, closed) as port:
+            f = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port))
+            with pytest.raises(asyncio.IncompleteReadError):
+                await f.run_session()
+        assert follower.commitlog_max_offset == 0
+        assert follower.read_record(0) is None
+
+        async with fake_master(lambda w: w.write(frame), asyncio.Event()) as port:
+            f = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await f.run_session()
+        assert commitlog(follower) == commitlog(master)
+
+
+async def test_a_corrupt_data_frame_is_refused_and_the_connection_closed(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 10)
+        at, records = master.read_commitlog(0, 1 << 20)
+        bad = bytearray(records)
+        bad[decode_record_header(records).body_start + 3] ^= 0x01  # as a master's damaged disk would
+        closed = asyncio.Event()
+        async with fake_master(lambda w: w.write(protocol.encode(Data(1, at, bytes(bad)))), closed) as port:
+            f = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port))
+            with pytest.raises(StoreError, match="refused"):
+                await f.run_session()
+            async with asyncio.timeout(5):
+                await closed.wait()
+        assert follower.commitlog_max_offset == 0
+        assert follower.read_record(0) is None
+        assert queues(follower) == {}
+
+
+async def test_a_data_frame_damaged_in_transit_fails_its_crc(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 3)
+        at, records = master.read_commitlog(0, 1 << 20)
+        raw = bytearray(protocol.encode(Data(1, at, records)))
+        raw[protocol.FRAME_HEAD.size + protocol.DATA.size + 8] ^= 0x01  # a header byte no BODYCRC covers
+        closed = asyncio.Event()
+        async with fake_master(lambda w: w.write(bytes(raw)), closed) as port:
+            f = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port))
+            with pytest.raises(protocol.ReplicationCodecError, match="CRC"):
+                await f.run_session()
+            async with asyncio.timeout(5):
+                await closed.wait()
+        assert follower.commitlog_max_offset == 0
+
+
+async def test_appending_refuses_a_gap_and_an_overlap(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 3)
+        _, records = master.read_commitlog(0, 1 << 20)
+        size = len(records)
+        with pytest.raises(StoreError, match="gap or an overlap"):
+            follower.append_replicated(100, records)
+        assert follower.append_replicated(0, records) == size
+        with pytest.raises(StoreError, match="gap or an overlap"):
+            follower.append_replicated(0, records)
+        assert commitlog(follower) == commitlog(master)
+
+
+async def test_the_master_refuses_another_group_and_a_newer_epoch(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        m = ReplicationMaster(master, CFG, 2, (EpochStart(2, 0),))
+        port = await m.start("127.0.0.1", 0)
+        try:
+            other = ReplicationConfig("c", "broker-b", timeout=3.0)
+            with pytest.raises(ReplicationError, match="check --cluster and --broker-name"):
+                await ReplicationFollower(follower, other, 1, 1, ("127.0.0.1", port)).run_session()
+            with pytest.raises(ReplicationError, match="this master is stale"):
+                await ReplicationFollower(follower, CFG, 1, 3, ("127.0.0.1", port)).run_session()
+        finally:
+            await m.close()
+        assert isinstance(protocol.decode(protocol.encode(Refusal("x"))), Refusal)
+
+
+async def test_a_truncation_across_segments_survives_a_crash(tmp_path: Path) -> None:
+    store = await started(tmp_path / "f")
+    put(store, 60)
+    cut = store.commitlog_max_offset
+    units = queues(store)
+    put(store, 400, 60)  # three more segments, and a pre-created next one
+    assert store.commitlog_max_offset > 3 * store.config.commitlog_segment_size
+    await store.truncate(cut)
+    assert store.commitlog_max_offset == cut
+    assert queues(store) == units
+    store.close_abruptly()
+    reopened = open_store(store.config, clock=Clock())
+    try:
+        assert reopened.commitlog_max_offset == cut
+        assert queues(reopened) == units
+        assert sorted(p.name for p in reopened.config.commitlog_dir.iterdir()) == [f"{0:020d}"]
+        await reopened.start()
+        put(reopened, 200, 1000)  # and the log grows on from the cut, across segments again
+    finally:
+        await reopened.shutdown()
