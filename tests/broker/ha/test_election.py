@@ -7,6 +7,7 @@ test_store's ``backend`` fixture, with a 2 s lease (etcd's minimum rounds up to 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -175,9 +176,10 @@ class Group:
             self.key, GroupRecord(epoch=0, master=None, in_sync=in_sync, min_in_sync=1,
                                   master_log_end=log_end), 0) is not None
 
-    def make(self, replica: int, log_end: int = 100, config: ElectionConfig = FAST) -> Elector:
+    def make(self, replica: int, log_end: int = 100, config: ElectionConfig = FAST,
+             on_role: Callable[[Role], None] | None = None) -> Elector:
         elector = Elector(self.backend(), self.key, replica,
-                          lambda: ReplicaPosition(log_end=log_end), config)
+                          lambda: ReplicaPosition(log_end=log_end), config, on_role=on_role)
         self.electors[replica] = elector
         return elector
 
@@ -270,9 +272,7 @@ async def test_an_out_of_sync_replica_does_not_win(group: Group) -> None:
 
 async def test_an_out_of_sync_replica_wins_when_unclean_election_is_allowed(group: Group) -> None:
     await group.seed((0, 1))
-    unclean = ElectionConfig(lease_seconds=2, safety_margin=0.5, backoff_step=0.3, gather=0.2,
-                             poll=0.25, request_timeout=3, allow_unclean=True)
-    group.make(2, config=unclean)
+    group.make(2, config=dataclasses.replace(FAST, allow_unclean=True))
     await group.start(2)
     role = await group.settled(within=10)
     assert role.master == 2
@@ -338,3 +338,18 @@ async def test_the_master_shrinks_and_grows_the_in_sync_set(group: Group) -> Non
     current = await group.backend().get(group.key)
     assert current is not None and other in current.record.in_sync
     assert not await group.electors[other].shrink(role.master)  # a follower cannot
+
+
+async def test_role_changes_reach_the_callback_and_the_iterator(group: Group) -> None:
+    await group.seed((0,))
+    called: list[Role] = []
+    elector = group.make(0, on_role=called.append)
+    roles = elector.roles()
+    assert await anext(roles) == Role(RoleKind.NONE)
+    await group.start(0)
+    master = Role(RoleKind.MASTER, 1, 0)
+    assert await asyncio.wait_for(anext(roles), 10) == master
+    await elector.close()
+    assert await asyncio.wait_for(anext(roles), 1) == Role(RoleKind.NONE)
+    assert called == [master, Role(RoleKind.NONE)]
+    await roles.aclose()
