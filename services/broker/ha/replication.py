@@ -66,7 +66,9 @@ class EpochStart:
 @dataclass(frozen=True, slots=True)
 class FollowerState:
     replica_id: int
-    acked: int  # CommitLog offset the follower has flushed
+    # CommitLog offset the follower has flushed: from its first ack on (within a heartbeat);
+    # until then, its end after the handshake's truncation (what it holds, loaded from its disk).
+    acked: int
     sent: int  # CommitLog offset streamed to it so far
 
 
