@@ -15,7 +15,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemq.broker.ha.coordination import MAX_REPLICAS, CoordinationStore, GroupRecord
+from tidemq.broker.ha.coordination import (
+    MAX_REPLICAS,
+    Change,
+    CoordinationError,
+    CoordinationStore,
+    GroupRecord,
+    Lease,
+    Versioned,
+)
 from tidemq.broker.ha.election import (
     Candidate,
     ElectionConfig,
@@ -353,3 +361,91 @@ async def test_role_changes_reach_the_callback_and_the_iterator(group: Group) ->
     assert await asyncio.wait_for(anext(roles), 1) == Role(RoleKind.NONE)
     assert called == [master, Role(RoleKind.NONE)]
     await roles.aclose()
+
+
+# ---- the fencing deadline by a fake clock ---------------------------------------------------------
+
+class FakeClock:
+    """Time moves only by ``advance``; a sleeper wakes when its time has come."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.t + seconds, wake))
+        await wake
+
+    async def advance(self, seconds: float) -> None:
+        self.t += seconds
+        for when, wake in list(self._sleepers):
+            if when <= self.t:
+                self._sleepers.remove((when, wake))
+                wake.set_result(None)
+        for _ in range(50):  # let the woken tasks run their (immediate) store calls
+            await asyncio.sleep(0)
+
+
+class SlowRenewalStore:
+    """An in-memory store whose keep-alive takes 3 s of the fake clock (or fails when told)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.failing = clock, False
+        self.records: dict[str, Versioned] = {}
+
+    async def get(self, key: str) -> Versioned | None:
+        return self.records.get(key)
+
+    async def compare_and_swap(self, key: str, record: GroupRecord, revision: int,
+                               lease: Lease | None = None) -> Versioned | None:
+        current = self.records.get(key)
+        if (current.revision if current else 0) != revision:
+            return None
+        self.records[key] = Versioned(record, revision + 1)
+        return self.records[key]
+
+    async def grant(self, ttl: float) -> Lease:
+        return Lease("1", ttl)
+
+    async def keep_alive(self, lease: Lease) -> bool:
+        if self.failing:
+            raise CoordinationError("etcd did not answer")
+        self.clock.t += 3
+        return True
+
+    async def revoke(self, lease: Lease) -> None:
+        pass
+
+    async def watch(self, key: str, after: int = 0) -> AsyncIterator[Change]:
+        await asyncio.Event().wait()
+        yield Change(None, 0)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_master_acknowledges_until_ttl_minus_margin_after_it_sent_its_last_renewal() -> None:
+    clock = FakeClock()
+    store = SlowRenewalStore(clock)
+    config = ElectionConfig(lease_seconds=9, safety_margin=1, gather=0, poll=0.01)
+    elector = Elector(store, "/tidemq/test/fake/group", 0, lambda: ReplicaPosition(0), config, clock)
+    await elector.start()  # granted at 1000
+    try:
+        while elector.role.kind is not RoleKind.MASTER:
+            await asyncio.sleep(0.01)
+        assert elector.may_acknowledge(1007.9) and not elector.may_acknowledge(1008)
+        await clock.advance(3)  # the keep-alive is sent at 1003 and answered at 1006
+        assert clock.t == 1006
+        assert elector.may_acknowledge(1010.9) and not elector.may_acknowledge(1011)
+        store.failing = True  # renewals stop getting through: the deadline stays
+        await clock.advance(3)
+        await clock.advance(3)
+        assert elector.role.kind is RoleKind.MASTER and not elector.may_acknowledge(clock.t)
+    finally:
+        await elector.close()
