@@ -399,16 +399,16 @@ class SlowRenewalStore:
         self.clock, self.failing = clock, False
         self.records: dict[str, Versioned] = {}
 
-    async def get(self, key: str) -> Versioned | None:
-        return self.records.get(key)
+    async def get(self, name: str) -> Versioned | None:
+        return self.records.get(name)
 
-    async def compare_and_swap(self, key: str, record: GroupRecord, revision: int,
+    async def compare_and_swap(self, name: str, record: GroupRecord, revision: int,
                                lease: Lease | None = None) -> Versioned | None:
-        current = self.records.get(key)
+        current = self.records.get(name)
         if (current.revision if current else 0) != revision:
             return None
-        self.records[key] = Versioned(record, revision + 1)
-        return self.records[key]
+        self.records[name] = Versioned(record, revision + 1)
+        return self.records[name]
 
     async def grant(self, ttl: float) -> Lease:
         return Lease("1", ttl)
@@ -422,7 +422,7 @@ class SlowRenewalStore:
     async def revoke(self, lease: Lease) -> None:
         pass
 
-    async def watch(self, key: str, after: int = 0) -> AsyncIterator[Change]:
+    async def watch(self, name: str, after: int = 0) -> AsyncIterator[Change]:
         await asyncio.Event().wait()
         yield Change(None, 0)
 
