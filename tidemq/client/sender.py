@@ -158,7 +158,11 @@ class Sender:
             if mq is None:
                 raise no_route_error(topic, self.config.name_servers)
         addr = await self.inst.master_addr(topic, mq.broker_name)
-        await self.inst.invoke_oneway(addr, build(mq))
+        try:
+            await self.inst.invoke_oneway(addr, build(mq))
+        except RemotingError:
+            self.inst.refresh_route_after_fault(topic)  # the next send may find a new master
+            raise
 
     async def send_merged(self, topic: str, outs: list[OutgoingMessage], timeout: float) -> SendResult:
         """Send ``outs`` as one SEND_BATCH_MESSAGE on a queue the fault strategy picks; the
