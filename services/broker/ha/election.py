@@ -235,7 +235,7 @@ class Elector:
         self.clock: Clock = clock or LoopClock()
         self.on_role = on_role
         self.role = NO_ROLE
-        self.known: GroupRecord | None = None  # the last record seen with a master
+        self.known: GroupRecord | None = None  # the last record seen (its epoch and in-sync set)
         self._lease: Lease | None = None
         self._renewed_before = float("-inf")  # clock before the last successful grant/keep-alive
         # The epoch this replica is master of under its current lease (a revision would not do:
@@ -254,7 +254,7 @@ class Elector:
             now < self._renewed_before + self._ttl() - self.config.safety_margin
 
     def _ttl(self) -> float:
-        return self._lease.ttl if self._lease is not None else 0.0
+        return self._lease.ttl if self._lease is not None else self.config.lease_seconds
 
     # -- life cycle --
     async def start(self) -> None:
@@ -275,8 +275,12 @@ class Elector:
             _done, pending = await asyncio.wait(pending, timeout=1.0)
         self._tasks = {}
         if self._lease is not None:
-            with contextlib.suppress(CoordinationError, TimeoutError):
+            try:
                 await self._call(self.store.revoke(self._lease))
+            except (CoordinationError, TimeoutError) as exc:
+                # Not fatal: the lease runs out by itself within its TTL.
+                log.warning("replica %d: could not revoke lease %s on close (%s); it runs out "
+                            "within %g s", self.replica, self._lease.id, exc, self._lease.ttl)
             self._lease = None
         self._set_role(NO_ROLE)
 
@@ -359,8 +363,11 @@ class Elector:
             log.warning("replica %d: lease %s ran out; granting a new one", self.replica, lease.id)
             if self.role.kind is RoleKind.MASTER:
                 self._set_role(NO_ROLE)
-            with contextlib.suppress(CoordinationError, TimeoutError):
+            try:
                 await self._new_lease()
+            except (CoordinationError, TimeoutError) as exc:
+                log.warning("replica %d: granting a new lease failed (%s); retrying",
+                            self.replica, exc)
             self._wake.set()
 
     async def _watch_loop(self) -> None:
