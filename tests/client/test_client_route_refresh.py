@@ -16,8 +16,9 @@ from tidemq.client.push.puller import PullSettings, QueuePuller
 from tidemq.client.route import BrokerData, MessageQueue, Perm, QueueData, TopicRouteData
 from tidemq.client.route_cache import RouteCache
 from tidemq.client.route_refresh import FaultRefresher
-from tidemq.client.send import SendStatus
+from tidemq.client.send import SendStatus, prepare_message
 from tidemq.errors import ConnectError, RemotingTimeoutError
+from tidemq.message import Message, Prop
 from tidemq.remoting import RemotingCommand, ResponseCode
 
 NEW_MASTER = "10.0.0.9:10911"
@@ -191,6 +192,15 @@ async def test_not_replicated_answers_are_sent_again_and_the_last_returned_when_
                         lambda addr, cmd: ResponseCode.FLUSH_SLAVE_TIMEOUT, retries=2)
     res = await sender.send_one(out(), 3.0)
     assert res.status is SendStatus.FLUSH_SLAVE_TIMEOUT and len(inst.sent) == 3
+
+
+async def test_a_half_message_is_not_sent_again_after_a_not_replicated_answer():
+    """The stored half is in the broker's transaction check already: a second half would be
+    committed (or checked) and delivered too."""
+    inst, sender = make({"T": route("broker-a")}, lambda addr, cmd: ResponseCode.SLAVE_NOT_AVAILABLE, retries=2)
+    half = prepare_message(Message("T", b"x", properties={Prop.TRAN_MSG: "true"}), "UNIQ1", None)
+    res = await sender.send_one(half, 3.0)
+    assert res.status is SendStatus.SLAVE_NOT_AVAILABLE and len(inst.sent) == 1
 
 
 async def test_a_fixed_queue_send_is_not_retried_but_refreshes_the_route():

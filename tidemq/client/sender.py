@@ -66,10 +66,13 @@ from tidemq.errors import (
     RemotingTimeoutError,
     TideMQError,
 )
-from tidemq.message import Message
+from tidemq.message import NAME_VALUE_SEP, Message, Prop
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
+
+# A half message's encoded properties hold this (tidemq.client.transaction sets TRAN_MSG=true).
+_HALF_MARK = f"{Prop.TRAN_MSG}{NAME_VALUE_SEP}true"
 
 RequestBuilder = Callable[[MessageQueue], RemotingCommand]
 
@@ -170,8 +173,11 @@ class Sender:
         return await self.send(topic, self.batch(topic, outs), "", None, timeout)
 
     async def send_one(self, out: OutgoingMessage, timeout: float) -> SendResult:
-        """Send one prepared message on a queue the fault strategy picks."""
-        return await self.send(out.topic, self.single(out), out.uniq_key, None, timeout)
+        """Send one prepared message on a queue the fault strategy picks. A transaction's half
+        message is not sent again after a stored-but-not-replicated answer: the stored half is
+        already in the broker's transaction check, and a second one would be delivered too."""
+        return await self.send(out.topic, self.single(out), out.uniq_key, None, timeout,
+                               resend_not_stored=_HALF_MARK not in out.properties)
 
     async def send(
         self,
@@ -181,6 +187,7 @@ class Sender:
         fixed: MessageQueue | None,
         timeout: float | None,
         reply: bool = False,
+        resend_not_stored: bool = True,
     ) -> SendResult:
         """Send what ``build`` makes, retrying as the module docstring says; ``reply`` marks a
         SEND_REPLY_MESSAGE_V2, whose refusal (requester gone) is no fault of the broker."""
@@ -255,7 +262,7 @@ class Sender:
             if fixed is None:
                 fault.report(mq.broker_name, latency_ms)
             result = parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
-            if code in NOT_STORE_OK_CODES and fixed is None and made - busy < attempts:
+            if code in NOT_STORE_OK_CODES and resend_not_stored and fixed is None and made - busy < attempts:
                 not_stored_ok, last_broker = result, mq.broker_name
                 log.info("send to %s was stored but not replicated (%s, attempt %d/%d): sending "
                          "again", mq, result.status.value, made, attempts)
