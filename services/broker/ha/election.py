@@ -74,6 +74,13 @@ def may_campaign(record: GroupRecord | None, replica: int, in_sync: bool, log_en
     return in_sync and log_end >= floor
 
 
+def counts_as_in_sync(known: GroupRecord | None, replica: int, log_end: int) -> bool:
+    """Whether ``replica`` is in sync by the last record it saw: named in its in-sync set and
+    holding at least its ``masterLogEnd`` (a replica whose disk was emptied is named but is not).
+    With no record ever seen, a group's first election, every replica is."""
+    return known is None or (replica in known.in_sync and log_end >= known.master_log_end)
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One campaigning replica as announced: whether it is in sync, and its CommitLog end."""
@@ -429,8 +436,8 @@ class Elector:
             self._observe(written.record)
 
     def _candidate(self) -> Candidate:
-        in_sync = self.known is None or self.replica in self.known.in_sync
-        return Candidate(self.replica, in_sync, self.position().log_end)
+        log_end = self.position().log_end
+        return Candidate(self.replica, counts_as_in_sync(self.known, self.replica, log_end), log_end)
 
     async def _announce(self, me: Candidate, epoch: int) -> None:
         key = candidate_key(self.key, self.replica)
@@ -496,4 +503,5 @@ class Elector:
 
 __all__ = ["Candidate", "Clock", "ElectionConfig", "ElectionError", "Elector", "LoopClock",
            "ReplicaPosition", "Role", "RoleKind", "announcement", "backoff", "candidate_key",
+           "counts_as_in_sync",
            "grow_record", "handover_record", "may_campaign", "rank", "shrink_record", "winner_record"]

@@ -33,6 +33,7 @@ from tidemq.broker.ha.election import (
     Role,
     RoleKind,
     backoff,
+    counts_as_in_sync,
     grow_record,
     handover_record,
     may_campaign,
@@ -69,6 +70,17 @@ def rec(epoch: int = 1, master: int | None = 0, in_sync: tuple[int, ...] = (0, 1
 def test_who_may_campaign(record: GroupRecord | None, in_sync: bool, log_end: int, unclean: bool,
                           expected: bool) -> None:
     assert may_campaign(record, 1, in_sync, log_end, unclean) is expected
+
+
+@pytest.mark.parametrize("known, replica, log_end, expected", [
+    (None, 3, 0, True),                          # a group's first election
+    (rec(in_sync=(0, 1), log_end=50), 1, 50, True),
+    (rec(in_sync=(0, 1), log_end=50), 1, 49, False),  # named, but its disk lost data
+    (rec(in_sync=(0, 1), log_end=50), 2, 99, False),  # not named
+])
+def test_who_counts_as_in_sync(known: GroupRecord | None, replica: int, log_end: int,
+                               expected: bool) -> None:
+    assert counts_as_in_sync(known, replica, log_end) is expected
 
 
 def test_rank_puts_in_sync_then_highest_log_end_then_lowest_id_first() -> None:
@@ -141,7 +153,7 @@ def test_elections_keep_one_master_per_epoch_and_growing_epochs(
         if kind == "fail":
             assert isinstance(arg, dict)
             record = None  # the master's lease ran out
-            cands = {r: Candidate(r, known is None or r in known.in_sync, end)
+            cands = {r: Candidate(r, counts_as_in_sync(known, r, end), end)
                      for r, end in arg.items()}
             read_at = revision
             for me in sorted(cands.values(), key=lambda c: rank(c, cands)):
