@@ -2,13 +2,60 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS
+from tidemq.broker.ha.coordination import MAX_REPLICAS
+from tidemq.broker.ha.etcd import EtcdConfig
+from tidemq.broker.ha.kubernetes import KubernetesConfig
 from tidemq.broker.quota import CreationLimits
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.remoting.tls import ClientTlsConfig, ServerTlsConfig
+
+
+class ReplicationMode(enum.Enum):
+    """``--replication``: SYNC answers SEND_OK once the in-sync set has a message (issue 17's
+    default for replicated groups); ASYNC once the master has it (RocketMQ's ASYNC_MASTER: the last
+    moments before a failover may be lost)."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """This broker as one replica of its group (tidemq.broker.ha.replica); None in BrokerConfig
+    when ``--coordination`` is not given, and then the broker runs alone exactly as before.
+
+    ``ha_host``/``ha_port``: where the replication master listens (``--ha-listen``, default the
+    listen port + 1, RocketMQ's HA port convention); ``ha_advertise``: the HOST:PORT other replicas
+    connect to. Bounds are checked here; the CLI turns a ValueError into one line naming the option.
+    """
+
+    replica_id: int
+    coordination: EtcdConfig | KubernetesConfig
+    ha_host: str
+    ha_port: int
+    ha_advertise: str
+    replication: ReplicationMode = ReplicationMode.SYNC
+    min_in_sync: int = 1
+    lease_seconds: float = 10.0
+    allow_unclean_election: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.replica_id < MAX_REPLICAS:
+            raise ValueError(f"--replica-id {self.replica_id} is outside 0..{MAX_REPLICAS - 1}: "
+                             "give each replica of a group its own id in that range")
+        if not 1 <= self.min_in_sync <= MAX_REPLICAS:
+            raise ValueError(f"--min-in-sync {self.min_in_sync} is outside 1..{MAX_REPLICAS}: "
+                             "give at most the number of replicas in the group")
+        if not 2.0 <= self.lease_seconds <= 300.0:
+            raise ValueError(f"--lease-seconds {self.lease_seconds:g} is outside 2..300: a shorter lease "
+                             "fails over on every pause, a longer one leaves the group unwritable for long")
+        if not 0 <= self.ha_port < 65536:
+            raise ValueError(f"--ha-listen port {self.ha_port} is outside 0..65535")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +116,8 @@ class BrokerConfig:
     namesrv_secret_key: str | None = field(default=None, repr=False)
     compressed_register: bool = False
     register_max_body: int = 16 * 1024 * 1024 - 64 * 1024
+    # Replication (issue 17): None = a group of one, no coordination store (the default).
+    replica: ReplicaConfig | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -15,9 +15,11 @@ import click
 
 from tidemq.broker.acl import AclService
 from tidemq.broker.broker import Broker
-from tidemq.broker.config import BrokerConfig
+from tidemq.broker.config import BrokerConfig, ReplicaConfig, ReplicationMode
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tidemq.broker.faults import FlushStall
+from tidemq.broker.ha.etcd import EtcdConfig
+from tidemq.broker.ha.kubernetes import KubernetesConfig
 from tidemq.broker.quota import CreationLimits
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES, FlushMode, StoreConfig
 from tidemq.broker.store.faults import DurableShadow
@@ -314,6 +316,77 @@ def creation_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def replica_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """This broker as a replica of its group (issue 17, tidemq.broker.ha.replica); the command
+    receives ``replica``, a dict for :func:`build_replica_config`. Without --coordination the
+    broker runs alone, as before."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, replica_id, ha_listen, coordination, replication, min_in_sync, lease_seconds,
+                allow_unclean_election, **kwargs) -> Any:
+        replica = dict(replica_id=replica_id, ha_listen=ha_listen, coordination=coordination,
+                       replication=replication, min_in_sync=min_in_sync, lease_seconds=lease_seconds,
+                       allow_unclean_election=allow_unclean_election)
+        return fn(*args, replica=replica, **kwargs)
+
+    opts = [
+        click.option("--coordination", default=None, help="etcd://HOST:PORT[,HOST:PORT] or kubernetes: run as a replica of the group (--broker-name), elected master through this store. Without it the broker runs alone."),
+        click.option("--replica-id", default=None, type=click.IntRange(0, 4), help="This replica's id in its group, 0..4 (with --coordination; each replica its own)."),
+        click.option("--ha-listen", default=None, help="HOST:PORT the replication master listens on (default: the --listen host and port + 1)."),
+        click.option("--replication", default="sync", show_default=True, type=click.Choice(["sync", "async"]), help="sync: acknowledge a send once the in-sync replicas have it; async: once the master has it (may lose the last moments on failover)."),
+        click.option("--min-in-sync", default=1, show_default=True, type=click.IntRange(1, 5), help="Fewest in-sync replicas (master included) for a sync send to be acknowledged."),
+        click.option("--lease-seconds", default=10.0, show_default=True, type=click.FloatRange(2, 300), help="Lease of a replica in the coordination store: a dead master is replaced within it (plus the election)."),
+        click.option("--allow-unclean-election/--no-allow-unclean-election", default=False, show_default=True, help="Let an out-of-sync replica become master when no in-sync one is left (acknowledged messages may be lost)."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
+def build_replica_config(cfg: BrokerConfig, replica_id: int | None, ha_listen: str | None, coordination: str | None,
+                         replication: str, min_in_sync: int, lease_seconds: float,
+                         allow_unclean_election: bool) -> ReplicaConfig | None:
+    """The replica options as a ReplicaConfig (None without --coordination); every bad value is
+    one line naming its option and the fix."""
+    if coordination is None:
+        if replica_id is not None or ha_listen is not None:
+            raise click.UsageError("--replica-id and --ha-listen need --coordination etcd://HOST:PORT or "
+                                   "--coordination kubernetes (or drop them to run this broker alone)")
+        return None
+    if replica_id is None:
+        raise click.UsageError("--coordination needs --replica-id 0..4 (each replica of the group its own)")
+    store: EtcdConfig | KubernetesConfig
+    if coordination == "kubernetes":
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise click.BadParameter("kubernetes needs KUBERNETES_SERVICE_HOST/PORT (run the broker in a pod), "
+                                     "or use etcd://HOST:PORT", param_hint="--coordination")
+        store = KubernetesConfig.in_cluster(host, port)
+    elif coordination.startswith("etcd://"):
+        try:
+            store = EtcdConfig.parse(coordination)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--coordination") from None
+    else:
+        raise click.BadParameter(f"{coordination!r} is neither etcd://HOST:PORT[,HOST:PORT] nor kubernetes",
+                                 param_hint="--coordination")
+    if ha_listen is None:
+        ha_host, ha_port = cfg.listen_host, cfg.listen_port + 1
+        if ha_port > 65535:
+            raise click.BadParameter(f"the listen port {cfg.listen_port} + 1 is no port: give --ha-listen HOST:PORT",
+                                     param_hint="--ha-listen")
+    else:
+        ha_host, ha_port = parse_listen(ha_listen, "--ha-listen")
+    advertise_host = ha_host if ha_host not in ("0.0.0.0", "", "::") else cfg.advertise_host
+    try:
+        return ReplicaConfig(replica_id=replica_id, coordination=store, ha_host=ha_host, ha_port=ha_port,
+                             ha_advertise=f"{advertise_host}:{ha_port}", replication=ReplicationMode(replication),
+                             min_in_sync=min_in_sync, lease_seconds=lease_seconds,
+                             allow_unclean_election=allow_unclean_election)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def fault_observer(store_root: Path, power_loss_shadow: str | None,
                   flush_stall_file: str | None) -> StoreObserver | None:
     """The store observer the hidden TEST ONLY flags ask for, or None (always, outside tests):
@@ -329,6 +402,7 @@ def fault_observer(store_root: Path, power_loss_shadow: str | None,
 
 @click.command("broker", context_settings={"auto_envvar_prefix": "TIDEMQ_BROKER"})
 @creation_options
+@replica_options
 @config_option
 @broker_options
 @tls_options
@@ -344,7 +418,7 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
                register_interval, log_level, tls: TlsFlags,
                namesrv_tls: bool = False, test_power_loss_shadow: str | None = None,
                test_flush_stall_file: str | None = None, limits: dict | None = None,
-               creation: CreationLimits = CreationLimits(),
+               creation: CreationLimits = CreationLimits(), replica: dict | None = None,
                acl_file: str | None = None, acl_reload_interval: float = 2.0,
                namesrv_access_key: str | None = None, namesrv_secret_key: str | None = None,
                compressed_register: bool = False, register_max_body: int = 16 * 1024 * 1024 - 64 * 1024) -> None:
@@ -375,6 +449,8 @@ def broker_cmd(namesrv, listen, store, cluster, broker_name, broker_id, advertis
     cfg = dataclasses.replace(cfg, namesrv_access_key=namesrv_access_key or None,
                               namesrv_secret_key=namesrv_secret_key or None,
                               compressed_register=compressed_register, register_max_body=register_max_body)
+    if replica is not None:
+        cfg = dataclasses.replace(cfg, replica=build_replica_config(cfg, **replica))
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
 
     observer = fault_observer(cfg.store.root, test_power_loss_shadow, test_flush_stall_file)
