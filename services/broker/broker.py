@@ -8,6 +8,11 @@ uses and the adapters with their services; nothing else imports it but the CLI a
 
 Lifecycle: ``start()`` loads (and recovers) the store and metadata, starts serving, registers with
 every name server; ``stop()`` stops accepting, unregisters, flushes offsets and the store.
+
+With ``config.replica`` (``--coordination``) the broker is one replica of its group
+(tidemq.broker.ha.replica): it registers with the brokerId of its role, and a write request is
+answered SERVICE_NOT_AVAILABLE unless it is the master and may acknowledge. Without it,
+``self.replica`` is None and the send path pays one attribute read.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.creation import ImplicitCreation
 from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
+from tidemq.broker.ha.replica import ReplicaService
 from tidemq.broker.hooks import AclHook, Dispatcher, FlowControlHook, MetricsHook
 from tidemq.broker.locks import RebalanceLockManager
 from tidemq.broker.longpoll import PullHoldService
@@ -61,12 +67,18 @@ from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.transaction.checker import TransactionChecker
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
-from tidemq.remoting import Connection, RemotingCommand, RemotingServer
+from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
 from tidemq.remoting.limits import ServerLimits, raise_open_file_limit
 
 log = logging.getLogger(__name__)
 
 PERSIST_RETRY = 5.0  # s before a failed topics.json write is tried again
+# Requests that store messages: a replica that is not an acknowledging master refuses them.
+WRITE_CODES = frozenset({
+    RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
+    RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
+})
 
 
 class Broker:
@@ -90,7 +102,14 @@ class Broker:
         self.locks = RebalanceLockManager()
         self.holds = PullHoldService()
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.metrics_queue_lag)
-        self.registrar = NamesrvRegistrar(settings=self._settings, topics=self.topics)
+        self.replica: ReplicaService | None = None
+        if config.replica is not None:
+            self.replica = ReplicaService(config.replica, cluster=config.cluster_name,
+                                          broker_name=config.broker_name, store=self.store,
+                                          register=self._register_for_replica)
+        self.registrar = NamesrvRegistrar(
+            settings=self._settings, topics=self.topics,
+            broker_id=None if self.replica is None else self._replica_broker_id)
         # An IP literal (a name is resolved once, here; ConfigError when it does not resolve).
         self.store_host = store_host_of(config.advertise_host, config.advertise_port)
         self.schedule = ScheduleMessageService(
@@ -206,6 +225,8 @@ class Broker:
             cfg.broker_name, cfg.cluster_name, *self.address, cfg.advertise_addr, cfg.store.root,
         )
         await self.registrar.register_all()
+        if self.replica is not None:
+            await self.replica.start()
         self._tasks = [
             asyncio.create_task(self._every(cfg.register_interval, self.registrar.register_all), name="register"),
             asyncio.create_task(self._every(cfg.offset_flush_interval, self.persist_offsets), name="offsets"),
@@ -236,7 +257,9 @@ class Broker:
         await cancel_and_wait(*self._tasks)
         await cancel_and_wait(self._register_soon)
         self.holds.wake_all()
-        await self.registrar.unregister_all()
+        await self.registrar.unregister_all()  # under the brokerId of the role still held
+        if self.replica is not None:
+            await self.replica.stop()
         await self.server.stop()
         await self.persist_offsets()
         await self.persist_topics()
@@ -314,12 +337,28 @@ class Broker:
         task = self._register_soon
         return task if task is not None and not task.done() else None
 
+    def _replica_broker_id(self) -> int:
+        return self.replica.broker_id if self.replica is not None else self.config.broker_id
+
+    async def _register_for_replica(self) -> str:
+        """Register now (a role change); the master's HA address the name servers named."""
+        await self.registrar.register_all()
+        return self.registrar.master_ha_addr
+
     def _notify_enabled(self, group: str) -> bool:
         g = self.groups.get(group)
         return g is None or g.notify_consumer_ids_changed_enable
 
     # remoting handler -------------------------------------------------------------------------
     def handle(self, conn: Connection, cmd: RemotingCommand) -> Answer:
+        # Hot path (bench/hot_path.py): without replication, one attribute read.
+        if self.replica is not None and cmd.code in WRITE_CODES and not self.replica.may_write():
+            # RocketMQ answers a send to a slave SERVICE_NOT_AVAILABLE (its store's putMessage
+            # refuses on BrokerRole.SLAVE); clients then refresh the route and retry the master.
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"broker {self.config.broker_name} replica {self.replica.config.replica_id} "
+                                f"is not the master of its group ({self.replica.role.kind.value}): "
+                                "refresh the route and send to brokerId 0")
         return self.dispatcher.handle(conn, cmd)
 
     def connection_lost(self, conn: Connection) -> None:

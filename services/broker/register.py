@@ -150,9 +150,16 @@ def _hint(max_body: int) -> str:
 
 
 class NamesrvRegistrar:
-    def __init__(self, *, settings: Callable[[], BrokerConfig], topics: TopicConfigManager) -> None:
+    def __init__(self, *, settings: Callable[[], BrokerConfig], topics: TopicConfigManager,
+                 broker_id: Callable[[], int] | None = None) -> None:
         self._settings = settings  # the broker's config of the moment (UPDATE_BROKER_CONFIG replaces it)
         self._topics = topics
+        # A replica's brokerId follows its role (tidemq.broker.ha.replica); else the configured one.
+        self._broker_id = broker_id
+        # The master's HA address the last round's answers named (RocketMQ RegisterBrokerResult
+        # haServerAddr, given to slaves only): "" when none did.
+        self.master_ha_addr = ""
+        self._ha_answers: list[str] = []
         cfg = settings()
         tls = cfg.namesrv_tls
         ak, sk = cfg.namesrv_access_key, cfg.namesrv_secret_key
@@ -173,8 +180,9 @@ class NamesrvRegistrar:
             "brokerName": cfg.broker_name,
             "brokerAddr": cfg.advertise_addr,
             "clusterName": cfg.cluster_name,
-            "haServerAddr": f"{cfg.advertise_host}:{cfg.advertise_port + 1}",
-            "brokerId": cfg.broker_id,
+            "haServerAddr": cfg.replica.ha_advertise if cfg.replica is not None
+            else f"{cfg.advertise_host}:{cfg.advertise_port + 1}",
+            "brokerId": cfg.broker_id if self._broker_id is None else self._broker_id(),
             "compressed": "false",
         }
 
@@ -201,9 +209,11 @@ class NamesrvRegistrar:
                 return 0
             header = self._header()
             header["compressed"] = "true" if plan.compressed else "false"
+            self._ha_answers = []
             results = await asyncio.gather(
                 *(self._register_one(addr, header, plan) for addr in cfg.namesrv_addrs)
             )
+            self.master_ha_addr = next((a for a in self._ha_answers if a), "")
             return sum(results)
 
     def _log_plan(self, plan: RegistrationPlan, max_body: int) -> None:
@@ -248,6 +258,7 @@ class NamesrvRegistrar:
                 log.warning("name server %s refused registration%s (%d): %s", addr, part, resp.code, resp.remark)
                 self.registered.discard(addr)
                 return False
+            self._ha_answers.append(resp.get_str("haServerAddr") or "")
         if addr not in self.registered:
             cfg = self._settings()
             log.info(
