@@ -89,7 +89,7 @@ def test_rocketmq_broker_conf_is_honoured(namesrv, start_broker, tmp_path):
     assert "flush mode SYNC_FLUSH" in log
     assert f"{conf}: unknown key flushDiskTyp ignored; did you mean flushDiskType?" in log
     assert f"{conf}: unknown key brokerNmae ignored; did you mean brokerName?" in log
-    assert f"{conf}: brokerRole=ASYNC_MASTER ignored: TideMQ brokers do not replicate" in log
+    assert f"{conf}: brokerRole=ASYNC_MASTER ignored: TideMQ replicas are elected" in log
     assert "deleteWhen ignored" not in log and "deleteWhen=04 ignored" not in log  # --delete-when
     # listenPort alone: every interface, advertised on loopback: logged, with a warning
     assert f"listening on 0.0.0.0:{port}, advertised as 127.0.0.1:{port}" in log

@@ -60,7 +60,8 @@ MILLISECOND_KEYS = {"transactionTimeOut", "transactionCheckInterval", "flushInte
                     "cleanResourceInterval", "registerNameServerPeriod"}
 # RocketMQ keys with no TideMQ counterpart on purpose: ignored with this reason (not "unknown").
 NOT_APPLICABLE = {
-    "brokerRole": "TideMQ brokers do not replicate: every broker serves as a master",
+    "brokerRole": "TideMQ replicas are elected, not configured: set coordination, replica-id and "
+                  "replication (sync|async) instead",
 }
 # Options a file may set but a user is never pointed at (test seams, the file option itself).
 _NOT_SUGGESTED = ("test_", "config")
