@@ -113,7 +113,8 @@ class Broker:
         # An IP literal (a name is resolved once, here; ConfigError when it does not resolve).
         self.store_host = store_host_of(config.advertise_host, config.advertise_port)
         self.schedule = ScheduleMessageService(
-            self.store, self.delay_levels, root / "config" / "delayOffset.json", self.store_host, clock
+            self.store, self.delay_levels, root / "config" / "delayOffset.json", self.store_host, clock,
+            may_write=self._may_write,
         )
         self.transactions = TransactionService(
             self.store,
@@ -123,7 +124,7 @@ class Broker:
         )
         self.tx_checker = TransactionChecker(
             self.transactions, lambda g: [ch.conn for ch in self.clients.producers.get(g, {}).values()],
-            ask_transaction_state,
+            ask_transaction_state, may_write=self._may_write,
         )
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
             config.idle_timeout, config.max_connections, config.max_buffered_bytes,
@@ -336,6 +337,11 @@ class Broker:
         """The persist-and-register round started by ``topics_changed``, while it runs."""
         task = self._register_soon
         return task if task is not None and not task.done() else None
+
+    def _may_write(self) -> bool:
+        """Whether this broker may append on its own (delayed deliveries, transaction checks):
+        always without replication, else only as its group's acknowledging master."""
+        return self.replica is None or self.replica.may_write()
 
     def _replica_broker_id(self) -> int:
         return self.replica.broker_id if self.replica is not None else self.config.broker_id

@@ -106,8 +106,12 @@ class ScheduleMessageService:
     def __init__(self, store: MessageStore, levels: DelayLevels, offsets_path: Path,
                  store_host: tuple[str, int], clock: Callable[[], float] = time.time,
                  persist_interval: float = 2.0, timer_capacity: int = 200_000,
-                 max_timer_delay_ms: int = DEFAULT_MAX_TIMER_DELAY_MS) -> None:
+                 max_timer_delay_ms: int = DEFAULT_MAX_TIMER_DELAY_MS,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         self.store = store
+        # A replica that is not its group's acknowledging master must not deliver: its log is the
+        # master's copy (tidemq.broker.ha), and a due entry waits until this replica may write.
+        self.may_write = may_write
         self.levels = levels
         self.path = offsets_path
         self.store_host = store_host
@@ -153,6 +157,8 @@ class ScheduleMessageService:
 
     # ------------------------------------------------------------------ delivering
     def _deliver(self, rec: bytes) -> bool:
+        if not self.may_write():
+            return False  # tried again after RETRY_AFTER_MS
         try:
             msg = decode_record(rec)
             req = restore_put(msg, self.store_host)

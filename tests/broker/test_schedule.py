@@ -156,6 +156,21 @@ def test_level_entry_is_delivered_when_due_and_not_a_millisecond_before(tmp_path
     assert store.query_by_key("Real", "k1", 10, 0, 2**62)  # indexed under the real topic
 
 
+def test_a_replica_that_may_not_write_delivers_nothing_until_it_may(tmp_path):
+    """A follower's log is its master's copy (tidemq.broker.ha): a due entry waits, then goes
+    once this replica may write (became master)."""
+    allowed = False
+    clock, store, svc = make(tmp_path, may_write=lambda: allowed)
+    put(svc, store, props={"DELAY": "1"})
+    lvl = svc.level_timers[0]
+    clock.now = T0 + 1.0
+    assert lvl.run_due(T0_MS + 1000) is not None  # retried later
+    assert real(store) == [] and lvl.offset == 0
+    allowed = True
+    assert lvl.run_due(T0_MS + 2000) is None
+    assert [m.body for m in real(store)] == [b"payload"] and lvl.offset == 1
+
+
 def test_a_level_delivers_in_order_and_stops_at_the_first_entry_not_due(tmp_path):
     clock, store, svc = make(tmp_path)
     for i in range(5):

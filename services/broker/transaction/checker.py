@@ -71,8 +71,12 @@ class RoundStats:
 
 class TransactionChecker(Generic[P]):
     def __init__(self, service: TransactionService, producers: Callable[[str], list[P]],
-                 ask: Callable[[P, MessageExt, bytes], None], rng: random.Random | None = None) -> None:
+                 ask: Callable[[P, MessageExt, bytes], None], rng: random.Random | None = None,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         self.service = service
+        # Only the group's acknowledging master checks (a check appends to the log, which on a
+        # follower is the master's copy: tidemq.broker.ha).
+        self.may_write = may_write
         self.producers = producers  # the connections of a group's producers
         # Asks one producer about a half message (a re-appended copy, and the record to show:
         # half.check_record); raises RemotingError when that connection cannot take it, and the
@@ -91,6 +95,8 @@ class TransactionChecker(Generic[P]):
         """Check every ``check_interval`` until cancelled."""
         while True:
             await asyncio.sleep(self.service.config.check_interval)
+            if not self.may_write():
+                continue
             try:
                 await self.check_once()
             except asyncio.CancelledError:
