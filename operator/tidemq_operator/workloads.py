@@ -7,6 +7,9 @@ compares :func:`spec_hash` values to decide what changed. For a Cluster named ``
 - name servers: Service ``c-namesrv-headless`` (headless, publishes not-ready pods so brokers can
   resolve every name server while they start), Service ``c-namesrv`` (ClusterIP, for clients that
   want one address), PodDisruptionBudget ``c-namesrv``, StatefulSet ``c-namesrv``;
+- only when spec.brokers.replicas > 1: ServiceAccount ``c-broker``, Role and RoleBinding
+  ``c-broker-leases`` (the election's Leases; :mod:`tidemq.operator.replication` says what else a
+  replicated group changes);
 - per broker group ``i`` (0 .. spec.brokers.groups-1): ConfigMap ``c-broker-i-config`` (the
   ``broker.conf`` that ``tidemq broker --config`` reads), Service ``c-broker-i-headless``,
   PodDisruptionBudget ``c-broker-i``, StatefulSet ``c-broker-i`` (broker name ``c-broker-i``, one
@@ -33,7 +36,7 @@ Invariants:
   ``namesrv_acl``, mount that Secret's ``plain_acl.yml`` and run with ``--acl-file``. The Secret
   itself is not among the objects here: it is created once, never patched.
 - Pods run least-privileged: no service-account token (neither server talks to the Kubernetes
-  API), non-root (the image's uid/gid 10001), RuntimeDefault seccomp, a read-only root filesystem
+  API; replicated brokers do, for their Leases only), non-root (the image's uid/gid 10001), RuntimeDefault seccomp, a read-only root filesystem
   (writable: the store volume and an emptyDir on /tmp), no privilege escalation, no capabilities.
 - Defaults come from the CRD schema (crds/tidemq.io_clusters.yaml), applied here too so objects
   that skipped API-server defaulting (emulators) give the same result.
@@ -49,6 +52,7 @@ import re
 from typing import Any
 
 from tidemq.errors import ConfigError
+from tidemq.operator import replication
 from tidemq.operator.crds import API_VERSION, apply_defaults, openapi_schema
 
 log = logging.getLogger(__name__)
@@ -329,13 +333,15 @@ def _service(cluster: dict[str, Any], name: str, labels: dict[str, str], selecto
     return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(cluster, name, labels), "spec": spec}
 
 
-def _pdb(cluster: dict[str, Any], name: str, labels: dict[str, str], selector: dict[str, str]) -> dict[str, Any]:
-    # maxUnavailable 1, not minAvailable: a one-pod StatefulSet must not block node drains forever
+def _pdb(cluster: dict[str, Any], name: str, labels: dict[str, str], selector: dict[str, str],
+         max_unavailable: int = 1) -> dict[str, Any]:
+    # maxUnavailable, not minAvailable: a one-pod StatefulSet must not block node drains forever.
+    # A replicated group passes replicas - minInSync (tidemq.operator.replication).
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(cluster, name, labels),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": dict(selector)}},
     }
 
 
@@ -553,10 +559,14 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: b
     if acl:  # owner and fsGroup may read it, nobody else (the pod runs as RUN_AS_ID)
         sts["spec"]["template"]["spec"]["volumes"].append(
             {"name": "acl", "secret": {"secretName": acl["secretName"], "defaultMode": 0o440}})
+    service = _service(c, headless, labels, selector, ports, headless=True)
+    rspec = replication.replication_spec(b)
+    replication.apply_to_broker(rspec, name, port, container, sts["spec"]["template"]["spec"], sts["spec"], service)
+    budget = rspec.max_unavailable if rspec.replicated else 1
     return [
         cm,
-        _service(c, headless, labels, selector, ports, headless=True),
-        _pdb(c, broker_name(name, group), labels, selector),
+        service,
+        _pdb(c, broker_name(name, group), labels, selector, budget),
         sts,
     ]
 
@@ -577,6 +587,9 @@ def desired_objects(cluster: dict[str, Any], namesrv_acl: bool = True, broker_si
     _owner_ref(c)  # fail early without a uid
     objs = _namesrv_objects(c, namesrv_acl and broker_signing)
     addr = name_server_address(c)
+    name = _meta(c)[0]
+    if replication.replication_spec(spec["brokers"]).replicated:  # before the first broker group
+        objs += replication.rbac_objects(lambda n: _metadata(c, n, _labels(name, "broker")), name)
     for group in range(spec["brokers"]["groups"]):
         objs += _broker_objects(c, group, addr, broker_signing)
     return [_stamp(o) for o in objs]
@@ -635,19 +648,41 @@ def image_version(image: str) -> str:
     return image.split("@", 1)[1] if "@" in image else "latest"
 
 
-def broker_addresses(cluster: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every broker pod of a managed Cluster: name (RocketMQ brokerName), brokerId (the pod's
-    ordinal), address (the stable pod DNS name it advertises, see ``--advertise``) and version
-    (the image tag the StatefulSet runs). An external Cluster yields ``[]``."""
+def _pod_address(name: str, ns: str, group: int, ordinal: int, port: int) -> str:
+    return f"{broker_name(name, group)}-{ordinal}.{broker_headless_name(name, group)}.{ns}.svc:{port}"
+
+
+def broker_pod_address(cluster: dict[str, Any], group: int, ordinal: int) -> str:
+    """The address broker pod ``ordinal`` of group ``group`` advertises (``--advertise``)."""
+    c = _defaulted(cluster)
+    name, ns = _meta(c)
+    return _pod_address(name, ns, group, ordinal, c["spec"]["brokers"]["port"])
+
+
+def broker_addresses(cluster: dict[str, Any], masters: dict[str, int | None] | None = None) -> list[dict[str, Any]]:
+    """Every broker pod of a managed Cluster: name (RocketMQ brokerName), brokerId, address (the
+    stable pod DNS name it advertises, see ``--advertise``) and version (the image tag the
+    StatefulSet runs). An external Cluster yields ``[]``.
+
+    brokerId is the pod's ordinal for a lone broker; a replica of a replicated group registers 0
+    while it is master and its replica id + 1 otherwise, so ``masters`` (broker name -> the
+    master's replica id, None when there is none, as the replicas report it) decides."""
     c = _defaulted(cluster)
     spec = c["spec"]
     if spec.get("external"):
         return []
     name, ns = _meta(c)
     b = spec["brokers"]
+    replicated = replication.replication_spec(b).replicated
     version = image_version(spec["image"])
+
+    def broker_id(group: int, ordinal: int) -> int:
+        if not replicated:
+            return ordinal
+        return 0 if (masters or {}).get(broker_name(name, group)) == ordinal else ordinal + 1
+
     return [
-        {"name": broker_name(name, g), "brokerId": i, "version": version,
-         "address": f"{broker_name(name, g)}-{i}.{broker_headless_name(name, g)}.{ns}.svc:{b['port']}"}
+        {"name": broker_name(name, g), "brokerId": broker_id(g, i), "version": version,
+         "address": _pod_address(name, ns, g, i, b["port"])}
         for g in range(b["groups"]) for i in range(b["replicas"])
     ]

@@ -205,7 +205,11 @@ def test_admit_does_not_mutate_its_input():
     (_group(retryMaxTimes=-1), "retryMaxTimes"),
     (_group(clusterRef={}), "name"),
     (_cluster(brokers={"groups": 0}), "groups"),
-    (_cluster(brokers={"replicas": 2}), "replicas"),
+    (_cluster(brokers={"replicas": 6}), "replicas"),
+    (_cluster(brokers={"replicas": 0}), "replicas"),
+    (_cluster(brokers={"replicas": 3, "minInSync": 0}), "minInSync"),
+    (_cluster(brokers={"replicas": 3, "replication": "quorum"}), "replication"),
+    (_cluster(brokers={"replicas": 3, "leaseSeconds": 1}), "leaseSeconds"),
     (_cluster(brokers={"flushMode": "fsync"}), "flushMode"),
     (_cluster(brokers={"storage": {"size": "lots"}}), "size"),
     (_cluster(external={"nameServers": []}), "nameServers"),
@@ -296,6 +300,10 @@ def test_every_cel_rule_compiles(kind):
     (_cluster(brokers={"config": {"flush-disk": "x", "store": "/tmp"}}), "keys the operator manages"),
     (_cluster(name="x" * 41, brokers={}), "at most 40 characters"),
     (_cluster(brokers={}, nameServers={"port": 9000, "metricsPort": 9000}), "must differ"),
+    (_cluster(brokers={"replicas": 2, "minInSync": 3}), "minInSync must be at most brokers.replicas"),
+    (_cluster(brokers={"minInSync": 2}), "minInSync must be at most brokers.replicas"),  # replicas defaults to 1
+    (_cluster(brokers={"config": {"min-in-sync": "1"}}), "keys the operator manages"),
+    (_cluster(brokers={"config": {"coordination": "etcd://x:2379"}}), "keys the operator manages"),
     (_topic(order=True, messageType="DELAY"), "order: true cannot"),
     (_topic(topicName="TBW102"), "system topic"),
     (_topic(topicName="%RETRY%g1"), "system topic"),
@@ -312,6 +320,12 @@ def test_cel_rules_accept_good_objects():
     assert crds.admit(_cluster(brokers={"config": {"autoCreateTopicEnable": "true"}}))[1] == []
     assert crds.admit(_cluster(external={"nameServers": ["10.0.0.1:9876", "[::1]:9876"]}))[1] == []
     assert crds.admit(_topic(order=True, messageType="FIFO"))[1] == []
+    replicated, errors = crds.admit(_cluster(brokers={"replicas": 3, "minInSync": 3}))
+    assert errors == []
+    assert replicated["spec"]["brokers"]["replication"] == "sync"
+    assert replicated["spec"]["brokers"]["leaseSeconds"] == 10
+    defaulted, errors = crds.admit(_cluster(brokers={"replicas": 3}))
+    assert errors == [] and "minInSync" not in defaulted["spec"]["brokers"]  # min(2, replicas): the operator's
 
 
 @needs_cel
