@@ -17,7 +17,9 @@ Invariants:
   ``NettyRemotingAbstract.processRequestCommand`` turns into ``SYSTEM_ERROR`` (1) with the
   exception text, so the remark is ``AclException: <RocketMQ's message>``. A refused oneway request
   gets no answer.
-- Only five request codes need ``admin: true`` (RocketMQ's ``Permission.ADMIN_CODE``). Which topics
+- ``admin: true`` is needed by RocketMQ's five ``Permission.ADMIN_CODE`` requests and by two of
+  ours: GET_BROKER_RUNTIME_INFO (RocketMQ leaves it open; it tells a replicated group's roles and
+  epochs) and SWITCHOVER (moves a group's master). Which topics
   and groups a request touches follows ``PlainAccessValidator.parse``; beyond 4.9.8 we also check
   SEND_BATCH_MESSAGE (topic PUB), LITE_PULL_MESSAGE (as PULL) and QUERY_CONSUMER_OFFSET (topic and
   group SUB). Groups are keyed by their retry topic ``%RETRY%<group>``, as in RocketMQ.
@@ -70,13 +72,15 @@ class Perm(IntFlag):
 _PERM_TEXT = {"DENY": Perm.DENY, "PUB": Perm.PUB, "SUB": Perm.SUB,
               "PUB|SUB": Perm.PUB | Perm.SUB, "SUB|PUB": Perm.PUB | Perm.SUB}
 
-# RocketMQ 4.9.8 Permission.ADMIN_CODE.
+# RocketMQ 4.9.8 Permission.ADMIN_CODE, then TideMQ's additions (see the module docstring).
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC,
     RequestCode.UPDATE_BROKER_CONFIG,
     RequestCode.DELETE_TOPIC_IN_BROKER,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    RequestCode.GET_BROKER_RUNTIME_INFO,
+    RequestCode.SWITCHOVER,
 })
 
 
@@ -305,6 +309,8 @@ REQUEST_ACCESS: dict[int, str] = {
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "admin",
     RequestCode.DELETE_SUBSCRIPTIONGROUP: "admin",
     RequestCode.UPDATE_BROKER_CONFIG: "admin",
+    RequestCode.GET_BROKER_RUNTIME_INFO: "admin",  # replica roles and epochs (issue 17)
+    RequestCode.SWITCHOVER: "admin",  # moves a replicated group's master (issue 17)
     RequestCode.GET_ALL_TOPIC_CONFIG: "open: topic names and queue counts, as RocketMQ (admin tools, operator)",
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "open: group settings, as RocketMQ (admin tools, operator)",
     RequestCode.GET_ALL_CONSUMER_OFFSET: "open: committed offsets (numbers, no messages), as RocketMQ",

@@ -40,6 +40,7 @@ from tidemq.broker.messaging.offsets import OffsetService
 from tidemq.broker.messaging.pull import PullService
 from tidemq.broker.messaging.query import QueryService
 from tidemq.broker.messaging.reply import ReplyService
+from tidemq.broker.messaging.runtime import RuntimeService
 from tidemq.broker.messaging.send import SendService
 from tidemq.broker.messaging.sendback import SendBackService
 from tidemq.broker.messaging.transaction import EndTransactionService
@@ -53,6 +54,7 @@ from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.reply import ConnectedRequesters, ReplyProcessor
+from tidemq.broker.processors.runtime import RuntimeProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.processors.sendback import SendBackProcessor
 from tidemq.broker.processors.transaction import EndTransactionProcessor, ask_transaction_state
@@ -178,6 +180,8 @@ class Broker:
             BrokerConfigProcessor(BrokerConfigService(
                 settings=settings, replace=self._replace_config,
                 reregister=lambda: self.topics_changed(persist=False)), callers=callers),
+            RuntimeProcessor(RuntimeService(broker_name=config.broker_name, store=self.store,
+                                            totals=self.metrics.totals, replica=self.replica, clock=clock)),
         ):
             self.handlers.update(family.handlers())
         # Hooks around dispatch, in order: ACL (when on) refuses first, then flow control; metrics

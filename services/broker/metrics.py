@@ -106,6 +106,11 @@ class BrokerMetrics:
             return
         self.error_counts[code] = self.error_counts.get(code, 0) + 1
 
+    def totals(self) -> tuple[int, int]:
+        """(messages stored, messages served to pulls) since the broker started."""
+        return (sum(c[0] for c in list(self.put_counts.values())),
+                sum(c[0] for c in list(self.get_counts.values())))
+
     def attach(self, broker: "Broker") -> None:
         self.registry.register(_BrokerCollector(broker, self._base, self.queue_lag))
 

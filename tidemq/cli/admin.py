@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import string
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, overload
 
@@ -13,11 +15,15 @@ import orjson
 
 from tidemq.cli.common import client_config, run_async, user_errors
 from tidemq.client import Admin
+from tidemq.client.route import ClusterInfo
 from tidemq.client.validation import DLQ_GROUP_TOPIC_PREFIX, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from tidemq.errors import AdminError, ClientError, TideMQError
 from tidemq.message import MessageExt
+from tidemq.remoting.headers.replica import HA_EPOCH, HA_IN_SYNC, HA_REPLICA_ID, HA_ROLE, MAX_REPLICA_ID
 
 T = TypeVar("T")
+
+SWITCHOVER_POLL = 0.2  # s between reads of the name servers' cluster info while a switchover settles
 
 namesrv_option = click.option(
     "-n", "--namesrvAddr", "namesrv", envvar="NAMESRV_ADDR", required=True,
@@ -129,19 +135,116 @@ def topic_status(namesrv, topic) -> None:
         click.echo(f"{mq.broker_name:<24}{mq.queue_id:>5}  {mn:>12}  {mx:>12}  {_ts(last)}")
 
 
+async def _runtime_or_none(admin: Admin, addr: str) -> dict[str, str] | None:
+    """A broker's runtime info, or None when it cannot be had (down, refused by its ACL, an
+    older broker): clusterList still lists what the name servers know."""
+    try:
+        return await admin.get_broker_runtime_info(addr)
+    except TideMQError:
+        return None
+
+
+async def _cluster_rows(admin: Admin) -> list[tuple[str, str, int, str, dict[str, str] | None]]:
+    """(cluster, broker name, brokerId, address, runtime info) of every registered broker."""
+    info = await admin.cluster_info()
+    rows = []
+    for cluster, names in sorted(info.cluster_addr_table.items()):
+        for name in sorted(names):
+            bd = info.broker_addr_table.get(name)
+            for bid, addr in sorted((bd.broker_addrs if bd else {}).items()):
+                rows.append((cluster, name, bid, addr))
+    runtimes = await asyncio.gather(*(_runtime_or_none(admin, r[3]) for r in rows))
+    return [(*r, rt) for r, rt in zip(rows, runtimes)]
+
+
+def _replica_columns(rt: dict[str, str] | None) -> tuple[str, str, str]:
+    """#Role (role/replica id), #Epoch, #InSync of a broker; "-" where it is not a replica or
+    did not answer."""
+    if not rt or HA_ROLE not in rt:
+        return "-", "-", "-"
+    return (f"{rt[HA_ROLE]}/{rt.get(HA_REPLICA_ID, '?')}", rt.get(HA_EPOCH) or "-", rt.get(HA_IN_SYNC) or "-")
+
+
 @admin_group.command("clusterList")
 @namesrv_option
 @user_errors
 def cluster_list(namesrv) -> None:
-    """List clusters, brokers and their addresses."""
-    info = _with_admin(namesrv, lambda a: a.cluster_info())
-    click.echo(f"{'#Cluster Name':<22}{'#Broker Name':<22}{'#BID':<6}#Addr")
-    for cluster, names in sorted(info.cluster_addr_table.items()):
-        for name in sorted(names):
-            bd = info.broker_addr_table.get(name)
-            addrs = bd.broker_addrs if bd else {}
-            for bid, addr in sorted(addrs.items()):
-                click.echo(f"{cluster:<22}{name:<22}{bid:<6}{addr}")
+    """List clusters, brokers and their addresses; for replicated groups also each replica's
+    role/replica id, epoch and the in-sync set it knows."""
+    rows = _with_admin(namesrv, _cluster_rows)
+    replicated = any(rt is not None and HA_ROLE in rt for *_, rt in rows)
+    if not replicated:  # the columns RocketMQ's users and scripts know, unchanged
+        click.echo(f"{'#Cluster Name':<22}{'#Broker Name':<22}{'#BID':<6}#Addr")
+        for cluster, name, bid, addr, _rt in rows:
+            click.echo(f"{cluster:<22}{name:<22}{bid:<6}{addr}")
+        return
+    width = max(22, *(len(r[3]) + 2 for r in rows))
+    click.echo(f"{'#Cluster Name':<22}{'#Broker Name':<22}{'#BID':<6}{'#Addr':<{width}}{'#Role':<14}{'#Epoch':<8}"
+               "#InSync")
+    for cluster, name, bid, addr, rt in rows:
+        role, epoch, in_sync = _replica_columns(rt)
+        click.echo(f"{cluster:<22}{name:<22}{bid:<6}{addr:<{width}}{role:<14}{epoch:<8}{in_sync}")
+
+
+def _master_addr(info: ClusterInfo, group: str) -> str | None:
+    bd = info.broker_addr_table.get(group)
+    return bd.broker_addrs.get(0) if bd is not None else None
+
+
+async def _switchover(admin: Admin, group: str, to: int | None, timeout: float,
+                      progress: Callable[[str], None]) -> tuple[str, str, int, float]:
+    """(old master address, new master address, replica id taking over, seconds it took)."""
+    info = await admin.cluster_info()
+    bd = info.broker_addr_table.get(group)
+    if bd is None:
+        known = ", ".join(sorted(info.broker_addr_table)) or "none"
+        raise AdminError(f"broker group {group!r} is not known to the name servers (known groups: {known}); "
+                         "check -b (the group's --broker-name) and that its brokers run")
+    old = bd.broker_addrs.get(0)
+    if old is None:
+        ids = ", ".join(str(i) for i in sorted(bd.broker_addrs)) or "none"
+        raise AdminError(f"broker group {group!r} has no master registered (registered brokerIds: {ids}): wait "
+                         "for its election to finish (see the replicas' logs) and try again")
+    started = time.monotonic()
+    target = await admin.switchover(old, group, to)
+    deadline = started + timeout
+    while True:
+        new = _master_addr(await admin.cluster_info(), group)
+        took = time.monotonic() - started
+        if new is not None and new != old:
+            return old, new, target, took
+        if time.monotonic() > deadline:
+            raise AdminError(
+                f"replica {target} of {group!r} did not register as brokerId 0 within {timeout:g} s (brokerId 0 "
+                f"is {new or 'not registered'}): see the replicas' logs; an untaken hand-over lapses into an "
+                "election after one lease")
+        progress(f"waiting for replica {target} to register as brokerId 0 of {group} ({took:.1f} s)")
+        await asyncio.sleep(SWITCHOVER_POLL)
+
+
+@admin_group.command("switchover")
+@namesrv_option
+@click.option("-b", "--brokerName", "group", required=True, help="The replicated group (its --broker-name).")
+@click.option("--to", "to", type=click.IntRange(0, MAX_REPLICA_ID), default=None,
+              help="Replica id to take over (default: the in-sync follower furthest ahead).")
+@click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
+              help="Seconds to wait for the new master to register with the name servers.")
+@user_errors
+def switchover(namesrv, group, to, timeout) -> None:
+    """Hand a replicated group's mastership to an in-sync follower (a planned switchover)."""
+    tty = sys.stderr.isatty()
+
+    def progress(line: str) -> None:
+        if tty:  # one line rewritten in place; a log or pipe gets the result lines only
+            click.echo(f"\r{line}", err=True, nl=False)
+
+    try:
+        old, new, target, took = _with_admin(namesrv, lambda a: _switchover(a, group, to, timeout, progress))
+    finally:
+        if tty:
+            click.echo("", err=True)
+    click.echo(f"switched over {group}: replica {target} at {new} is master (brokerId 0), was {old}; "
+               f"{took:.1f} s")
 
 
 @admin_group.command("updateSubGroup")

@@ -25,6 +25,7 @@ from tidemq.client.admin_protocol import (
     TopicOffset,
     create_topic_request,
     parse_consume_stats,
+    parse_kv_table,
     parse_string_list,
     parse_topic_stats,
     query_message_request,
@@ -40,6 +41,7 @@ from tidemq.errors import AdminError, ClientError, CodecError, RemotingError, Ti
 from tidemq.message import MessageExt, Prop, decode_offset_msg_id, decode_records
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, fastjson
 from tidemq.remoting.acl import AclSigner
+from tidemq.remoting.headers.replica import SwitchoverHeader, decode_switchover_answer
 from tidemq.remoting.tls import ClientTlsConfig, client_context
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,34 @@ class Admin(ClientBase):
             return ClusterInfo.from_json(resp.body_bytes() or b"{}")
         except CodecError as exc:
             raise AdminError(f"cluster info from the name server is malformed: {exc}") from None
+
+    async def get_broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """One broker's GET_BROKER_RUNTIME_INFO table (RocketMQ's KVTable): its version, message
+        totals and store offsets, and for a replica of a replicated group the ``ha*`` keys of
+        tidemq.remoting.headers.replica (role, epoch, master, in-sync set, lag)."""
+        resp = await self._broker(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO),
+                                  "broker runtime info")
+        try:
+            return parse_kv_table(resp.body_bytes() or b"{}", "broker runtime info")
+        except CodecError as exc:
+            raise AdminError(f"runtime info from {addr} is malformed: {exc}") from None
+
+    async def switchover(self, addr: str, broker_name: str, to: int | None = None) -> int:
+        """Ask the master at ``addr`` to hand group ``broker_name``'s mastership to replica ``to``
+        (None: the in-sync follower furthest ahead); the id of the replica that takes over. The
+        new master registers as brokerId 0 itself; watch :meth:`cluster_info` to see it. Raises
+        BrokerError with the master's sentence when it cannot (not the master, target not in
+        sync, no in-sync follower)."""
+        try:
+            header = SwitchoverHeader(broker_name, to).fields()
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        resp = await self._broker(addr, RemotingCommand.request(RequestCode.SWITCHOVER, header),
+                                  f"switchover of {broker_name}")
+        try:
+            return decode_switchover_answer(resp.ext_fields)
+        except ValueError as exc:
+            raise AdminError(f"switchover answer from {addr} is malformed: {exc}") from None
 
     # topics ------------------------------------------------------------------------------------
     async def create_topic(

@@ -1,5 +1,9 @@
 """Admin request headers and response bodies: pure codecs, no I/O.
 
+GET_BROKER_RUNTIME_INFO answers RocketMQ's KVTable, ``{"table": {key: value}}``: read by
+:func:`parse_kv_table` into a dict of strings (a replica's ``ha*`` keys are named in
+tidemq.remoting.headers.replica).
+
 Stats bodies (GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208) key their ``offsetTable`` by
 MessageQueue in fastjson's inline-object form ``{{"brokerName":..,"queueId":..,"topic":..}:{..}}``;
 :func:`tidemq.remoting.fastjson.loads` returns such keys as ObjectKey. A key that arrives as a
@@ -168,3 +172,17 @@ def parse_string_list(body: bytes, field_name: str, what: str) -> list[str]:
     if not isinstance(items, list):
         raise CodecError(f"{what}: {field_name} is not an array")
     return [str(i) for i in items]
+
+
+def parse_kv_table(body: bytes, what: str) -> dict[str, str]:
+    """RocketMQ's KVTable body ``{"table": {...}}`` as strings (a number is read as its text)."""
+    obj = _load_obj(body, what)
+    table = obj.get("table") or {}
+    if not isinstance(table, dict):
+        raise CodecError(f"{what}: table is not an object")
+    out = {}
+    for k, v in table.items():
+        if isinstance(v, (dict, list)):
+            raise CodecError(f"{what}: the value of {k!r} is not a string")
+        out[str(k)] = "" if v is None else str(v)
+    return out

@@ -1,4 +1,10 @@
-"""RocketMQ 4.x request codes, response codes, language codes and permission bits (wire values)."""
+"""RocketMQ 4.x request codes, response codes, language codes and permission bits (wire values).
+
+TideMQ's own request codes start at 9000. RocketMQ's RequestCode uses 10..3543 (5.3: 10-61,
+100-106, 200-225, 300-361, 400-402, 513, 901-908, 1001-1018, 2001-2004, 3001-3010, 3442-3543),
+and the binary header carries a code as a Java short, so 9000..32767 is clear of RocketMQ's and
+fits both header types. A RocketMQ broker answers them REQUEST_CODE_NOT_SUPPORTED.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ class RequestCode(IntEnum):
     GET_ALL_TOPIC_CONFIG = 21
     UPDATE_BROKER_CONFIG = 25
     GET_BROKER_CONFIG = 26
+    GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -57,6 +64,8 @@ class RequestCode(IntEnum):
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
     LITE_PULL_MESSAGE = 361
+    # TideMQ's own (see the module docstring).
+    SWITCHOVER = 9001  # hand a replicated group's mastership to an in-sync follower (issue 17)
 
 
 class ResponseCode(IntEnum):
