@@ -251,7 +251,7 @@ async def test_admin_operations(fake):
 
 async def test_a_queue_of_a_topic_nobody_created_says_to_create_it(fake):
     """The pull consumer and the push consumer's broker calls find a queue's broker the same way
-    (ClientInstance.queue_master_addr): an unknown topic is a ClientError saying what to do."""
+    (ClientInstance.queue_read_addr / queue_master_addr): an unknown topic is a ClientError saying what to do."""
     nope = MessageQueue("Nope", "broker-a", 0)
     async with PullConsumer("cg", config=cfg(fake)) as c:
         with pytest.raises(ClientError, match="no route for topic Nope: create the topic first"):

@@ -10,14 +10,17 @@ import pytest
 
 from tests.client.test_client_sender import ADDRS, FakeClock, FakeInstance, make, out, route
 from tidemq.client.config import ClientConfig
+from tidemq.client.fault import FaultStrategy
 from tidemq.client.heartbeat import Subscription
+from tidemq.client.instance import ClientInstance
 from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.puller import PullSettings, QueuePuller
 from tidemq.client.route import BrokerData, MessageQueue, Perm, QueueData, TopicRouteData
 from tidemq.client.route_cache import RouteCache
 from tidemq.client.route_refresh import FaultRefresher
 from tidemq.client.send import SendStatus, prepare_message
-from tidemq.errors import ConnectError, RemotingTimeoutError
+from tidemq.client.sender import Sender
+from tidemq.errors import BrokerError, ClientError, ConnectError, RemotingTimeoutError
 from tidemq.message import Message, Prop
 from tidemq.remoting import RemotingCommand, ResponseCode
 
@@ -203,13 +206,96 @@ async def test_a_half_message_is_not_sent_again_after_a_not_replicated_answer():
     assert res.status is SendStatus.SLAVE_NOT_AVAILABLE and len(inst.sent) == 1
 
 
-async def test_a_fixed_queue_send_is_not_retried_but_refreshes_the_route():
+async def test_a_not_replicated_answer_to_a_fixed_queue_send_is_returned_not_sent_again():
+    """Stored already: a second copy would land behind later messages of the ordered queue."""
     inst, sender = make({"T": route("broker-a")}, lambda addr, cmd: ResponseCode.SLAVE_NOT_AVAILABLE)
     await sender.queues("T")
     mq = inst.routes.publish_queues("T")[0]
     res = await sender.send("T", sender.single(out()), "UNIQ1", mq, 3.0)
     assert res.status is SendStatus.SLAVE_NOT_AVAILABLE and len(inst.sent) == 1
     assert inst.refreshed == ["T"]
+
+
+# Fixed-queue sends (ordered, selector, explicit queue) across a failover ----------------------
+
+def fixed_sender(answer, interval: float = 0.5, retries: int = 2):
+    """A Sender over a FakeInstance whose fault-driven refreshes are bounded by a real clock."""
+    inst, _ = make({"T": route("broker-a", "broker-b")}, answer, retries=retries)
+    config = ClientConfig(retry_times_when_send_failed=retries, request_timeout=3.0,
+                          fault_route_refresh_interval=interval)
+    sender = Sender(inst, "pg", config, FaultStrategy(True, FakeClock(), seed=3))  # type: ignore[arg-type]
+
+    async def fetch(topic: str) -> None:
+        await inst.get_route(topic, refresh=True)
+
+    refresher = FaultRefresher(fetch, min_interval=interval)
+    inst.refresh_route_after_fault = refresher.request  # type: ignore[method-assign,assignment]
+    return inst, sender, refresher
+
+
+@pytest.mark.parametrize("failure", ["refused", "timeout", "not master", "no permission"])
+async def test_a_fixed_queue_send_is_retried_on_the_same_queue_of_its_groups_new_master(failure):
+    old = ADDRS["broker-a"]
+
+    def answer(addr, cmd):
+        if addr != old:
+            return ResponseCode.SUCCESS
+        if failure == "refused":
+            raise ConnectError(f"connect to {addr} refused")
+        if failure == "timeout":
+            raise RemotingTimeoutError(f"request to {addr} timed out")
+        return ResponseCode.SERVICE_NOT_AVAILABLE if failure == "not master" else ResponseCode.NO_PERMISSION
+
+    inst, sender, refresher = fixed_sender(answer)
+    await sender.queues("T")
+    mq = MessageQueue("T", "broker-a", 1)
+    inst.known["T"] = TopicRouteData(
+        (QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE), QueueData("broker-b", 2, 2, Perm.READ | Perm.WRITE)),
+        (BrokerData("C", "broker-a", {0: NEW_MASTER}), BrokerData("C", "broker-b", {0: ADDRS["broker-b"]})))
+    res = await sender.send("T", sender.single(out()), "UNIQ1", mq, 3.0)
+    assert res.status is SendStatus.SEND_OK and res.message_queue == mq
+    # never another broker (the order the caller asked for), the same queue id on the new master
+    assert [(a, c.ext_fields["e"]) for a, c in inst.sent] == [(old, "1"), (NEW_MASTER, "1")]
+    assert refresher.refreshes == 1
+
+
+async def test_a_fixed_queue_send_retries_an_unmoved_master_only_after_the_refresh_interval():
+    """A broker restarted in place keeps its address: the retry goes there again, but no sooner
+    than one refresh interval after the fault, and within the retry budget."""
+    loop = asyncio.get_running_loop()
+    times: list[float] = []
+
+    def answer(addr, cmd):
+        times.append(loop.time())
+        raise ConnectError(f"connect to {addr} refused")
+
+    inst, sender, refresher = fixed_sender(answer, interval=0.1, retries=2)
+    await sender.queues("T")
+    mq = MessageQueue("T", "broker-a", 0)
+    with pytest.raises(ConnectError, match="failed after 3 attempt"):
+        await sender.send("T", sender.single(out()), "UNIQ1", mq, 3.0)
+    assert [a for a, _ in inst.sent] == [ADDRS["broker-a"]] * 3
+    assert all(b - a >= 0.1 for a, b in zip(times, times[1:])), times
+    assert refresher.refreshes == 3  # one per fault, each one interval after the last
+
+
+async def test_a_fixed_queue_send_gives_up_at_its_timeout_while_waiting_for_a_new_master():
+    inst, sender, _ = fixed_sender(lambda addr, cmd: ResponseCode.SERVICE_NOT_AVAILABLE, interval=5.0)
+    await sender.queues("T")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(BrokerError) as err:
+        await sender.send("T", sender.single(out()), "UNIQ1", MessageQueue("T", "broker-a", 0), 0.3)
+    assert err.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert 0.25 <= loop.time() - started < 1.0 and len(inst.sent) == 1
+
+
+async def test_a_fixed_queue_send_refused_for_another_reason_is_not_retried():
+    inst, sender, refresher = fixed_sender(lambda addr, cmd: ResponseCode.SYSTEM_ERROR)
+    await sender.queues("T")
+    with pytest.raises(BrokerError, match="failed after 1 attempt"):
+        await sender.send("T", sender.single(out()), "UNIQ1", MessageQueue("T", "broker-a", 0), 3.0)
+    assert len(inst.sent) == 1 and refresher.refreshes == 0
 
 
 # The push / lite-pull puller -------------------------------------------------------------------
@@ -231,8 +317,8 @@ class FakePullInstance:
         self.refresher = FaultRefresher(fetch, min_interval=0.5, clock=refresher_clock)
         self.refresh_route_after_fault = self.refresher.request
 
-    async def queue_master_addr(self, mq: MessageQueue) -> str:
-        addr = self.routes.master_addr(mq.broker_name)
+    async def queue_read_addr(self, mq: MessageQueue) -> str:
+        addr = self.routes.read_addr(mq.broker_name)
         assert addr is not None
         return addr
 
@@ -280,6 +366,18 @@ async def test_a_puller_moves_to_the_new_master_at_once_instead_of_backing_off()
     assert inst.refresher.refreshes == 1
 
 
+async def test_a_puller_whose_group_lost_its_master_pulls_from_its_follower_at_once():
+    inst = FakePullInstance(FakeClock(), dead=ADDRS["broker-a"])
+    follower = "10.0.0.7:10911"
+    inst.known = TopicRouteData((QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE),),
+                                (BrokerData("C", "broker-a", {3: "10.0.0.8:10911", 2: follower}),))
+    pq = ProcessQueue()
+    puller = QueuePuller(FakePullHost(inst, pq), MessageQueue("T", "broker-a", 0), pq, 0,
+                         PullSettings(error_backoff=60.0))
+    await asyncio.wait_for(puller.run(), 5.0)
+    assert inst.pulled_from == [ADDRS["broker-a"], follower]  # the lowest brokerId
+
+
 async def test_a_puller_whose_group_did_not_move_backs_off_as_before():
     inst = FakePullInstance(FakeClock(), dead=ADDRS["broker-a"])
     pq = ProcessQueue()
@@ -291,3 +389,70 @@ async def test_a_puller_whose_group_did_not_move_backs_off_as_before():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+# ClientInstance: addresses looked up through the bounded refresh -------------------------------
+
+class CountingRoutes:
+    """A route source for a real ClientInstance (its ``fetch_route``): counts the lookups."""
+
+    def __init__(self, route_data: TopicRouteData) -> None:
+        self.route = route_data
+        self.lookups = 0
+
+    async def __call__(self, topic: str) -> TopicRouteData:
+        self.lookups += 1
+        await asyncio.sleep(0.01)  # a name server round trip: concurrent callers overlap
+        return self.route
+
+
+def group_route(addrs: dict[int, str]) -> TopicRouteData:
+    return TopicRouteData((QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE),),
+                          (BrokerData("C", "broker-a", addrs),))
+
+
+@pytest.fixture
+async def instance():
+    inst = ClientInstance(ClientConfig(name_servers=("127.0.0.1:1",), request_timeout=1.0,
+                                       fault_route_refresh_interval=0.2))
+    await inst.start()
+    yield inst
+    await inst.close()
+
+
+async def test_master_addr_of_a_group_without_master_asks_the_name_servers_once_per_interval(instance):
+    source = CountingRoutes(group_route({2: "10.0.0.3:10911"}))  # only a follower registered
+    instance.fetch_route = source  # type: ignore[method-assign]
+    await instance.get_route("T")
+    assert source.lookups == 1
+    results = await asyncio.gather(*(instance.master_addr("T", "broker-a") for _ in range(50)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, ClientError) and "no master address" in str(r) for r in results)
+    assert source.lookups == 2  # one bounded refresh shared by all fifty
+    with pytest.raises(ClientError):
+        await instance.master_addr("T", "broker-a")
+    assert source.lookups == 2  # within the interval: no new lookup
+    await asyncio.sleep(0.2)
+    source.route = group_route({0: NEW_MASTER, 2: "10.0.0.3:10911"})
+    assert await instance.master_addr("T", "broker-a") == NEW_MASTER
+    assert source.lookups == 3
+
+
+async def test_reads_go_to_the_lowest_follower_without_a_master_and_back_when_one_registers(instance):
+    source = CountingRoutes(group_route({0: ADDRS["broker-a"], 2: "10.0.0.3:10911", 1: "10.0.0.2:10911"}))
+    instance.fetch_route = source  # type: ignore[method-assign]
+    mq = MessageQueue("T", "broker-a", 0)
+    assert await instance.queue_read_addr(mq) == ADDRS["broker-a"]
+    source.route = group_route({2: "10.0.0.3:10911", 1: "10.0.0.2:10911"})  # the master died
+    await instance.get_route("T", refresh=True)
+    lookups = source.lookups
+    assert await instance.queue_read_addr(mq) == "10.0.0.2:10911"
+    with pytest.raises(ClientError, match="no master address"):
+        await instance.queue_master_addr(mq)  # commits wait for a master
+    # Reading from a follower asks for a (bounded) refresh, so a new master is found soon.
+    source.route = group_route({0: NEW_MASTER, 2: "10.0.0.3:10911", 1: "10.0.0.2:10911"})
+    await asyncio.sleep(0.25)
+    assert await instance.queue_read_addr(mq) == "10.0.0.2:10911"  # starts the refresh
+    await asyncio.sleep(0.05)
+    assert await instance.queue_read_addr(mq) == NEW_MASTER
+    assert source.lookups - lookups <= 3

@@ -4,7 +4,10 @@ The consumer registers its group with every broker through the instance's heartb
 (CONSUME_ACTIVELY, CLUSTERING) listing the topics it has used, so that brokers report the group
 in consumer progress. A topic seen for the first time (or a new tag expression) triggers an
 immediate heartbeat before the request that uses it. Offsets are the *next* offset to consume.
-Pulls go to the queue's master broker; a long poll (``suspend_ms`` > 0) waits up to that long
+Pulls and the queue's offsets (max, min, by time) go to the queue's master broker, or, while
+its group has no master registered (a failover), to its lowest-id follower, which serves what it
+holds replicated; committed offsets (query and commit) go to the master only (a follower's offset
+table may lag the master's). A long poll (``suspend_ms`` > 0) waits up to that long
 at the broker and the request timeout grows by the same amount.
 """
 
@@ -95,10 +98,12 @@ class PullConsumer(ClientBase):
         await self._subscribe(inst, topic, self._subscriptions.get(topic, Subscription(topic)).expression)
         return route.subscribe_queues(topic)
 
-    async def _addr(self, inst: ClientInstance, mq: MessageQueue) -> str:
+    async def _addr(self, inst: ClientInstance, mq: MessageQueue, master: bool = False) -> str:
+        """Where a request about ``mq`` goes: :meth:`ClientInstance.queue_read_addr`, or the
+        group's master when ``master`` (committed offsets)."""
         if not isinstance(mq, MessageQueue):
             raise ClientError(f"expected a MessageQueue, got {type(mq).__name__}")
-        return await inst.queue_master_addr(mq)
+        return await (inst.queue_master_addr(mq) if master else inst.queue_read_addr(mq))
 
     # pulling -----------------------------------------------------------------------------------
     async def pull(
@@ -148,7 +153,7 @@ class PullConsumer(ClientBase):
             return await inst.invoke(addr, cmd, wait), expr, addr
         except RemotingError:
             # The broker may have failed over (issue 17): re-read the route now (bounded) so the
-            # caller's next pull goes to the group's new master.
+            # caller's next pull goes to the group's new master (or a follower meanwhile).
             inst.refresh_route_after_fault(mq.topic)
             raise
 
@@ -156,7 +161,7 @@ class PullConsumer(ClientBase):
     async def committed_offset(self, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq``; None when the broker has none."""
         inst = self._require()
-        addr = await self._addr(inst, mq)
+        addr = await self._addr(inst, mq, master=True)
         await self._subscribe(inst, mq.topic, self._expr(mq.topic))
         cmd = RemotingCommand.request(
             RequestCode.QUERY_CONSUMER_OFFSET,
@@ -174,7 +179,7 @@ class PullConsumer(ClientBase):
         inst = self._require()
         if offset < 0:
             raise ClientError(f"offset must be >= 0, got {offset}")
-        addr = await self._addr(inst, mq)
+        addr = await self._addr(inst, mq, master=True)
         await self._subscribe(inst, mq.topic, self._expr(mq.topic))
         cmd = RemotingCommand.request(
             RequestCode.UPDATE_CONSUMER_OFFSET,

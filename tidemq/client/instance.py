@@ -313,24 +313,54 @@ class ClientInstance:
         return self.fault_refresher.request(topic)
 
     async def master_addr(self, topic: str, broker_name: str) -> str:
-        """The master address of ``broker_name``, refreshing ``topic``'s route once if unknown."""
+        """The master address of ``broker_name``; when the route names none, ``topic``'s route is
+        re-read once through the bounded fault-driven refresh (during a failover every request
+        to the group lands here, and must not each ask the name servers)."""
         addr = self.routes.master_addr(broker_name)
         if addr is None:
-            await self.get_route(topic, refresh=True)
+            await self.fault_refresher.refresh(topic, self.config.request_timeout)
             addr = self.routes.master_addr(broker_name)
         if addr is None:
             raise ClientError(
                 f"broker {broker_name} of topic {topic} has no master address in the route; "
-                "is the broker running and registered with the name server?"
+                "is the broker running and registered with the name server? (a replicated "
+                "group names one within its lease after losing its master)"
             )
         return addr
 
     async def queue_master_addr(self, mq: MessageQueue) -> str:
         """The master address serving ``mq``. Its topic's route is fetched first when not cached
         (so the route refresh keeps it current); :meth:`master_addr` then finds the broker."""
-        if self.routes.get(mq.topic) is None and await self.get_route(mq.topic) is None:
-            raise ClientError(f"no route for topic {mq.topic}: create the topic first")
+        await self._ensure_route(mq.topic)
         return await self.master_addr(mq.topic, mq.broker_name)
+
+    async def queue_read_addr(self, mq: MessageQueue) -> str:
+        """Where pulls and queue offsets of ``mq`` go: its group's master, else (no master
+        registered, as during a failover) the follower with the lowest brokerId, which serves
+        what it holds replicated (RocketMQ's findBrokerAddressInSubscribe falls back alike).
+        Commits and locks go to the master only (:meth:`queue_master_addr`). While it answers a
+        follower, each call also asks for a bounded route refresh (no wait), so reads return to
+        the master as soon as one registers rather than at the next periodic route poll."""
+        await self._ensure_route(mq.topic)
+        addr = self.routes.master_addr(mq.broker_name)
+        if addr is not None:
+            return addr
+        addr = self.routes.read_addr(mq.broker_name)
+        if addr is None:
+            await self.fault_refresher.refresh(mq.topic, self.config.request_timeout)
+            addr = self.routes.read_addr(mq.broker_name)
+        elif self.started:
+            self.fault_refresher.request(mq.topic)
+        if addr is None:
+            raise ClientError(
+                f"broker {mq.broker_name} of topic {mq.topic} has no address in the route; is "
+                "any of its brokers running and registered with the name server?"
+            )
+        return addr
+
+    async def _ensure_route(self, topic: str) -> None:
+        if self.routes.get(topic) is None and await self.get_route(topic) is None:
+            raise ClientError(f"no route for topic {topic}: create the topic first")
 
     # brokers -----------------------------------------------------------------------------------
     def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> Awaitable[RemotingCommand]:

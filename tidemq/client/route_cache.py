@@ -51,6 +51,11 @@ class RouteCache:
         bd = self._brokers.get(broker_name)
         return None if bd is None else bd.master_addr
 
+    def read_addr(self, broker_name: str) -> str | None:
+        """Where reads of ``broker_name`` go: its master, else its lowest-id follower."""
+        bd = self._brokers.get(broker_name)
+        return None if bd is None else bd.any_addr()
+
     def master_addrs(self) -> dict[str, str]:
         return {name: bd.master_addr for name, bd in self._brokers.items() if bd.master_addr}
 

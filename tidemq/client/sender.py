@@ -9,8 +9,9 @@ TOPIC_NOT_EXIST / NO_PERMISSION) is retried up to ``retry_times_when_send_failed
 next queue, on another broker when there is one; other error codes raise
 :class:`~tidemq.errors.BrokerError` at once; SYSTEM_BUSY (flow control, nothing stored) is retried
 after a back-off without using up the retry budget. A send given a fixed queue (an explicit queue
-or a selector's choice) is attempted once and reports no fault: retrying elsewhere would break the
-ordering the caller asked for. ``timeout`` bounds the whole send, retries included (as RocketMQ's
+or a selector's choice) never moves to another queue and reports no fault: that would break the
+ordering the caller asked for; it is retried only after a route fault (below), on the same queue
+id of the same broker group. ``timeout`` bounds the whole send, retries included (as RocketMQ's
 sendMsgTimeout does). Topics without a route raise ClientError unless a broker offers
 auto-creation (TBW102, as RocketMQ's producers).
 
@@ -26,6 +27,15 @@ does better. Where RocketMQ differs: DefaultMQProducerImpl.sendDefaultImpl retri
 broker and updates fault items but learns a new master only from the 30 s
 updateTopicRouteInfoFromNameServer poll (or when the route has no address at all), and returns a
 not-stored-OK result at once unless retryAnotherBrokerWhenNotStoreOK is set.
+
+A fixed-queue send after a route fault (connection error, timeout, no master address,
+SERVICE_NOT_AVAILABLE, NO_PERMISSION) waits for the bounded refresh and retries the same queue id
+on the group's new master once the route names one (the queue id is the same there: it is the
+same broker group); while the route still names the failed address, the retry goes there again
+no sooner than ``fault_route_refresh_interval`` after the fault and after one more refresh (a
+broker restarted in place), within the same retry budget and timeout. A not-replicated answer
+to a fixed-queue send is returned, not sent again (a second copy would land behind later
+messages of the queue). RocketMQ's sendSelectImpl tries such a send once.
 
 What is sent is a *request builder*: a function of the chosen queue that returns the request, so
 a retry on another queue resends the same prepared message (same UNIQ_KEY, same bytes) with only
@@ -202,13 +212,14 @@ class Sender:
                 queues = inst.routes.publish_queues(topic)
             if not queues:
                 queues = await self.queues(topic)
-        attempts = 1 if fixed is not None else 1 + self.config.retry_times_when_send_failed
+        attempts = 1 + self.config.retry_times_when_send_failed
         fault = self.fault
         last_broker: str | None = None
         last_exc: TideMQError | None = None
         not_stored_ok: SendResult | None = None  # stored, not replicated: returned if nothing better
         refresh: asyncio.Future[None] | None = None  # the route refresh the last fault started
         failed_addr: str | None = None
+        faulted = False  # the last attempt failed in a way the group's new master may cure
         made = busy = 0
         while made - busy < attempts:  # SYSTEM_BUSY answers do not use up the retry budget
             remaining = deadline - loop.time()
@@ -222,10 +233,17 @@ class Sender:
                 # During a failover the route may name no master for a while: keep the queues
                 # (the attempt then fails with what is wrong) rather than claim the topic has none.
                 queues = inst.routes.publish_queues(topic) or queues
+            elif faulted and fixed is not None:
+                await self._await_new_master(topic, refresh, fixed.broker_name, failed_addr, deadline)
+                refresh = None
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
             mq = fixed or fault.select(topic, queues, last_broker)  # type: ignore[arg-type]
             if mq is None:
                 raise no_route_error(topic, self.config.name_servers)
             made += 1
+            faulted = False
             started = fault.now()
             failed_addr = inst.routes.master_addr(mq.broker_name)
             try:
@@ -233,7 +251,7 @@ class Sender:
                 addr = failed_addr or await inst.master_addr(topic, mq.broker_name)
                 resp = await inst.invoke(addr, build(mq), remaining)
             except (RemotingError, ClientError) as exc:
-                last_exc, last_broker = exc, mq.broker_name
+                last_exc, last_broker, faulted = exc, mq.broker_name, True
                 refresh = inst.refresh_route_after_fault(topic)
                 if fixed is None:
                     fault.report(mq.broker_name, (fault.now() - started) * 1000, isolation=True)
@@ -246,7 +264,7 @@ class Sender:
                     fault.report(mq.broker_name, latency_ms)
                 return parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
             if code in ROUTE_FAULT_CODES:  # the group may have a new master: learn it at once
-                refresh = inst.refresh_route_after_fault(topic)
+                refresh, faulted = inst.refresh_route_after_fault(topic), True
             if code == ResponseCode.SYSTEM_BUSY:  # flow control: not stored, back off and retry
                 busy += 1
                 last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
@@ -258,6 +276,8 @@ class Sender:
                     # A reply refused because its requester is gone is no fault of the broker.
                     fault.report(mq.broker_name, latency_ms, isolation=not reply)
                 log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, last_exc)
+                if fixed is not None and code not in ROUTE_FAULT_CODES:
+                    break  # not a failover: the same queue would refuse it again
                 continue
             if fixed is None:
                 fault.report(mq.broker_name, latency_ms)
@@ -271,6 +291,31 @@ class Sender:
         if not_stored_ok is not None:
             return not_stored_ok
         raise _final_error(topic, made, budget, last_exc)
+
+    async def _await_new_master(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,
+                                failed_addr: str | None, deadline: float) -> None:
+        """Before retrying a fixed queue of ``broker`` after a route fault: wait for the route
+        refresh the fault started until the route names another master for ``broker`` (the retry
+        goes there), or, while it still names ``failed_addr``, until ``fault_route_refresh_interval``
+        has passed and one more (bounded) refresh has run; never past ``deadline``."""
+        inst, loop = self.inst, asyncio.get_running_loop()
+        until = min(deadline, loop.time() + self.config.fault_route_refresh_interval)
+        while True:
+            if refresh is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(refresh), max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    return
+            master = inst.routes.master_addr(broker)
+            if master is not None and master != failed_addr:
+                log.info("broker %s of topic %s has a new master %s (was %s): retrying the same "
+                         "queue there", broker, topic, master, failed_addr)
+                return
+            now = loop.time()
+            if now >= until:
+                return
+            await asyncio.sleep(until - now)
+            refresh = inst.refresh_route_after_fault(topic)
 
     async def _follow(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,
                       failed_addr: str | None, queues: Sequence[MessageQueue],

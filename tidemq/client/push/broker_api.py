@@ -1,7 +1,11 @@
 """The requests push and lite-pull consumers make to brokers, over a shared ClientInstance.
 
-Every call targets the master of the queue's broker (as both RocketMQ clients do for offsets,
-locks and send-back), has a timeout, and turns error answers into BrokerError with a sentence.
+Committed offsets (query and commit), locks and send-back go to the master of the queue's broker
+group, as both RocketMQ clients do (a follower's offset table may lag the master's: starting a
+queue from it could skip or repeat messages); the queue's own offsets (max, min, by time) go
+where pulls go: the master, else, while the group has no master registered, its lowest-id
+follower (ClientInstance.queue_read_addr). Every call has a timeout and turns error answers into
+BrokerError with a sentence.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class ConsumerBrokerApi:
         check(await self.inst.invoke(addr, cmd), f"commit offset of group {self.group} on {mq}", addr)
 
     async def _offset(self, code: RequestCode, mq: MessageQueue, what: str, **extra: object) -> int:
-        addr = await self.inst.queue_master_addr(mq)
+        addr = await self.inst.queue_read_addr(mq)
         resp = check(await self.inst.invoke(addr, protocol.build_offset_request(code, mq, **extra)),
                      f"{what} of {mq}", addr)
         return header_int(resp, "offset", f"{what} of {mq}")

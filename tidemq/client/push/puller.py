@@ -12,8 +12,13 @@ status:
   cache, commit ``nextBeginOffset`` and continue from there;
 * an error: wait ``error_backoff`` seconds (3 s as in RocketMQ) and try again. A connection
   error or timeout also re-reads the topic's route at once (the instance's bounded
-  FaultRefresher, issue 17): when it names a new master for the queue's broker group (a
-  failover), the pull goes there without waiting out the back-off.
+  FaultRefresher, issue 17): when it names a new address to read the queue's broker group from
+  (a new master, or a follower while the group has none registered), the pull goes there without
+  waiting out the back-off.
+
+Pulls go to the group's master, or, while the route names none (a failover in progress), to its
+lowest-id follower (ClientInstance.queue_read_addr), which serves what it holds replicated; the
+next pull after the route names a master again goes back to it.
 
 The loop ends when its process queue is dropped or its task is cancelled; a pull answered after
 the drop is discarded (its messages are pulled again by the queue's next owner).
@@ -95,9 +100,9 @@ class QueuePuller:
             cmd = build_pull_request(self.host.group, mq, self.next_offset, s.batch_size,
                                      sub.expression, s.suspend_ms, sub.sub_version, commit)
             pq.mark_pulled()
-            pulled_from = inst.routes.master_addr(mq.broker_name)
+            pulled_from = inst.routes.read_addr(mq.broker_name)
             try:
-                addr = await inst.queue_master_addr(mq)
+                addr = await inst.queue_read_addr(mq)
                 resp = await inst.invoke(addr, cmd, inst.config.request_timeout + s.suspend_ms / 1000)
                 result = parse_pull_response(resp, mq, parse_tag_expression(sub.expression), addr)
             except TideMQError as exc:
@@ -137,7 +142,8 @@ class QueuePuller:
 
     async def _follow(self, failed_addr: str | None) -> bool:
         """After a connection error or timeout: wait (up to the error back-off) for the route
-        refresh it asks for; True when the route now names another master for the queue's broker."""
+        refresh it asks for; True when the route now names another address to read the queue's
+        broker group from (a new master, or a follower while it has none)."""
         inst = self.host.instance
         refresh = inst.refresh_route_after_fault(self.mq.topic)
         if refresh is not None:
@@ -145,9 +151,11 @@ class QueuePuller:
                 await asyncio.wait_for(asyncio.shield(refresh), self.settings.error_backoff)
             except asyncio.TimeoutError:
                 return False
-        master = inst.routes.master_addr(self.mq.broker_name)
-        if master is None or master == failed_addr:
+        addr = inst.routes.read_addr(self.mq.broker_name)
+        if addr is None or addr == failed_addr:
             return False
-        log.info("broker %s has a new master %s (was %s): pulling %s of group %s there",
-                 self.mq.broker_name, master, failed_addr, self.mq, self.host.group)
+        role = "master" if addr == inst.routes.master_addr(self.mq.broker_name) else \
+            "follower (no master registered)"
+        log.info("broker %s is now read from its %s %s (was %s): pulling %s of group %s there",
+                 self.mq.broker_name, role, addr, failed_addr, self.mq, self.host.group)
         return True
