@@ -150,8 +150,8 @@ class Broker:
                 on_put=self.metrics.on_put), callers=callers, region=config.region),
             PullProcessor(PullService(
                 settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
-                clients=self.clients, offsets=self.offsets, holds=self.holds, on_get=self.metrics.on_get),
-                callers=callers),
+                clients=self.clients, offsets=self.offsets, holds=self.holds, on_get=self.metrics.on_get,
+                is_master=None if self.replica is None else self.replica.may_write), callers=callers),
             SendBackProcessor(SendBackService(
                 settings=settings, store=self.store, creation=self.creation, schedule=self.schedule,
                 store_host=self.store_host, access=self.acl), callers=callers),

@@ -1,4 +1,8 @@
-"""Subscription-group configurations, persisted in config/subscriptionGroup.json."""
+"""Subscription-group configurations, persisted in config/subscriptionGroup.json.
+
+``on_change`` (set by a replicated broker: tidemq.broker.ha.metalog) hears of every create,
+update and delete, after the table changed.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ class SubscriptionGroupManager:
         self.clock = clock
         self.groups: dict[str, SubscriptionGroupConfig] = {}
         self.counter = 0
+        # (name, config or None when deleted) after each change through put/delete.
+        self.on_change: Callable[[str, SubscriptionGroupConfig | None], None] | None = None
 
     def load(self) -> None:
         data = read_json(self.path, None)
@@ -44,12 +50,17 @@ class SubscriptionGroupManager:
         self.groups[g.group_name] = g
         self.counter += 1
         log.info("subscription group %s set", g.group_name)
+        if self.on_change is not None:
+            self.on_change(g.group_name, g)
         return True
 
     def delete(self, name: str) -> bool:
         if self.groups.pop(name, None) is None:
             return False
         self.counter += 1
+        log.info("subscription group %s deleted", name)
+        if self.on_change is not None:
+            self.on_change(name, None)
         return True
 
     def wrapper(self) -> dict[str, object]:

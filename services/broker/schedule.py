@@ -14,6 +14,10 @@ written once the deliveries it covers are durable. A restart therefore resumes w
 after a crash the entries delivered since the last write are delivered again (duplicates, never
 losses).
 
+A replicated broker's followers do not deliver (``may_write``); they take the master's progress
+from the replicated log (``apply_progress``, tidemq.broker.ha.metalog), so a follower that
+becomes master resumes where the master was, with at most the last batch interval delivered twice.
+
 Time comes from the injected clock (seconds, like ``time.time``); tests call ``run_due`` with
 their own ``now`` and never sleep.
 """
@@ -219,6 +223,18 @@ class ScheduleMessageService:
             "offsetTable": {str(t.level): t.offset for t in self.level_timers},
             "timerOffset": self.timer.progress,
         }
+
+    def progress(self) -> tuple[tuple[tuple[int, int], ...], int]:
+        """((level, next offset) per level, the timer's lowest undelivered offset)."""
+        return tuple((t.level, t.offset) for t in self.level_timers), self.timer.progress
+
+    def apply_progress(self, levels: tuple[tuple[int, int], ...], timer: int) -> None:
+        """Take the master's progress (a follower: its own walkers never deliver). Levels this
+        broker's table does not have are ignored, as at ``load``."""
+        for level, offset in levels:
+            if 1 <= level <= len(self.level_timers):
+                self.level_timers[level - 1].offset = max(0, offset)
+        self.timer.advance_to(timer)
 
     async def persist(self) -> None:
         """Write the progress if it moved (after the deliveries it covers are durable in SYNC)."""

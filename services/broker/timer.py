@@ -64,6 +64,17 @@ class DeliveryTimer:
         heapq.heappush(self._open, q)
         self._pending.add(q)
 
+    def advance_to(self, progress: int) -> None:
+        """Everything below ``progress`` was delivered elsewhere (the master whose progress a
+        follower applies): forget it, and never load it again."""
+        if self._open and self._open[0] < progress:
+            self._pending = {q for q in self._pending if q >= progress}
+            self._heap = [e for e in self._heap if e[1] >= progress]
+            heapq.heapify(self._heap)
+            self._open = [q for q in self._open if q >= progress]
+            heapq.heapify(self._open)
+        self.scanned = max(self.scanned, progress)
+
     def on_dispatch(self, queue_offset: int, due: int) -> bool:
         """A new entry was written. Returns True when the driving loop must wake earlier."""
         if queue_offset != self.scanned or len(self._pending) >= self.capacity:

@@ -1,7 +1,9 @@
 """Topic configurations of one broker, persisted in config/topics.json.
 
 Invariants: names are valid RocketMQ topic names; the data version counter grows on every change,
-so name servers re-read queue data only when it moves.
+so name servers re-read queue data only when it moves. ``on_change`` (set by a replicated broker:
+tidemq.broker.ha.metalog) hears of every create, update and delete made through ``put`` and
+``delete``, after the table changed; the system topics a broker ensures at load are not changes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ DEFAULT_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+# Replicated metadata changes (tidemq.broker.ha.metadata); only the broker itself writes it.
+METADATA_TOPIC = "rmq_sys_TIDEMQ_METADATA"
 REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"  # <cluster>_REPLY_TOPIC carries request-reply replies
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -37,6 +41,7 @@ NOT_ALLOWED_SEND = frozenset(
         "TRANS_CHECK_MAX_TIME_TOPIC",
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
+        METADATA_TOPIC,
     }
 )
 
@@ -153,6 +158,8 @@ class TopicConfigManager:
         self.topics: dict[str, TopicConfig] = {}
         self.counter = 0
         self.timestamp = int(clock() * 1000)
+        # (name, config or None when deleted) after each change through put/delete.
+        self.on_change: Callable[[str, TopicConfig | None], None] | None = None
 
     def load(self) -> None:
         data = read_json(self.path, None)
@@ -201,6 +208,8 @@ class TopicConfigManager:
             "topic %s set: read=%d write=%d perm=%d", tc.topic_name, tc.read_queue_nums,
             tc.write_queue_nums, tc.perm,
         )
+        if self.on_change is not None:
+            self.on_change(tc.topic_name, tc)
         return True
 
     def create_retry_or_dlq(self, name: str) -> TopicConfig:
@@ -224,6 +233,8 @@ class TopicConfigManager:
             return False
         self._bump()
         log.info("topic %s deleted", name)
+        if self.on_change is not None:
+            self.on_change(name, None)
         return True
 
     def data_version(self) -> dict[str, int]:

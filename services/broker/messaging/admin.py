@@ -5,7 +5,9 @@ Invariants: system topics and the cluster's and broker's own names cannot be cre
 here; creating a topic or group beyond the broker's total limit is refused and changes nothing.
 A change is answered once it is on disk (the awaitable an operation returns); the name servers
 learn a topic change in the background, so an unreachable name server cannot make an admin call
-time out.
+time out. In a replicated group (``metadata``: tidemq.broker.ha.metalog) a change is refused
+before it is made unless this replica may acknowledge, and answered once the replicated log
+holds it by the group's rule (or with the code the rule gave: FLUSH_SLAVE_TIMEOUT, ...).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.groups import SubscriptionGroupManager
+    from tidemq.broker.ha.metalog import MetadataLog
     from tidemq.broker.offsets import ConsumerOffsetManager
     from tidemq.broker.quota import CreationQuota
     from tidemq.broker.store.store import MessageStore
@@ -70,6 +73,7 @@ class AdminService:
         persist_topics: Callable[[], Awaitable[None]],
         topics_changed: Callable[..., object],
         persist_groups: Callable[[], Awaitable[None]],
+        metadata: MetadataLog | None = None,
     ) -> None:
         self._topics = topics
         self._groups = groups
@@ -80,6 +84,7 @@ class AdminService:
         self._persist_topics = persist_topics
         self._topics_changed = topics_changed  # re-registers with the name servers
         self._persist_groups = persist_groups
+        self._metadata = metadata  # None: not replicated
 
     # topics -----------------------------------------------------------------------------------
     def update_topic(self, tc: TopicConfig) -> Awaitable[None]:
@@ -98,11 +103,15 @@ class AdminService:
             full = self._quota.check_total("topic", len(self._topics.topics))
             if full is not None:
                 raise refused(ResponseCode.SYSTEM_ERROR, f"topic {topic} was not created: {full}")
+        if self._metadata is not None:
+            self._metadata.check()
         return self._topic_changed(self._topics.put(tc))
 
     def delete_topic(self, topic: str) -> Awaitable[None]:
         """Delete a topic, its messages and its committed offsets; await the result before answering."""
         self._refuse_system(topic)
+        if self._metadata is not None:
+            self._metadata.check()
         changed = self._topics.delete(topic)
         if changed:
             self._store.delete_topic(topic)
@@ -121,6 +130,8 @@ class AdminService:
         if changed:
             await self._persist_topics()
             self._topics_changed(persist=False)
+        if self._metadata is not None:  # unchanged too: an earlier try's record may still be in flight
+            await self._metadata.settle()
 
     # groups -----------------------------------------------------------------------------------
     def update_group(self, g: SubscriptionGroupConfig) -> Awaitable[None] | None:
@@ -133,15 +144,26 @@ class AdminService:
             full = self._quota.check_total("group", len(self._groups.groups))
             if full is not None:
                 raise refused(ResponseCode.SYSTEM_ERROR, f"group {g.group_name} was not created: {full}")
+        if self._metadata is not None:
+            self._metadata.check()
+            return self._group_changed(self._groups.put(g))
         return self._persist_groups() if self._groups.put(g) else None
 
     def delete_group(self, name: str, remove_offsets: bool) -> Awaitable[None] | None:
         """Delete a group (and its committed offsets when asked): None when there was none."""
+        if self._metadata is not None:
+            self._metadata.check()
         if not self._groups.delete(name):
             return None
         if remove_offsets:
             self._offsets.delete_group(name)
-        return self._persist_groups()
+        return self._persist_groups() if self._metadata is None else self._group_changed(True)
+
+    async def _group_changed(self, changed: bool) -> None:
+        if changed:
+            await self._persist_groups()
+        assert self._metadata is not None  # only replicated groups get here
+        await self._metadata.settle()
 
     def group_table(self) -> dict[str, Any]:
         """Every group's settings with the table's data version (RocketMQ's SubscriptionGroupWrapper)."""

@@ -4,12 +4,14 @@ by store time, the earliest store time).
 Invariants: the offset table only holds queues that exist, of groups that exist (RocketMQ 5): a
 commit creates its group when allowed and is refused for an unknown topic or a queue id outside
 the topic's queues. A negative commit (Java clients commit -1 for a queue they never read) keeps
-what is stored.
+what is stored. In a replicated group (``metadata``: tidemq.broker.ha.metalog) a commit is refused
+unless this replica may acknowledge, and answered once the replicated log holds it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,7 @@ from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.creation import ImplicitCreation
+    from tidemq.broker.ha.metalog import MetadataLog
     from tidemq.broker.offsets import ConsumerOffsetManager
     from tidemq.broker.store.store import MessageStore
     from tidemq.broker.topics import TopicConfigManager
@@ -38,8 +41,9 @@ class OffsetCommit:
 
 class OffsetService:
     def __init__(self, *, offsets: ConsumerOffsetManager, store: MessageStore, topics: TopicConfigManager,
-                 creation: ImplicitCreation) -> None:
+                 creation: ImplicitCreation, metadata: MetadataLog | None = None) -> None:
         self._offsets = offsets
+        self._metadata = metadata  # None: not replicated
         self._store = store
         self._topics = topics
         self._creation = creation
@@ -56,7 +60,11 @@ class OffsetService:
             return 0
         raise refused(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
-    def commit(self, caller: Caller, c: OffsetCommit) -> None:
+    def commit(self, caller: Caller, c: OffsetCommit) -> Awaitable[None] | None:
+        """Store the commit; None when answered now, else an awaitable to await before answering
+        (replicated: until the group's rule holds it; it raises BrokerError otherwise)."""
+        if self._metadata is not None:
+            self._metadata.check()
         # The group is created (charged to the caller) before the topic is checked, as RocketMQ 5.
         self._creation.group(c.group, caller.principal, ResponseCode.SYSTEM_ERROR)
         tc = self._topics.get(c.topic)
@@ -68,8 +76,9 @@ class OffsetService:
         if c.offset < 0:
             if c.offset != -1:
                 log.debug("commitOffset %d of %s on %s/%d ignored", c.offset, loggable(c.group), c.topic, c.queue_id)
-            return
+            return None
         self._offsets.commit(c.group, c.topic, c.queue_id, c.offset)
+        return None if self._metadata is None else self._metadata.commit_offsets()
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self._store.max_offset(topic, queue_id)

@@ -5,6 +5,20 @@ get status maps to the response code and nextBeginOffset of RocketMQ's table. A 
 nothing new and may be held (``suspend``) is parked in the :class:`PullHoldService` until a
 matching message arrives or its suspend timeout passes (the request's, capped by
 ``max_long_poll_ms``; ``short_polling_ms`` when long polling is off), then reads once more.
+
+In a replicated group (issue 17) every replica serves pulls of what it holds (RocketMQ's slave
+read, there behind ``slaveReadEnable``), up to the store's ``visible_end`` (the replica's
+high-water mark). A replica that is not its group's acknowledging master (``is_master`` false:
+a follower, or a master whose lease lapsed) serves reads only, as RocketMQ's SLAVE role does in
+PullMessageProcessor:
+
+- a commit offset carried by the pull is ignored (RocketMQ stores it only when the broker role is
+  not SLAVE): committed offsets are the master's, replicated to followers through the log;
+- it never corrects a consumer's offset (RocketMQ's ``offsetCheckInSlave`` off), since it may
+  lag the master: an offset past its end, or a queue it does not hold yet, is answered
+  PULL_NOT_FOUND at the requested offset (the consumer long-polls until it has caught up; RocketMQ
+  answers PULL_RETRY_IMMEDIATELY), and an offset below its first one PULL_RETRY_IMMEDIATELY with
+  nextBeginOffset at its first (the records before it are gone here).
 """
 
 from __future__ import annotations
@@ -67,7 +81,7 @@ class PullService:
     def __init__(self, *, settings: Callable[[], "BrokerConfig"], store: "MessageStore",
                  topics: "TopicConfigManager", groups: "SubscriptionGroupManager", creation: "ImplicitCreation",
                  clients: "ClientRegistry", offsets: "ConsumerOffsetManager", holds: "PullHoldService",
-                 on_get: Callable[[str, int, int], None]) -> None:
+                 on_get: Callable[[str, int, int], None], is_master: Callable[[], bool] | None = None) -> None:
         self._settings = settings
         self._store = store
         self._topics = topics
@@ -77,12 +91,14 @@ class PullService:
         self._offsets = offsets
         self._holds = holds
         self._on_get = on_get  # messages and stored bytes served, by topic
+        # Replicated: whether this replica is its group's acknowledging master (None: no group).
+        self._is_master = is_master
 
     def pull(self, req: PullRequest) -> PullResult | Awaitable[PullResult]:
         """The messages at ``req.offset``; awaitable when the pull is held."""
         cfg = self._settings()
         tag_codes = self._check(req, cfg)
-        if req.commit_offset >= 0:
+        if req.commit_offset >= 0 and (self._is_master is None or self._is_master()):
             self._offsets.commit(req.group, req.topic, req.queue_id, req.commit_offset)
         result = self._read(req, tag_codes, cfg)
         if result.code != ResponseCode.PULL_NOT_FOUND or not req.suspend:
@@ -157,4 +173,12 @@ class PullService:
             code, remark = ResponseCode.PULL_OFFSET_MOVED, f"offset {offset} is out of range"
         else:
             code, remark = ResponseCode.PULL_NOT_FOUND, None
+        if code == ResponseCode.PULL_OFFSET_MOVED and self._is_master is not None and not self._is_master():
+            return self._unmoved(req, r.min_offset, r.max_offset)
         return PullResult(code, r.next_begin_offset, r.min_offset, r.max_offset, [], remark)
+
+    def _unmoved(self, req: PullRequest, min_offset: int, max_offset: int) -> PullResult:
+        """A follower's answer where a master would move the consumer (see the module docstring)."""
+        if req.offset < min_offset:
+            return PullResult(ResponseCode.PULL_RETRY_IMMEDIATELY, min_offset, min_offset, max_offset)
+        return PullResult(ResponseCode.PULL_NOT_FOUND, req.offset, min_offset, max_offset)

@@ -17,7 +17,7 @@ import orjson
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.broker.messaging.admin import AdminService, TopicConfig
 from tidemq.broker.processors.common import Handler
-from tidemq.errors import FrameError
+from tidemq.errors import BrokerError, FrameError
 from tidemq.remoting import (
     Connection,
     RemotingCommand,
@@ -125,6 +125,10 @@ class AdminProcessor:
 
 
 async def _success_after(cmd: RemotingCommand, done: Awaitable[None]) -> RemotingCommand:
-    """SUCCESS once the change is on disk."""
-    await done
+    """SUCCESS once the change is on disk (and replicated, in a replicated group); a refusal
+    raised meanwhile (not replicated in time) is answered with its code and remark."""
+    try:
+        await done
+    except BrokerError as exc:
+        return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
     return cmd.response(ResponseCode.SUCCESS)

@@ -8,8 +8,11 @@ response field; a refusal is answered with its code and remark.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from tidemq.broker.messaging.offsets import OffsetCommit, OffsetService
 from tidemq.broker.processors.common import Callers, Handler
+from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.offsets import (
     decode_query_consumer_offset_header,
@@ -39,11 +42,11 @@ class OffsetProcessor:
         offset = self.service.committed(h.consumer_group, h.topic, h.queue_id)
         return cmd.response(fields={"offset": offset})
 
-    def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = decode_update_consumer_offset_header(cmd.ext_fields)
-        self.service.commit(self.callers(conn, cmd),
-                            OffsetCommit(h.consumer_group, h.topic, h.queue_id, h.commit_offset))
-        return cmd.response(ResponseCode.SUCCESS)
+        done = self.service.commit(self.callers(conn, cmd),
+                                   OffsetCommit(h.consumer_group, h.topic, h.queue_id, h.commit_offset))
+        return cmd.response(ResponseCode.SUCCESS) if done is None else _success_after(cmd, done)
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_queue_header(cmd.ext_fields)
@@ -60,3 +63,12 @@ class OffsetProcessor:
     def earliest_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_queue_header(cmd.ext_fields)
         return cmd.response(fields={"timestamp": self.service.earliest_store_time(h.topic, h.queue_id)})
+
+
+async def _success_after(cmd: RemotingCommand, done: Awaitable[None]) -> RemotingCommand:
+    """SUCCESS once the commit is replicated by the group's rule, else the refusal's code."""
+    try:
+        await done
+    except BrokerError as exc:
+        return cmd.response(exc.code or ResponseCode.SYSTEM_ERROR, exc.remark)
+    return cmd.response(ResponseCode.SUCCESS)

@@ -8,9 +8,10 @@ queue offsets) and the same rules apply to both:
 - a record enters its consume queue, at the queue offset it carries, unless it is a PREPARED or
   ROLLBACK transactional half message (those wait in their own topic until committed);
 - it enters the index (its KEYS and UNIQ_KEY) unless it is a ROLLBACK half message;
-- listeners (long-poll wake-ups, timers) hear of live puts only, once per run and tags code with
-  the highest queue offset stored with it ("something at or past offset N with this tag" is all
-  they act on); at replay nothing can be waiting yet.
+- listeners (long-poll wake-ups, timers, the metadata applier) hear of live puts, once per run and
+  tags code with the highest queue offset stored with it ("something at or past offset N with this
+  tag" is all they act on), and of a follower's replicated appends (``replicating()``), once per
+  record; at recovery's replay nothing can be waiting yet, so they hear nothing.
 
 Invariants of building a consume queue: dispatching a record twice is harmless (a unit already
 holding the same pointer is left alone); a torn unit, or one the checkpoint never vouched for
@@ -220,7 +221,7 @@ class Dispatcher:
                 q += 1
             wake = last.items()
         for code, offset in wake:
-            for cb in self.listeners:
+            for cb in self.listeners:  # inlined _notify: the hot path makes no extra call per put
                 try:
                     cb(topic, queue_id, offset, code)
                 except Exception:
@@ -235,3 +236,37 @@ class Dispatcher:
             self.queues.build(topic, queue_id, queue_offset, phys, records)
         if to_index and enters_index(sys_flag):
             self.index.build(topic, phys, store_timestamp, records)
+
+    def replicating(self) -> "Dispatcher":
+        """The dispatcher a follower's replicated appends go through: this one's builders, and
+        its listeners (the same list, so one added later is heard too) told of every record that
+        entered a consume queue, as a live put tells them."""
+        return _ReplicatingDispatcher(self)
+
+    def _notify(self, topic: str, queue_id: int, queue_offset: int, code: int) -> None:
+        for cb in self.listeners:
+            try:
+                cb(topic, queue_id, queue_offset, code)
+            except Exception:
+                log.exception("dispatch listener %r failed", cb)
+
+
+class _ReplicatingDispatcher(Dispatcher):
+    """Recovery's replay rules for records a master sent (they arrive checked and whole, like
+    found ones), plus the listeners of live puts: a follower's long polls, timers and metadata
+    hear of replicated records as a master's hear of its puts."""
+
+    def __init__(self, live: Dispatcher) -> None:
+        super().__init__(live.queues, live.index, live.on_index_error)
+        self.listeners = live.listeners
+
+    def replay(self, topic: str, queue_id: int, sys_flag: int, queue_offset: int, phys: int,
+               store_timestamp: int, records: Sequence[Record], to_queue: bool = True,
+               to_index: bool = True) -> None:
+        super().replay(topic, queue_id, sys_flag, queue_offset, phys, store_timestamp, records, to_queue,
+                       to_index)
+        if to_queue and enters_consume_queue(sys_flag) and self.listeners:
+            q = queue_offset
+            for r in records:
+                self._notify(topic, queue_id, q, r.tags_code)
+                q += 1

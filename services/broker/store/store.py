@@ -102,7 +102,7 @@ class MessageStore:
             IndexBuilder(self._index), on_index_error=self._index_failed)
         # Replicated records are dispatched as recovery's replay dispatches found ones (units and
         # index from their headers; the delay topic's units get their delivery time).
-        self._replicated = Replayer(self._dispatcher, 0, 0, schedule_tags_code)
+        self._replicated = Replayer(self._dispatcher.replicating(), 0, 0, schedule_tags_code)
         self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
                                          config.sync_flush_timeout, self._flush_exec, observer)
         self._logics = LogicsFlusher(self._snapshot, self._flusher, config.checkpoint_path,

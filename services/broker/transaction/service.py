@@ -15,6 +15,10 @@ Invariants:
 - Progress (``halfOffset``, ``opOffset``) is persisted in config/transactionProgress.json after
   every check round that moved it and at shutdown; on start the op book is rebuilt from the op
   queue from ``opOffset`` on, so a restart does not check resolved halves again.
+- A replicated broker's followers do not check; they take the master's progress from the
+  replicated log (``apply_progress``), and a follower that becomes master rebuilds its op book from
+  the replicated op queue (``rebuild``) before it checks or ends anything, so it neither checks
+  resolved transactions again nor commits one twice.
 """
 
 from __future__ import annotations
@@ -254,6 +258,12 @@ class TransactionService:
         self.half_progress = half_progress
         self.book.prune(half_progress)
         self.op_progress = self.book.op_progress(self.store.max_offset(OP_TOPIC, HALF_QUEUE_ID))
+
+    def apply_progress(self, half_progress: int, op_progress: int) -> None:
+        """Take the master's checker progress (a follower: it does not check itself)."""
+        self.half_progress = half_progress
+        self.op_progress = op_progress
+        self.book.prune(half_progress)
 
     async def persist(self) -> None:
         async with self._persist_lock:

@@ -1,0 +1,293 @@
+"""Metadata replication (issue 17): topics, groups, offsets and delay/checker progress ride the
+replicated CommitLog. In process: a master store and a follower store, each with its real
+managers and MetadataLog, joined by a real ReplicationMaster/ReplicationFollower on loopback.
+With real processes: a group created, a topic created and an offset committed through the
+master only survive a SIGKILL of the master ~1 s later."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tidemq.bodies import SubscriptionGroupConfig
+from tidemq.broker.delay import parse_delay_levels
+from tidemq.broker.groups import SubscriptionGroupManager
+from tidemq.broker.ha.metadata import (
+    METADATA_QUEUE,
+    METADATA_TOPIC,
+    Change,
+    OffsetEntry,
+    OffsetsCommitted,
+    TopicSet,
+    decode,
+)
+from tidemq.broker.ha.metalog import Managers, MetadataLog, MetadataLogConfig
+from tidemq.broker.ha.replication import EpochStart, ReplicationFollower, ReplicationMaster
+from tidemq.broker.creation import ImplicitCreation
+from tidemq.broker.messaging.admin import AdminService
+from tidemq.broker.messaging.context import Caller
+from tidemq.broker.messaging.offsets import OffsetCommit, OffsetService
+from tidemq.broker.offsets import ConsumerOffsetManager
+from tidemq.broker.quota import CreationLimits, CreationQuota
+from tidemq.broker.schedule import ScheduleMessageService
+from tidemq.broker.store.jsonfile import write_json_atomic
+from tidemq.broker.store.store import MessageStore
+from tidemq.broker.topics import TopicConfig, TopicConfigManager
+from tidemq.broker.transaction.service import TransactionConfig, TransactionService
+from tidemq.errors import BrokerError
+from tidemq.message import decode_record
+from tidemq.remoting.codes import ResponseCode
+from tests.broker.ha.test_replication import CFG, assert_same, started, until
+from tests.broker.store.util import T0, req
+
+HOST = ("127.0.0.1", 10911)
+QUOTA = CreationQuota(CreationLimits())
+FAST = MetadataLogConfig(batch_interval=0.02, persist_interval=0.05)
+
+
+@dataclass
+class Replica:
+    """One replica's store, managers and MetadataLog; ``master`` says whether it may record."""
+
+    root: Path
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    schedule: ScheduleMessageService
+    transactions: TransactionService
+    log: MetadataLog
+    master: bool = False
+
+    async def persist_topics(self) -> None:
+        await asyncio.to_thread(self.topics.persist)
+
+    async def persist_groups(self) -> None:
+        await asyncio.to_thread(self.groups.persist)
+
+    async def persist_offsets(self) -> None:
+        await asyncio.to_thread(ConsumerOffsetManager.write, self.offsets.path, self.offsets.snapshot())
+
+
+async def replica(root: Path, store: MessageStore | None = None,
+                  replicated: Callable[[int], asyncio.Future[int] | None] = lambda end: None,
+                  refusal: Callable[[], tuple[int, str] | None] = lambda: None) -> Replica:
+    store = store or await started(root / "store")
+    cfg = root / "config"
+    cfg.mkdir(parents=True, exist_ok=True)
+    topics, groups = TopicConfigManager(cfg / "topics.json"), SubscriptionGroupManager(cfg / "groups.json")
+    offsets = ConsumerOffsetManager(cfg / "offsets.json")
+    box: list[Replica] = []
+    schedule = ScheduleMessageService(store, parse_delay_levels("1s 5s"), cfg / "delay.json", HOST,
+                                      clock=lambda: T0, may_write=lambda: box[0].master)
+    transactions = TransactionService(store, TransactionConfig(), HOST, cfg / "tx.json")
+    for m in (topics, groups, offsets, schedule, transactions):
+        m.load()
+    r = Replica(root, store, topics, groups, offsets, schedule, transactions, None)  # type: ignore[arg-type]
+    box.append(r)
+    r.log = MetadataLog(store, Managers(topics, groups, offsets, schedule, transactions, lambda: None,
+                                        r.persist_topics, r.persist_groups, r.persist_offsets),
+                        cfg / "metadataApplied.json", store_host=HOST, clock=lambda: T0,
+                        may_record=lambda: r.master, refusal=refusal, replicated=replicated, config=FAST)
+    r.log.attach()
+    r.log.load()
+    await r.log.start()
+    return r
+
+
+@contextlib.asynccontextmanager
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[Replica, Replica]]:
+    m, f = await replica(tmp_path / "m"), await replica(tmp_path / "f")
+    m.master = True
+    try:
+        yield m, f
+    finally:
+        for r in (m, f):
+            await r.log.stop()
+            await r.store.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def replicating(m: Replica, f: Replica) -> AsyncIterator[ReplicationMaster]:
+    rm = ReplicationMaster(m.store, CFG, 1, (EpochStart(1, 0),))
+    port = await rm.start("127.0.0.1", 0)
+    rf = ReplicationFollower(f.store, CFG, 1, 1, ("127.0.0.1", port))
+    rf.start()
+    try:
+        yield rm
+    finally:
+        await rf.close()
+        await rm.close()
+
+
+def meta_end(r: Replica) -> int:
+    return r.store.max_offset(METADATA_TOPIC, METADATA_QUEUE)
+
+
+def last_change(r: Replica) -> Change:
+    res = r.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, meta_end(r) - 1, 1, None)
+    return decode(decode_record(res.records[0]).body)
+
+
+async def caught_up(m: Replica, f: Replica) -> None:
+    await until(lambda: f.log.applied == meta_end(m) > 0 and
+                f.store.commitlog_max_offset == m.store.commitlog_max_offset)
+
+
+def deliver_one_delayed(m: Replica) -> None:
+    """A level-1 delayed message stored, then delivered by the master's level walker (its
+    progress moves from 0 to 1)."""
+    put = m.schedule.prepare_put(req("Real", 0, b"later", props={"DELAY": "1"}))
+    assert m.store.put(put).ok
+    m.schedule.level_timers[0].run_due(int((T0 + 3600) * 1000))
+    assert m.schedule.level_timers[0].offset == 1
+
+
+async def test_changes_on_the_master_appear_on_the_follower_and_survive_its_restart(tmp_path: Path) -> None:
+    async with pair(tmp_path) as (m, f):
+        tc = TopicConfig("Orders", 4, 4, 6)
+        group = SubscriptionGroupConfig("billing", retry_max_times=3)
+        async with replicating(m, f):
+            m.topics.put(tc)
+            m.topics.put(TopicConfig("Gone", 1, 1, 6))
+            m.groups.put(group)
+            m.groups.put(SubscriptionGroupConfig("gone-group"))
+            for q in range(4):
+                m.offsets.commit("billing", "Orders", q, 10 + q)
+            m.offsets.commit("billing", "Orders", 2, 42)  # the latest per queue is what counts
+            deliver_one_delayed(m)
+            m.transactions.advance(0)  # the checker's progress, recorded in the next batch too
+            assert m.store.put(req("Gone", 0, b"x")).ok
+            await caught_up(m, f)
+            await until(lambda: f.offsets.query("billing", "Orders", 3) == 13)
+            assert f.topics.get("Orders") == tc and f.groups.get("billing") == group
+            assert [f.offsets.query("billing", "Orders", q) for q in range(4)] == [10, 11, 42, 13]
+            assert f.schedule.level_timers[0].offset == 1  # the follower never delivered: the master's progress
+            assert f.store.max_offset("Gone", 0) == 1
+
+            m.topics.delete("Gone")  # as the admin service does: the topic, its queues, its offsets
+            m.store.delete_topic("Gone")
+            m.groups.delete("gone-group")
+            m.offsets.drop(None, "billing")
+            m.offsets.commit("billing", "Orders", 1, 7)
+            await caught_up(m, f)
+            await until(lambda: f.offsets.query("billing", "Orders", 1) == 7)
+            assert f.topics.get("Gone") is None and f.store.queue_ids("Gone") == []
+            assert f.groups.get("gone-group") is None
+            assert f.offsets.offsets("billing", "Orders") == {1: 7}
+        assert f.log.recorded == 0  # a follower appends nothing of its own
+        assert f.log.applied_count > 0 and f.log.applied == meta_end(f) == meta_end(m)
+        assert_same(m.store, f.store)
+        await f.log.stop()  # persists what the records touched, then the applied position
+        follower_root, follower_store = f.root, f.store
+
+    # A restart reads the managers' own files (the applied position says nothing is left to do).
+    store = await started(follower_root / "store")
+    again = await replica(follower_root, store)
+    try:
+        assert again.topics.get("Orders") == tc and again.topics.get("Gone") is None
+        assert again.groups.get("billing") == group and again.offsets.offsets("billing", "Orders") == {1: 7}
+        assert again.schedule.level_timers[0].offset == 1
+        assert again.log.applied == meta_end(again) and again.log.applied_count == 0
+    finally:
+        await again.log.stop()
+        await store.shutdown()
+    assert follower_store is not store
+
+
+async def test_a_replica_without_its_files_rebuilds_them_from_the_log(tmp_path: Path) -> None:
+    async with pair(tmp_path) as (m, f):
+        async with replicating(m, f):
+            m.topics.put(TopicConfig("Orders", 2, 2, 6))
+            m.groups.put(SubscriptionGroupConfig("billing"))
+            m.offsets.commit("billing", "Orders", 1, 99)
+            await caught_up(m, f)
+            await until(lambda: f.offsets.query("billing", "Orders", 1) == 99)
+        await f.log.stop()
+        follower_root = f.root
+    for name in ("topics.json", "groups.json", "offsets.json", "metadataApplied.json"):
+        write_json_atomic(follower_root / "config" / name, {})  # as if never written
+    store = await started(follower_root / "store")
+    again = await replica(follower_root, store)
+    try:  # every change is a value to set: applying the whole log again gives the same state
+        assert again.topics.get("Orders") == TopicConfig("Orders", 2, 2, 6)
+        assert again.groups.get("billing") == SubscriptionGroupConfig("billing")
+        assert again.offsets.query("billing", "Orders", 1) == 99
+        assert again.log.applied == meta_end(again) and again.log.recorded == 0
+    finally:
+        await again.log.stop()
+        await store.shutdown()
+
+
+def _admin(r: Replica, metadata: MetadataLog) -> AdminService:
+    return AdminService(topics=r.topics, groups=r.groups, offsets=r.offsets, store=r.store,
+                        quota=QUOTA, reserved_names=("C", "b"), persist_topics=r.persist_topics,
+                        topics_changed=lambda persist=True: None, persist_groups=r.persist_groups,
+                        metadata=metadata)
+
+
+async def test_admin_changes_wait_for_the_groups_rule_and_answer_its_code(tmp_path: Path) -> None:
+    answers: list[asyncio.Future[int]] = []
+    waited: list[int] = []
+
+    def replicated(end: int) -> asyncio.Future[int]:
+        waited.append(end)
+        fut = asyncio.get_running_loop().create_future()
+        answers.append(fut)
+        return fut
+
+    refusal: list[tuple[int, str]] = []
+    r = await replica(tmp_path / "m", replicated=replicated, refusal=lambda: refusal[0] if refusal else None)
+    r.master = True
+    try:
+        admin = _admin(r, r.log)
+        done = asyncio.ensure_future(admin.update_topic(TopicConfig("Orders", 4, 4, 6)))
+        await until(lambda: len(answers) == 1)
+        assert last_change(r) == TopicSet(TopicConfig("Orders", 4, 4, 6))
+        assert waited == [r.log.last_end]
+        assert not done.done()  # not answered before the group's rule holds the change
+        answers[0].set_result(int(ResponseCode.SUCCESS))
+        await done
+
+        done = asyncio.ensure_future(admin.update_group(SubscriptionGroupConfig("billing")))  # type: ignore[arg-type]
+        await until(lambda: len(answers) == 2)
+        answers[1].set_result(int(ResponseCode.FLUSH_SLAVE_TIMEOUT))
+        with pytest.raises(BrokerError) as err:
+            await done
+        assert err.value.code == ResponseCode.FLUSH_SLAVE_TIMEOUT and "in-sync replicas" in err.value.remark
+
+        offsets = OffsetService(offsets=r.offsets, store=r.store, topics=r.topics,
+                                creation=_creation(r), metadata=r.log)
+        caller = Caller("127.0.0.1:1234")
+        pending = offsets.commit(caller, OffsetCommit("billing", "Orders", 3, 77))
+        assert pending is not None
+        waiter = asyncio.ensure_future(pending)
+        await until(lambda: len(answers) == 3)
+        # The commit was appended at once, not at the next batch.
+        assert last_change(r) == OffsetsCommitted((OffsetEntry("billing", "Orders", 3, 77),))
+        answers[2].set_result(int(ResponseCode.SLAVE_NOT_AVAILABLE))
+        with pytest.raises(BrokerError) as err:
+            await waiter
+        assert err.value.code == ResponseCode.SLAVE_NOT_AVAILABLE
+
+        refusal.append((int(ResponseCode.SERVICE_NOT_AVAILABLE), "replica 1 is not the master"))
+        with pytest.raises(BrokerError, match="not the master") as err:
+            admin.update_topic(TopicConfig("Other", 1, 1, 6))
+        assert err.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        before = meta_end(r)
+        assert r.topics.get("Other") is None and meta_end(r) == before  # refused before anything changed
+        with pytest.raises(BrokerError):
+            offsets.commit(caller, OffsetCommit("billing", "Orders", 3, 78))
+        assert r.offsets.query("billing", "Orders", 3) == 77
+    finally:
+        await r.log.stop()
+        await r.store.shutdown()
+
+
+def _creation(r: Replica) -> ImplicitCreation:
+    return ImplicitCreation(r.topics, r.groups, QUOTA, lambda: True, lambda: None)
