@@ -1,4 +1,4 @@
-"""A producer and a pull consumer follow a broker group's failover with real processes (issue 17).
+"""Producers and a pull consumer follow a broker group's failover with real processes (issue 17).
 
 A name server and broker-a run on loopback; a producer sends in a loop; broker-a is killed
 (SIGKILL) and a second broker registers the same broker name as brokerId 0 at another address
@@ -21,6 +21,8 @@ from tests.procs import Cluster
 from tidemq.client import Producer, PullConsumer
 from tidemq.client.config import ClientConfig
 from tidemq.client.pull import PullStatus
+from tidemq.client.route import MessageQueue
+from tidemq.client.selectors import select_by_hash
 from tidemq.client.send import SendStatus
 from tidemq.errors import TideMQError
 from tidemq.message import Message
@@ -120,3 +122,48 @@ async def _until(cond, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s")
         await asyncio.sleep(0.02)
+
+
+async def test_ordered_and_fixed_queue_sends_follow_the_new_master_on_the_same_queue(cluster, tmp_path):
+    """A selector's send and a send to an explicit queue, each made once with the route still
+    naming the killed master, are retried on the same queue id at the group's new master
+    (before issue 17's change they were tried once and failed)."""
+    config = ClientConfig(name_servers=(cluster.namesrv_addr,), route_refresh_interval=ROUTE_POLL,
+                          request_timeout=5.0)
+    ordered = Producer("failover-ordered", config=config)
+    explicit = Producer("failover-explicit", config=dataclasses.replace(config, instance_name="explicit"))
+    consumer = PullConsumer("failover-order-cg", config=dataclasses.replace(config, instance_name="cg"))
+    for client in (ordered, explicit, consumer):
+        await client.start()
+    try:
+        key = select_by_hash("order-42")
+        before = [await ordered.send(Message(TOPIC, f"o{i}".encode()), selector=key) for i in range(3)]
+        mq = before[0].message_queue
+        assert all(r.message_queue == mq for r in before)
+        other = MessageQueue(TOPIC, cluster.broker_name, (mq.queue_id + 1) % 4)
+        assert (await explicit.send(Message(TOPIC, b"e0"), queue=other)).message_queue == other
+
+        await asyncio.to_thread(cluster.broker.kill)
+        store = tmp_path / "store-2"
+        await asyncio.to_thread(shutil.copytree, cluster.store_dir, store)
+        replacement, new_addr = cluster.same_name_broker(store)
+        try:
+            await asyncio.to_thread(replacement.start)
+            started = time.monotonic()
+            after = await ordered.send(Message(TOPIC, b"o3"), selector=key)
+            took = time.monotonic() - started
+            print(f"\nfailover: an ordered send made with the stale route was acknowledged by the "
+                  f"new master after {took:.2f} s")
+            assert after.status is SendStatus.SEND_OK and after.message_queue == mq
+            assert ordered._require().routes.master_addr(cluster.broker_name) == new_addr
+            assert took < READY_TO_SEND_BOUND
+            res = await explicit.send(Message(TOPIC, b"e1"), queue=other)
+            assert res.status is SendStatus.SEND_OK and res.message_queue == other
+            # The queue on the new master holds the ordered messages in order, the last one after them.
+            pulled = await _pull_until_found(consumer, mq)
+            assert [m.body for m in pulled.messages] == [b"o0", b"o1", b"o2", b"o3"]
+        finally:
+            await asyncio.to_thread(replacement.stop)
+    finally:
+        for client in (consumer, explicit, ordered):
+            await client.close()
