@@ -108,3 +108,50 @@ def test_queue_locks_expire():
     assert locks.try_lock("g", "c2", [mq]) == [mq]
     locks.unlock("g", "c1", [mq])  # not the holder: no effect
     assert locks.try_lock("g", "c1", [mq]) == []
+
+
+def test_topic_and_group_changes_are_heard_after_they_are_made(tmp_path):
+    heard = []
+    topics = TopicConfigManager(tmp_path / "t.json")
+    topics.on_change = lambda name, tc: heard.append((name, tc, topics.get(name)))
+    topics.ensure_system_topics("C", "b", auto_create=True, default_queues=8)
+    assert heard == []  # the system topics every broker ensures at load are no change
+    tc = TopicConfig("T", 2, 2, 6)
+    assert topics.put(tc) and not topics.put(tc)
+    topics.create_retry_or_dlq("%RETRY%g")
+    assert topics.delete("T") and not topics.delete("T")
+    assert [(n, c) for n, c, _now in heard] == [("T", tc), ("%RETRY%g", TopicConfig("%RETRY%g", 1, 1, 6)),
+                                                ("T", None)]
+    assert [now for _n, _c, now in heard] == [tc, TopicConfig("%RETRY%g", 1, 1, 6), None]
+    groups = SubscriptionGroupManager(tmp_path / "g.json")
+    seen = []
+    groups.on_change = lambda name, g: seen.append((name, g))
+    groups.find_or_create("G", auto_create=True)
+    groups.put(SubscriptionGroupConfig("G"))  # unchanged: not heard
+    assert groups.delete("G") and not groups.delete("G")
+    assert seen == [("G", SubscriptionGroupConfig("G")), ("G", None)]
+
+
+def test_offsets_collect_the_latest_commit_per_queue_and_forget_dropped_ones(tmp_path):
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    m.commit("g", "T", 0, 1)
+    assert m.take_changes() == []  # not tracked until asked
+    dropped = []
+    m.on_drop = lambda topic, group: dropped.append((topic, group))
+    m.track_changes()
+    m.commit("g", "T", 0, 5)
+    m.commit("g", "T", 0, 6)
+    m.commit("g", "T", 1, 2)
+    m.commit("h", "T", 0, 9)
+    m.commit("g", "U", 0, 4, record=False)  # applied from the replicated log: not collected again
+    assert sorted(m.take_changes()) == [("g", "T", 0, 6), ("g", "T", 1, 2), ("h", "T", 0, 9)]
+    assert m.take_changes() == []
+    m.commit("g", "T", 0, 7)
+    m.commit("h", "T", 0, 10)
+    m.delete_group("g")
+    assert m.take_changes() == [("h", "T", 0, 10)] and m.query("g", "T", 0) is None
+    m.drop("U", None, record=False)
+    assert dropped == [(None, "g")] and m.offsets("g", "U") == {}
+    m.commit("h", "T", 1, 3)
+    m.drop("T", "h")
+    assert m.table == {} and m.take_changes() == [] and dropped[-1] == ("T", "h")

@@ -253,6 +253,23 @@ def test_timer_rebuilds_its_heap_from_the_queue_after_a_restart(tmp_path):
     assert sorted(m.body for m in real(store)) == [b"early", b"early", b"late", b"mid"]  # one duplicate
 
 
+def test_a_follower_takes_the_masters_progress_and_never_delivers_below_it(tmp_path):
+    """Replicated progress (tidemq.broker.ha.metalog): levels and the timer move to the master's
+    offsets; the timer forgets what it had loaded below them, so a promoted follower resumes there."""
+    clock, store, svc = make(tmp_path, may_write=lambda: False)
+    for i in range(4):
+        put(svc, store, body=b"%d" % i, props={"TIMER_DELAY_MS": str(1000 + i)})
+    put(svc, store, props={"DELAY": "2"})
+    t = svc.timer
+    t.refill()
+    assert len(t) == 4 and t.progress == 0
+    svc.apply_progress(((2, 1), (9, 5)), 3)  # level 9 is not in this table: ignored, as at load
+    assert svc.level_timers[1].offset == 1 and len(t) == 1 and t.progress == 3
+    assert svc.progress() == (((1, 0), (2, 1), (3, 0)), 3)
+    svc.apply_progress((), 9)  # past what is loaded and stored: nothing is loaded again
+    assert len(t) == 0 and t.progress == 9 and not t.refill()
+
+
 def test_timer_capacity_bounds_memory_and_still_delivers_everything(tmp_path):
     clock, store, svc = make(tmp_path, timer_capacity=2)
     for i in range(7):
