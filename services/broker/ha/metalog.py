@@ -151,6 +151,7 @@ class MetadataLog:
         self._delay: tuple[tuple[tuple[int, int], ...], int] | None = None  # last recorded
         self._checker: tuple[int, int] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._offsets_soon: asyncio.Future[None] | None = None  # explicit commits of this loop round
 
     # ---------------------------------------------------------------------------- lifecycle
     def attach(self) -> None:
@@ -214,10 +215,25 @@ class MetadataLog:
             raise refused(code, _NOT_REPLICATED.get(code, f"the change was not replicated (code {code})"))
 
     async def commit_offsets(self) -> None:
-        """Append the offsets committed so far now (an explicit UPDATE_CONSUMER_OFFSET) and settle."""
+        """Append the offsets committed so far (an explicit UPDATE_CONSUMER_OFFSET) and settle.
+
+        The commits of one event-loop round share one record: a RocketMQ client persists each
+        queue's offset in its own request, all at once every 5 s."""
         if self.may_record():
-            self._record_offsets()
+            if self._offsets_soon is None:
+                self._offsets_soon = asyncio.get_running_loop().create_future()
+                asyncio.get_running_loop().call_soon(self._offsets_now)
+            await asyncio.shield(self._offsets_soon)
         await self.settle()
+
+    def _offsets_now(self) -> None:
+        soon, self._offsets_soon = self._offsets_soon, None
+        try:
+            if self.may_record():
+                self._record_offsets()
+        finally:
+            if soon is not None and not soon.done():
+                soon.set_result(None)
 
     # ---------------------------------------------------------------------------- recording
     def _topic_changed(self, name: str, tc: TopicConfig | None) -> None:
@@ -330,6 +346,9 @@ class MetadataLog:
             log.error("metadata applied position not written to %s (%s); retrying in %g s", self.path, exc,
                       self.config.persist_interval)
             return
+        except asyncio.CancelledError:  # stopped midway: the final round writes them
+            self._touched |= touched
+            raise
         self._written = applied
 
     # ---------------------------------------------------------------------------- applying
