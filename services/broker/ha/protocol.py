@@ -33,8 +33,10 @@ from enum import IntEnum
 
 from tidemq.errors import CodecError
 
+from .epochs import EpochStart, normalized
+
 HA_PORT_OFFSET = 1  # RocketMQ's convention: the HA port is the broker's listen port + 1
-PROTOCOL_MAGIC = 0x54484131  # "THA1": a TideMQ replication handshake, version 1
+PROTOCOL_MAGIC = 0x54484132  # "THA2": a TideMQ replication handshake, version 2 (WELCOME carries the history)
 MAX_NAME = 255  # cluster and broker names (RocketMQ caps them far lower)
 MAX_REASON = 4096
 # A data frame holds whole records from one CommitLog segment; a record is at most a segment
@@ -49,14 +51,17 @@ FRAME_HEAD = struct.Struct(
 HANDSHAKE = struct.Struct(
     ">I"  # MAGIC: PROTOCOL_MAGIC
     "B"  # REPLICAID: the follower's replica id (0..4)
-    "q"  # EPOCH: the newest epoch the follower knows (0: none)
+    "q"  # EPOCH: the epoch of the follower's last record (0: an empty log)
     "q"  # LOGEND: the follower's CommitLog end, followed by CLUSTER and BROKERNAME (u8 length + UTF-8)
 )
 WELCOME = struct.Struct(
     ">q"  # EPOCH: the master's epoch
     "q"  # TRUNCATEAT: where the follower cuts its CommitLog (-1: nothing to cut)
     "q"  # STREAMFROM: the CommitLog offset the first data frame starts at
+    "H"  # EPOCHS: entries of the master's epoch history that follow, each EPOCH_START
 )
+EPOCH_START = struct.Struct(">qq")  # an epoch and the CommitLog offset it began at
+MAX_EPOCHS = 4096  # a history longer than this is refused (an epoch per failover: years of them)
 DATA = struct.Struct(
     ">q"  # EPOCH: the master's epoch (a follower refuses a lower one)
     "q"  # OFFSET: CommitLog offset of the first record
@@ -101,11 +106,13 @@ class Handshake:
 
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """The master's answer: cut at ``truncate_at`` (-1: nothing), then expect ``stream_from``."""
+    """The master's answer: cut at ``truncate_at`` (-1: nothing), then expect ``stream_from``;
+    ``history`` is the master's epoch history, oldest first."""
 
     epoch: int
     truncate_at: int
     stream_from: int
+    history: tuple[EpochStart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +175,11 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, Heartbeat):
         return _frame(FrameKind.HEARTBEAT, HEARTBEAT.pack(frame.epoch, frame.log_end))
     if isinstance(frame, Welcome):
-        return _frame(FrameKind.WELCOME, WELCOME.pack(frame.epoch, frame.truncate_at, frame.stream_from))
+        if len(frame.history) > MAX_EPOCHS:
+            raise ValueError(f"an epoch history of {len(frame.history)} entries exceeds {MAX_EPOCHS}")
+        return _frame(FrameKind.WELCOME, WELCOME.pack(frame.epoch, frame.truncate_at, frame.stream_from,
+                                                      len(frame.history))
+                      + b"".join(EPOCH_START.pack(e.epoch, e.start) for e in frame.history))
     if isinstance(frame, Handshake):
         body = (HANDSHAKE.pack(PROTOCOL_MAGIC, frame.replica_id, frame.epoch, frame.log_end)
                 + _name(frame.cluster, "cluster name") + _name(frame.broker_name, "broker name"))
@@ -241,8 +252,16 @@ def decode_body(kind: FrameKind, body: bytes) -> Frame:
         epoch, end = _fixed(body, HEARTBEAT, kind)
         return Heartbeat(epoch, end)
     if kind is FrameKind.WELCOME:
-        epoch, cut, start = _fixed(body, WELCOME, kind)
-        return Welcome(epoch, cut, start)
+        epoch, cut, start, n = _fixed(body, WELCOME, kind, exact=False)
+        if n > MAX_EPOCHS or len(body) != WELCOME.size + n * EPOCH_START.size:
+            raise ReplicationCodecError(f"a WELCOME frame of {len(body)} bytes cannot hold {n} epochs")
+        entries = [EpochStart(*EPOCH_START.unpack_from(body, WELCOME.size + i * EPOCH_START.size))
+                   for i in range(n)]
+        try:
+            history = normalized(entries)
+        except ValueError as exc:
+            raise ReplicationCodecError(f"a WELCOME frame with a bad epoch history: {exc}") from None
+        return Welcome(epoch, cut, start, history)
     if kind is FrameKind.HANDSHAKE:
         magic, replica, epoch, end = _fixed(body, HANDSHAKE, kind, exact=False)
         if magic != PROTOCOL_MAGIC:

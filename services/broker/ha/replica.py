@@ -13,39 +13,65 @@ follows its roles one at a time:
   restarted whenever that address changes;
 - **none** (no live master, or this replica's lease is lost): neither.
 
-A master adds a follower to the record's in-sync set (``Elector.grow``) once the follower has
-acked the master's log end of one check earlier (:data:`IN_SYNC_INTERVAL`): only in-sync
-replicas may be elected, so without this a dead master would have no successor.
+The in-sync set (Kafka's ISR) is kept by the master through the record: a follower joins it
+(``Elector.grow``) once it has acked the master's log end of one check earlier, and leaves it
+(``Elector.shrink``) when its session ends or it has not caught up for :data:`LAG_SECONDS`.
+
+**Acknowledgement** (``--replication sync``): a write is answered SEND_OK only when every member
+of the record's in-sync set has acked it and the set has at least ``minInSync`` members
+(:meth:`replicated`, a future per waiting write, resolved from the followers' acks); a write
+that waits longer than :data:`ACK_TIMEOUT` is answered FLUSH_SLAVE_TIMEOUT, and one that finds
+(or is left with) fewer than ``minInSync`` members SLAVE_NOT_AVAILABLE, RocketMQ's codes for
+"stored on the master, not confirmed on its slaves", so clients retry (a duplicate, never a
+loss). The **high-water mark** (:meth:`high_water`) is the lowest offset the in-sync followers
+acked; consumers read below it only (the store's ``visible_end``), and their long polls are woken
+for a record once it is below it (:meth:`defer`). ``--replication async`` acknowledges after the
+local write (RocketMQ's ASYNC_MASTER) and may lose the last moments on failover.
+
+The epoch history (ha/epochs.py) is on disk: a master records its new epoch before it
+acknowledges a write of it, a follower adopts its master's before it appends, and the last
+group record seen survives a restart.
 
 Invariants:
 - :meth:`may_write` is True only while this replica is master and the Elector says it may
   acknowledge (its lease renewal deadline has not passed), so a master that lost its lease stops
-  acknowledging at the next send, before any other replica can win.
+  acknowledging at the next send, before any other replica can win; a waiting write is answered
+  SEND_OK only under the same condition.
+- The in-sync set the acknowledgement rule reads is the record's as last written (the
+  Elector's ``known``): a follower leaves it in the store before any write is acknowledged
+  without it, so every replica that may be elected holds every acknowledged write.
 - Only one role is applied at a time (one task reads ``Elector.roles()``), and the previous
-  role's master or follower is closed before the next one starts.
+  role's master or follower is closed before the next one starts; leaving the master role
+  answers every waiting write FLUSH_SLAVE_TIMEOUT.
 - The HA address is found through the name servers, not a new coordination-store key: the
   store's values are group records only.
-
-Not yet (see docs/replication.md): the sync acknowledgement wait on followers' acked offsets,
-the epoch history and this replica's epoch persisted across restarts, metadata replication.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from tidemq.broker.config import ReplicaConfig
+from tidemq.errors import BrokerError
+from tidemq.remoting.codes import ResponseCode
+
+from tidemq.broker.config import ReplicaConfig, ReplicationMode
+from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
 
-from .coordination import CoordinationError, CoordinationStore, group_key
+from .coordination import MAX_REPLICAS, CoordinationError, CoordinationStore, group_key
 from .election import ElectionConfig, Elector, ReplicaPosition, Role, RoleKind
+from .epochs import EpochHistory
 from .etcd import EtcdConfig, EtcdStore
 from .kubernetes import KubernetesLeaseStore
-from .replication import EpochStart, ReplicationConfig, ReplicationFollower, ReplicationMaster
+from .replication import ReplicationConfig, ReplicationFollower, ReplicationMaster
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +80,48 @@ log = logging.getLogger(__name__)
 # when the new one has not registered yet. Once streaming, it re-checks at the slower interval.
 RESOLVE_INTERVAL = 0.5
 RESOLVE_STREAMING_INTERVAL = 5.0
-# A master checks its followers' acked offsets this often (seconds) to grow the in-sync set.
-IN_SYNC_INTERVAL = 0.2
+# A master checks its followers' acked offsets this often (seconds) to grow and shrink the
+# in-sync set, and answers waiting writes past their deadline.
+IN_SYNC_INTERVAL = 0.1
+# An in-sync follower that has not acked the master's log end of some moment within this many
+# seconds (or whose session ended) leaves the in-sync set (Kafka: replica.lag.time.max.ms).
+LAG_SECONDS = 2.0
+# A write waits at most this long for the in-sync followers' acks, then is answered
+# FLUSH_SLAVE_TIMEOUT: longer than LAG_SECONDS, so that a stalled follower is usually dropped from
+# the set first and the write acknowledged; shorter than clients' 3 s send timeout.
+ACK_TIMEOUT = 2.5
+# A planned switchover waits this long for its target to hold the master's log end.
+SWITCHOVER_CATCH_UP = 5.0
+
+_SUCCESS = int(ResponseCode.SUCCESS)
+_FLUSH_SLAVE_TIMEOUT = int(ResponseCode.FLUSH_SLAVE_TIMEOUT)
+_SLAVE_NOT_AVAILABLE = int(ResponseCode.SLAVE_NOT_AVAILABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerLag:
+    replica_id: int
+    acked: int  # CommitLog offset it has acked
+    lag_bytes: int  # the master's log end minus that
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """This replica as admin requests, metrics and the operator see it."""
+
+    replica_id: int
+    role: str  # "master" | "follower" | "none"
+    epoch: int
+    master: int | None
+    in_sync: tuple[int, ...]
+    min_in_sync: int
+    replication: str  # "sync" | "async"
+    log_end: int
+    high_water: int
+    followers: tuple[FollowerLag, ...]  # as master: the connected followers
+    failovers: int  # times this replica became master by an election
+    last_failover_seconds: float | None  # no live master seen -> this replica master
+    switchovers: int  # planned hand-overs this replica made as master
 
 
 def open_store(config: ReplicaConfig) -> CoordinationStore:
@@ -89,13 +155,27 @@ class ReplicaService:
             self._coordination, group_key(cluster, broker_name), config.replica_id, self._position,
             ElectionConfig(lease_seconds=config.lease_seconds, allow_unclean=config.allow_unclean_election,
                            min_in_sync=config.min_in_sync))
+        self.history = EpochHistory(store.config.root)
         self.role: Role = self.elector.role
-        self.epoch = 0  # the highest epoch this replica has seen (in memory until it is persisted)
+        self.epoch = 0  # the highest epoch this replica has seen
         self.master: ReplicationMaster | None = None
         self.follower: ReplicationFollower | None = None
         self._roles_task: asyncio.Task[None] | None = None
         self._resolve_task: asyncio.Task[None] | None = None
         self._in_sync_task: asyncio.Task[None] | None = None
+        self._sync = config.replication is ReplicationMode.SYNC
+        # Acknowledgement (master, sync): writes waiting for acks, by end offset; the high-water
+        # mark; long-poll wake-ups held until their record is below it.
+        self._waiters: list[tuple[int, int, float, asyncio.Future[int]]] = []
+        self._seq = itertools.count()
+        self._high_water = 0
+        self._deferred: deque[tuple[int, Callable[[], None]]] = deque()
+        self._caught_up_at: dict[int, float] = {}
+        self._handing_over = False
+        self._leaderless_since: float | None = None
+        self._failovers = 0
+        self._last_failover: float | None = None
+        self._switchovers = 0
 
     @property
     def broker_id(self) -> int:
@@ -107,10 +187,213 @@ class ReplicaService:
         return self.role.kind is RoleKind.MASTER and \
             self.elector.may_acknowledge(asyncio.get_running_loop().time())
 
+    def master_refusal(self) -> tuple[int, str] | None:
+        """Why this replica may not store a write now (not the acknowledging master, or handing
+        over): (SERVICE_NOT_AVAILABLE, remark), or None."""
+        if not self.may_write():
+            return (int(ResponseCode.SERVICE_NOT_AVAILABLE),
+                    f"replica {self.config.replica_id} is not the master of its group "
+                    f"({self.role.kind.value}): refresh the route and send to brokerId 0")
+        if self._handing_over:
+            return (int(ResponseCode.SERVICE_NOT_AVAILABLE),
+                    f"replica {self.config.replica_id} is handing mastership over (switchover): "
+                    "refresh the route and send to the new brokerId 0")
+        return None
+
+    def write_refusal(self) -> tuple[int, str] | None:
+        """Why a change must be refused before it is made: :meth:`master_refusal`, or too few
+        replicas in sync (SLAVE_NOT_AVAILABLE). Sends are stored and answered SLAVE_NOT_AVAILABLE
+        instead (RocketMQ's answer carries the send header its clients decode)."""
+        refusal = self.master_refusal()
+        if refusal is not None:
+            return refusal
+        known = self.elector.known
+        if self._sync and known is not None and len(known.in_sync) < known.min_in_sync:
+            return (_SLAVE_NOT_AVAILABLE,
+                    f"only {len(known.in_sync)} replica(s) in sync ({_ids(known.in_sync)}), fewer than "
+                    f"minInSync {known.min_in_sync}: not stored; retry when a follower has caught up")
+        return None
+
+    def replicated(self, end_offset: int) -> "asyncio.Future[int] | None":
+        """The acknowledgement gate for a write stored up to ``end_offset`` (see the docstring):
+        None when it is acknowledged already, else a future of SUCCESS, FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE."""
+        master = self.master
+        loop = asyncio.get_running_loop()
+        if master is None:  # the role changed while the write was prepared
+            fut: asyncio.Future[int] = loop.create_future()
+            fut.set_result(_FLUSH_SLAVE_TIMEOUT)
+            return fut
+        master.wake()
+        if not self._sync or (end_offset <= self._high_water and self._acknowledging()):
+            return None
+        fut = loop.create_future()
+        known = self.elector.known
+        if known is not None and len(known.in_sync) < known.min_in_sync:
+            fut.set_result(_SLAVE_NOT_AVAILABLE)  # fails fast: clients send it again elsewhere
+            return fut
+        heapq.heappush(self._waiters, (end_offset, next(self._seq), loop.time() + ACK_TIMEOUT, fut))
+        return fut
+
+    def high_water(self) -> int:
+        """CommitLog offset below which every record is acknowledged by the group's rule; consumers
+        read below it only. As follower or without sync replication: this log's end."""
+        if self._sync and self.master is not None:
+            return self._high_water
+        return self.store.commitlog_max_offset
+
+    def defer(self, wake: Callable[[], None]) -> None:
+        """Run ``wake`` (a long-poll notification of the record just stored) once that record is
+        below the high-water mark: at once unless this replica is a sync master."""
+        if not self._sync or self.master is None:
+            wake()
+            return
+        end = self.store.commitlog_max_offset
+        if end <= self._high_water:
+            wake()
+        else:
+            self._deferred.append((end, wake))
+
+    def status(self) -> ReplicaStatus:
+        known = self.elector.known
+        end = self.store.commitlog_max_offset
+        master = self.master
+        followers = () if master is None else tuple(
+            FollowerLag(r, st.acked, max(0, end - st.acked)) for r, st in sorted(master.followers().items()))
+        return ReplicaStatus(
+            replica_id=self.config.replica_id, role=self.role.kind.value, epoch=self.epoch,
+            master=known.master if known is not None else None,
+            in_sync=tuple(sorted(known.in_sync)) if known is not None else (),
+            min_in_sync=known.min_in_sync if known is not None else self.config.min_in_sync,
+            replication=self.config.replication.value, log_end=end, high_water=self.high_water(),
+            followers=followers, failovers=self._failovers, last_failover_seconds=self._last_failover,
+            switchovers=self._switchovers)
+
+    async def switchover(self, to: int | None) -> int:
+        """A planned hand-over to in-sync follower ``to`` (None: the one that acked the most).
+
+        New writes are refused (SERVICE_NOT_AVAILABLE: clients refresh and retry on the new
+        master) while the target catches up to this log's end and waiting writes are answered;
+        then the record names the target at epoch + 1. Raises BrokerError when it cannot."""
+        master, known = self.master, self.elector.known
+        me = self.config.replica_id
+        if master is None or known is None or not self.may_write():
+            raise _refusal(ResponseCode.SERVICE_NOT_AVAILABLE,
+                           f"replica {me} is not the master of its group: send the switchover to brokerId 0")
+        if self._handing_over:
+            raise _refusal(ResponseCode.SYSTEM_ERROR, f"replica {me} is already handing over")
+        candidates = {r: st.acked for r, st in master.followers().items() if r in known.in_sync and r != me}
+        if to is None:
+            if not candidates:
+                raise _refusal(ResponseCode.SYSTEM_ERROR, f"no follower of replica {me} is in sync ({_ids(known.in_sync)}): "
+                                  "wait until one has caught up")
+            to = max(candidates, key=lambda r: (candidates[r], -r))
+        elif to == me:
+            raise _refusal(ResponseCode.SYSTEM_ERROR, f"replica {to} is the master already")
+        elif to not in candidates:
+            raise _refusal(ResponseCode.SYSTEM_ERROR, f"replica {to} is not an in-sync follower connected to this master "
+                              f"(in sync: {_ids(known.in_sync)}); choose one of those or wait")
+        self._handing_over = True
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SWITCHOVER_CATCH_UP
+            while True:
+                end = self.store.commitlog_max_offset
+                state = master.followers().get(to)
+                if state is not None and state.acked >= end and not self._waiters:
+                    break
+                if loop.time() > deadline:
+                    raise _refusal(ResponseCode.SYSTEM_ERROR, f"replica {to} did not catch up to offset {end} within "
+                                      f"{SWITCHOVER_CATCH_UP:g} s; nothing changed, try again")
+                master.wake()
+                await asyncio.sleep(0.01)
+            if not await self.elector.hand_over(to):
+                raise _refusal(ResponseCode.SYSTEM_ERROR, f"replica {me} could not write the hand-over (no longer master?)")
+        finally:
+            self._handing_over = False
+        self._switchovers += 1
+        log.warning("replica %d handed mastership of epoch %d over to replica %d", me, self.epoch, to)
+        return to
+
+    def _acknowledging(self) -> bool:
+        known = self.elector.known
+        return known is not None and len(known.in_sync) >= known.min_in_sync and self.may_write()
+
+    def _advance(self) -> None:
+        """Recompute the high-water mark from the in-sync followers' acks; answer waiting writes."""
+        master, known = self.master, self.elector.known
+        me = self.config.replica_id
+        if master is None or known is None or known.master != me:
+            return
+        hw = self.store.commitlog_max_offset
+        followers = master.followers()
+        for r in known.in_sync:
+            if r != me:
+                state = followers.get(r)
+                hw = min(hw, state.acked if state is not None else -1)
+        if hw > self._high_water:
+            self._high_water = hw
+            deferred = self._deferred
+            while deferred and deferred[0][0] <= hw:
+                deferred.popleft()[1]()
+        waiters = self._waiters
+        if not waiters:
+            return
+        if len(known.in_sync) < known.min_in_sync:
+            self._answer_all(_SLAVE_NOT_AVAILABLE)
+            return
+        if not self.may_write():
+            return  # answered FLUSH_SLAVE_TIMEOUT at their deadline, or when the role goes
+        while waiters and waiters[0][0] <= self._high_water:
+            fut = heapq.heappop(waiters)[3]
+            if not fut.done():
+                fut.set_result(_SUCCESS)
+
+    def _answer_all(self, code: int) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _end, _seq, _deadline, fut in waiters:
+            if not fut.done():
+                fut.set_result(code)
+
+    def _expire(self, now: float) -> None:
+        """Answer FLUSH_SLAVE_TIMEOUT to the writes waiting past their deadline."""
+        if not self._waiters or min(w[2] for w in self._waiters) > now:
+            return
+        keep = []
+        for w in self._waiters:
+            if w[2] <= now:
+                if not w[3].done():
+                    w[3].set_result(_FLUSH_SLAVE_TIMEOUT)
+            else:
+                keep.append(w)
+        heapq.heapify(keep)
+        self._waiters = keep
+
     def _position(self) -> ReplicaPosition:
-        return ReplicaPosition(self.store.commitlog_max_offset, self.epoch)
+        return ReplicaPosition(self.store.commitlog_max_offset, max(self.epoch, self.history.last_epoch))
+
+    def _on_role(self, role: Role) -> None:
+        """Elector callback: remember the record, time a failover from a lapsed master."""
+        known = self.elector.known
+        if known is not None:
+            self.history.remember(known)
+        now = asyncio.get_running_loop().time()
+        if role.kind is RoleKind.NONE:
+            if self._leaderless_since is None:
+                self._leaderless_since = now
+        elif role.kind is RoleKind.MASTER and self._leaderless_since is not None:
+            self._failovers += 1
+            self._last_failover = now - self._leaderless_since
+            self._leaderless_since = None
+        else:
+            self._leaderless_since = None
 
     async def start(self) -> None:
+        self.history.load(self.store.commitlog_max_offset)
+        if self.history.record is not None:
+            self.elector.known = self.history.record
+            self.epoch = self.history.record.epoch
+        self.elector.on_role = self._on_role
         await self.elector.start()
         self._roles_task = asyncio.create_task(self._follow_roles(), name="replica-roles")
         log.info("replica %d of %s/%s: election started (lease %g s, %s replication, min in-sync %d)",
@@ -120,6 +403,9 @@ class ReplicaService:
     async def stop(self) -> None:
         await cancel_and_wait(self._roles_task)
         await self._leave_role()
+        for _end, wake in self._deferred:
+            wake()
+        self._deferred.clear()
         await self.elector.close()  # revokes the lease: the others elect without waiting for it
         self.role = self.elector.role
         await self._coordination.close()
@@ -140,13 +426,22 @@ class ReplicaService:
         cfg = self.config
         if role.kind is RoleKind.MASTER:
             start = self.store.commitlog_max_offset
-            master = ReplicationMaster(self.store, self._replication, role.epoch, [EpochStart(role.epoch, start)])
+            if role.epoch > self.history.last_epoch:  # on disk before any write of the epoch
+                self.history.begin(role.epoch, start)
+            master = ReplicationMaster(self.store, self._replication, role.epoch, self.history.entries,
+                                       on_change=self._advance)
             await master.start(cfg.ha_host, cfg.ha_port)
             self.master = master
+            # The mark is not known after an election (the tail of this log may be missing on
+            # other in-sync replicas): it starts at 0 and the in-sync followers' first acks raise
+            # it (at once when this replica is alone in sync). Kafka's leader does the same.
+            self._high_water = 0
+            self._caught_up_at = {r: asyncio.get_running_loop().time() for r in range(MAX_REPLICAS)}
             self.role = role
             log.warning("replica %d is MASTER of epoch %d (log end %d); registering as brokerId 0",
                         cfg.replica_id, role.epoch, start)
-            self._in_sync_task = asyncio.create_task(self._grow_in_sync(master), name="replica-in-sync")
+            self._in_sync_task = asyncio.create_task(self._keep_in_sync(master), name="replica-in-sync")
+            self._advance()
             await self._register()
         elif role.kind is RoleKind.FOLLOWER:
             self.role = role
@@ -173,8 +468,9 @@ class ReplicaService:
             if target is not None and addr != following:
                 if self.follower is not None:
                     await self.follower.close()
-                self.follower = ReplicationFollower(self.store, self._replication, self.config.replica_id,
-                                                    role.epoch, target)
+                self.follower = ReplicationFollower(
+                    self.store, self._replication, self.config.replica_id, max(role.epoch, self.epoch), target,
+                    history=self.history, ack_flushed=self.store.config.flush_mode is FlushMode.SYNC)
                 self.follower.start()
                 following = addr
                 log.info("replica %d replicates from the master's HA address %s (epoch %d)",
@@ -182,25 +478,40 @@ class ReplicaService:
             streaming = self.follower is not None and self.follower.acked >= 0
             await asyncio.sleep(RESOLVE_STREAMING_INTERVAL if streaming else RESOLVE_INTERVAL)
 
-    async def _grow_in_sync(self, master: ReplicationMaster) -> None:
-        """As master: add each follower that has caught up to the in-sync set (see the docstring)."""
+    async def _keep_in_sync(self, master: ReplicationMaster) -> None:
+        """As master: grow and shrink the in-sync set (see the docstring), expire waiting writes."""
+        loop = asyncio.get_running_loop()
+        me = self.config.replica_id
         end = self.store.commitlog_max_offset
         while True:
             await asyncio.sleep(IN_SYNC_INTERVAL)
+            now = loop.time()
+            self._expire(now)
             known = self.elector.known
             in_sync = known.in_sync if known is not None else ()
-            for state in master.followers().values():
-                if state.replica_id not in in_sync and state.acked >= end:
-                    try:
-                        grown = await self.elector.grow(state.replica_id)
-                    except (CoordinationError, TimeoutError) as exc:
-                        log.warning("replica %d could not add replica %d to the in-sync set (%s); "
-                                    "retrying", self.config.replica_id, state.replica_id, exc)
-                        continue
-                    if grown:
-                        log.info("replica %d is in sync at offset %d (epoch %d)", state.replica_id,
-                                 state.acked, master.epoch)
+            followers = master.followers()
+            for r, state in followers.items():
+                if state.acked >= end:
+                    self._caught_up_at[r] = now
+            for r in in_sync:
+                if r != me and now - self._caught_up_at.get(r, now) > LAG_SECONDS:
+                    await self._change_in_sync(self.elector.shrink, r, "left the in-sync set: "
+                                               + ("its session ended" if r not in followers else
+                                                  f"not caught up for {LAG_SECONDS:g} s"))
+            for r, state in followers.items():
+                if r not in in_sync and state.acked >= end:
+                    await self._change_in_sync(self.elector.grow, r, f"is in sync at offset {state.acked}")
+            self._advance()
             end = self.store.commitlog_max_offset
+
+    async def _change_in_sync(self, change: Callable[[int], Awaitable[bool]], replica: int, what: str) -> None:
+        try:
+            if await change(replica):
+                log.warning("replica %d %s (epoch %d)", replica, what, self.epoch)
+                self._advance()
+        except (CoordinationError, TimeoutError) as exc:
+            log.warning("replica %d could not record that replica %d %s (%s); retrying",
+                        self.config.replica_id, replica, what, exc)
 
     async def _leave_role(self) -> None:
         await cancel_and_wait(self._resolve_task, self._in_sync_task)
@@ -211,4 +522,16 @@ class ReplicaService:
             await follower.close()
         master, self.master = self.master, None
         if master is not None:
+            self._answer_all(_FLUSH_SLAVE_TIMEOUT)
+            for _end, wake in self._deferred:  # a consumer then finds nothing new, or its record
+                wake()
+            self._deferred.clear()
             await master.close()
+
+
+def _ids(replicas: tuple[int, ...]) -> str:
+    return ",".join(map(str, sorted(replicas))) or "none"
+
+
+def _refusal(code: ResponseCode, remark: str) -> BrokerError:
+    return BrokerError(remark, int(code))

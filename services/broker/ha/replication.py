@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidemq.errors import BrokerError, StoreError
 
 from tidemq.broker.ha import protocol
+from tidemq.broker.ha.epochs import EpochHistory, EpochStart
 from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Refusal, Welcome
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
@@ -53,14 +54,6 @@ class ReplicationConfig:
     timeout: float = 10.0  # every network wait (connect, read, drain)
     poll_interval: float = 0.05  # a caught-up master looks for new records this often (or on wake)
     retry_interval: float = 1.0  # a follower reconnects after a failed session
-
-
-@dataclass(frozen=True, slots=True)
-class EpochStart:
-    """Epoch ``epoch`` began with the master's CommitLog at ``start``."""
-
-    epoch: int
-    start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,14 +104,18 @@ class ReplicationMaster:
     """Serves the CommitLog of ``store`` to followers on the HA port, in epoch ``epoch``."""
 
     def __init__(self, store: MessageStore, config: ReplicationConfig, epoch: int,
-                 history: Sequence[EpochStart]) -> None:
+                 history: Sequence[EpochStart], on_change: Callable[[], None] | None = None) -> None:
         self.store = store
         self.config = config
         self.epoch = epoch
         self.history = tuple(history)
+        # Called after every ack and when a follower's session ends: the acknowledgement gate
+        # re-reads acked offsets then (ha/replica.py).
+        self._on_change = on_change
         self._server: asyncio.Server | None = None
         self._sessions: set[asyncio.Task[None]] = set()
-        self._followers: dict[int, FollowerState] = {}
+        self._followers: dict[int, FollowerState] = {}  # connected followers only
+        self._owners: dict[int, asyncio.Task[None]] = {}  # the session that owns each follower's state
         self._wake = asyncio.Event()
 
     async def start(self, host: str, port: int) -> int:
@@ -134,7 +131,7 @@ class ReplicationMaster:
         self._wake.set()
 
     def followers(self) -> dict[int, FollowerState]:
-        """Each connected-or-seen follower's acked and sent offsets, by replica id."""
+        """Each connected follower's acked and sent offsets, by replica id."""
         return dict(self._followers)
 
     def acked_offset(self, replica_id: int) -> int | None:
@@ -160,20 +157,30 @@ class ReplicationMaster:
         self._sessions.add(task)
         peer = writer.get_extra_info("peername")
         try:
-            await self._session(reader, writer)
+            await self._session(reader, writer, task)
         except (ReplicationError, protocol.ReplicationCodecError, StoreError) as exc:
             log.warning("replication session with %s ended: %s", peer, exc)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.info("replication session with %s ended: %r", peer, exc)
         finally:
             self._sessions.discard(task)
+            for replica, owner in list(self._owners.items()):
+                if owner is task:  # not a newer session of the same replica
+                    del self._owners[replica]
+                    self._followers.pop(replica, None)
+                    self._changed()
             await _close(writer)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     async def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
         await _send(writer, Refusal(reason), self.config.timeout)
         raise ReplicationError(reason)
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       task: asyncio.Task[None]) -> None:
         cfg = self.config
         hello = await _read_frame(reader, cfg.timeout)
         if not isinstance(hello, Handshake):
@@ -192,11 +199,12 @@ class ReplicationMaster:
             await self._refuse(writer, f"replica {hello.replica_id}'s log (end {hello.log_end}, epoch "
                                        f"{hello.epoch}) does not meet this master's log [{store.commitlog_min_offset}, "
                                        f"{end}) at a record boundary; empty its store directory to copy it anew")
-        await _send(writer, Welcome(self.epoch, -1 if cut is None else cut, start), cfg.timeout)
+        await _send(writer, Welcome(self.epoch, -1 if cut is None else cut, start, self.history), cfg.timeout)
         log.info("replica %d of %s/%s joined at offset %d (truncated from %d: %s)", hello.replica_id,
                  cfg.cluster, cfg.broker_name, start, hello.log_end, cut is not None)
         state = FollowerState(hello.replica_id, start, start)
         self._followers[hello.replica_id] = state
+        self._owners[hello.replica_id] = task
         acked = asyncio.Event()
         tasks = [asyncio.create_task(self._stream(writer, hello.replica_id, start, acked)),
                  asyncio.create_task(self._read_acks(reader, hello.replica_id, acked))]
@@ -249,18 +257,26 @@ class ReplicationMaster:
                                        f"[{state.acked}, {state.sent}]")
             self._followers[replica] = FollowerState(replica, frame.offset, state.sent)
             acked.set()
+            self._changed()
 
 
 class ReplicationFollower:
     """Replicates the CommitLog of the master at ``master`` (host, port) into ``store``."""
 
     def __init__(self, store: MessageStore, config: ReplicationConfig, replica_id: int, epoch: int,
-                 master: tuple[str, int]) -> None:
+                 master: tuple[str, int], history: EpochHistory | None = None,
+                 ack_flushed: bool = True) -> None:
         self.store = store
         self.config = config
         self.replica_id = replica_id
         self.epoch = epoch  # the newest epoch this replica knows; never goes down
         self.master = master
+        # This log's epoch history (persisted); without one (tests), ``epoch`` is also the epoch
+        # of the log's last record.
+        self.history = history
+        # Ack what is flushed to disk (SYNC_FLUSH brokers), else what is appended: the page
+        # cache survives a killed process, as Kafka's followers count on.
+        self.ack_flushed = ack_flushed
         self.acked = -1  # the last offset acked to the master
         self._task: asyncio.Task[None] | None = None
 
@@ -294,7 +310,9 @@ class ReplicationFollower:
             reader, writer = await asyncio.open_connection(*self.master)
         try:
             store = self.store
-            await _send(writer, Handshake(cfg.cluster, cfg.broker_name, self.replica_id, self.epoch,
+            end = store.commitlog_max_offset
+            log_epoch = self.history.epoch_at(end) if self.history is not None else self.epoch
+            await _send(writer, Handshake(cfg.cluster, cfg.broker_name, self.replica_id, log_epoch,
                                           store.commitlog_max_offset), cfg.timeout)
             answer = await _read_frame(reader, cfg.timeout)
             if isinstance(answer, Refusal):
@@ -312,6 +330,8 @@ class ReplicationFollower:
             if answer.stream_from != store.commitlog_max_offset:
                 raise ReplicationError(f"the master streams from {answer.stream_from} but this log ends at "
                                        f"{store.commitlog_max_offset}")
+            if self.history is not None:  # before any record of the master's is appended
+                self.history.adopt(answer.history)
             await self._follow(reader, writer, answer.epoch)
         finally:
             await _close(writer)
@@ -330,5 +350,5 @@ class ReplicationFollower:
                     raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
             else:
                 raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
-            self.acked = await self.store.flush_commitlog()
+            self.acked = await self.store.flush_commitlog() if self.ack_flushed else self.store.commitlog_max_offset
             await _send(writer, Ack(self.acked), cfg.timeout)

@@ -123,7 +123,8 @@ class SendService:
                  topics: "TopicConfigManager", groups: "SubscriptionGroupManager",
                  creation: "ImplicitCreation", schedule: "ScheduleMessageService",
                  transactions: "TransactionService", store_host: tuple[str, int],
-                 on_put: Callable[[str, int, int], None]) -> None:
+                 on_put: Callable[[str, int, int], None],
+                 replicated: "Callable[[int], asyncio.Future[int] | None] | None" = None) -> None:
         self._settings = settings
         self._store = store
         self._topics = topics
@@ -133,6 +134,9 @@ class SendService:
         self._transactions = transactions
         self._store_host = store_host
         self._on_put = on_put  # messages and body bytes stored, by topic (a delayed one: its own, not the schedule topic)
+        # The replicated group's acknowledgement gate (ha/replica.py ReplicaService.replicated):
+        # None without replication.
+        self._replicated = replicated
         self._valid_topics: set[str] = set()
         self._big_batches = asyncio.Lock()  # one batch of more than BATCH_SLICE messages at a time
 
@@ -296,14 +300,23 @@ class SendService:
                 raise _refusal(result)
         self._on_put(topic, result.count, size)
         stored = SendResult(",".join(result.msg_ids), queue_id, result.queue_offset, code)
-        if not wait or cfg.store.flush_mode is not _SYNC:
+        gate = self._replicated
+        acked = gate(result.end_offset) if gate is not None else None  # also wakes replication
+        if not wait:
             return stored
-        durable = self._store.durable(result.end_offset)
-        if durable is None:
+        durable = self._store.durable(result.end_offset) if cfg.store.flush_mode is _SYNC else None
+        if durable is None and acked is None:
             return stored
-        # A future, not a coroutine (no task per send): answered when the group commit covers it.
-        answer: asyncio.Future[SendResult] = durable.get_loop().create_future()
-        durable.add_done_callback(lambda f: _settle(answer, f, stored, result.end_offset))
+        # A future, not a coroutine (no task per send): answered when the group commit and the
+        # in-sync followers cover it.
+        answer: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        pending = [f for f in (durable, acked) if f is not None]
+
+        def settle(_f: asyncio.Future) -> None:
+            if not answer.done() and all(f.done() for f in pending):
+                _settle(answer, durable, acked, stored, result.end_offset)
+        for f in pending:
+            f.add_done_callback(settle)
         return answer
 
 
@@ -313,15 +326,28 @@ def _refusal(result: PutResult) -> BrokerError:
     return refused(code, result.remark or f"store refused the message: {result.status.name}")
 
 
-def _settle(answer: asyncio.Future, durable: asyncio.Future, stored: SendResult, end_offset: int) -> None:
-    if answer.done():  # the request went away (its pending answers are cancelled)
+_NOT_REPLICATED: dict[int, str] = {
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "the message is stored on the master, but its in-sync replicas did not "
+                                      "confirm it in time; it may be sent again",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "the message is stored on the master, but fewer replicas than minInSync are "
+                                      "in sync; it may be sent again",
+}
+
+
+def _settle(answer: asyncio.Future, durable: asyncio.Future | None, acked: "asyncio.Future[int] | None",
+            stored: SendResult, end_offset: int) -> None:
+    """Answer a send once its flush (SYNC_FLUSH) and its replication (sync replicas) are known."""
+    if durable is not None and (durable.cancelled() or not durable.result()):
+        log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
+        answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset,
+                                     ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored"))
         return
-    if not durable.cancelled() and durable.result():
+    code = acked.result() if acked is not None else ResponseCode.SUCCESS
+    if code == ResponseCode.SUCCESS:
         answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset))
         return
-    log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
-    answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset,
-                                 ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored"))
+    answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset, code,
+                                 _NOT_REPLICATED.get(code, "the message is stored on the master only")))
 
 
 class _BatchPut:

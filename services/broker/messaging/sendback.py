@@ -14,6 +14,7 @@ plain send into ``%RETRY%<group>`` goes to the DLQ by it too).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -74,8 +75,10 @@ class SendBackResult:
 class SendBackService:
     def __init__(self, *, settings: Callable[[], "BrokerConfig"], store: "MessageStore",
                  creation: "ImplicitCreation", schedule: "ScheduleMessageService",
-                 store_host: tuple[str, int], access: StoredAccess | None) -> None:
+                 store_host: tuple[str, int], access: StoredAccess | None,
+                 replicated: "Callable[[int], asyncio.Future[int] | None] | None" = None) -> None:
         self._settings = settings
+        self._replicated = replicated  # the replicated group's acknowledgement gate (None: alone)
         self._store = store
         self._creation = creation
         self._schedule = schedule
@@ -126,11 +129,18 @@ class SendBackService:
         log.debug("message at %d of %s given back by group %s: now %s (reconsume %d)",
                   offset, msg.topic, group, topic, times)
         done = SendBackResult(topic, times)
-        if cfg.store.flush_mode is FlushMode.SYNC:
-            return self._durable(result.end_offset, done)
+        acked = self._replicated(result.end_offset) if self._replicated is not None else None
+        if cfg.store.flush_mode is FlushMode.SYNC or acked is not None:
+            return self._durable(result.end_offset, done, cfg.store.flush_mode is FlushMode.SYNC, acked)
         return done
 
-    async def _durable(self, end: int, done: SendBackResult) -> SendBackResult:
-        if await self._store.wait_durable(end):
-            return done
-        raise refused(ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT: the message is stored but not yet on disk")
+    async def _durable(self, end: int, done: SendBackResult, flush: bool,
+                       acked: "asyncio.Future[int] | None") -> SendBackResult:
+        if flush and not await self._store.wait_durable(end):
+            raise refused(ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT: the message is stored but not yet on disk")
+        # Not acknowledged by the group's rule: the consumer keeps the message and retries it.
+        code = await acked if acked is not None else ResponseCode.SUCCESS
+        if code != ResponseCode.SUCCESS:
+            raise refused(ResponseCode.SYSTEM_ERROR, f"the retry message is stored on the master but not confirmed "
+                                                     f"by its in-sync replicas ({ResponseCode(code).name}); retry")
+        return done

@@ -9,8 +9,9 @@ committed message is durable. The transaction's bookkeeping is :mod:`tidemq.brok
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,8 +42,10 @@ class EndTransaction:
 
 class EndTransactionService:
     def __init__(self, *, transactions: TransactionService, store: MessageStore,
-                 stored_access: StoredAccess | None = None, sync_flush: bool = False) -> None:
+                 stored_access: StoredAccess | None = None, sync_flush: bool = False,
+                 replicated: "Callable[[int], asyncio.Future[int] | None] | None" = None) -> None:
         self._transactions = transactions
+        self._replicated = replicated  # the replicated group's acknowledgement gate (None: alone)
         self._store = store
         self._stored_access = stored_access  # None: ACL off
         self._sync_flush = sync_flush
@@ -73,6 +76,16 @@ class EndTransactionService:
                         caller.peer, req.group, exc)
             raise refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         # Not counted in tidemq_broker_messages_in again: the send of the half message was.
-        if result is None or not (self._sync_flush and req.awaited):
+        if result is None:
             return None
-        return self._store.wait_durable(result.put.end_offset)
+        end = result.put.end_offset
+        acked = self._replicated(end) if self._replicated is not None else None
+        if not req.awaited or (acked is None and not self._sync_flush):
+            return None
+        return self._confirmed(end, acked)
+
+    async def _confirmed(self, end: int, acked: "asyncio.Future[int] | None") -> bool:
+        """Whether the commit's message is durable (SYNC_FLUSH) and acknowledged by the group."""
+        if self._sync_flush and not await self._store.wait_durable(end):
+            return False
+        return acked is None or await acked == ResponseCode.SUCCESS

@@ -41,7 +41,10 @@ def _chunks(cq: ConsumeQueue, offset: int, limit: int,
 
 
 def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max_msgs: int,
-                 tag_codes: frozenset[int] | None, max_bytes: int) -> GetResult:
+                 tag_codes: frozenset[int] | None, max_bytes: int, visible_end: int | None = None) -> GetResult:
+    """Messages of ``cq`` from ``offset``; with ``visible_end``, only records ending at or below
+    that CommitLog offset (a replicated group's high-water mark): a queue whose next record is
+    past it reads as caught up (OFFSET_OVERFLOW_ONE), so a consumer long-polls for it."""
     if cq is None or cq.max_offset == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
     lo, hi = cq.min_offset, cq.max_offset
@@ -69,6 +72,10 @@ def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max
     read = commitlog.read
     for phys, size, tags in units:
         if records and (len(records) >= max_msgs or total + size > max_bytes):
+            break
+        if visible_end is not None and phys + size > visible_end:
+            if not records and not scanned:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
             break
         scanned += 1
         if size <= 0 or phys < skip_below:

@@ -112,6 +112,9 @@ class MessageStore:
         self._cleanup_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Future[None]] = set()
         self._disk_ratio = 0.0
+        # Replicated sync groups: consumers read records that end at or below this CommitLog
+        # offset only (the high-water mark, ha/replica.py); None: everything stored.
+        self.visible_end: Callable[[], int] | None = None
         self._state = "new"  # new -> loaded -> running -> closed
         self._refuse: str | None = "the store is not loaded"
         self._last_store_ts = 0
@@ -423,10 +426,24 @@ class MessageStore:
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
                      tag_codes: frozenset[int] | None, max_bytes: int = 256 * 1024) -> GetResult:
         cq = self._queues.get(topic, queue_id)
-        return reader.get_messages(cq, self._commitlog, offset, max_msgs, tag_codes, max_bytes)
+        visible = self.visible_end
+        return reader.get_messages(cq, self._commitlog, offset, max_msgs, tag_codes, max_bytes,
+                                   visible() if visible is not None else None)
 
     def _cq(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get(topic, queue_id)
+
+    def readable(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether a pull from ``offset`` finds a record now: one is there, and below
+        ``visible_end`` (a long poll waits otherwise)."""
+        cq = self._cq(topic, queue_id)
+        if cq is None or cq.max_offset <= offset:
+            return False
+        visible = self.visible_end
+        if visible is None:
+            return True
+        unit = cq.unit(offset)
+        return unit is None or unit[0] + unit[1] <= visible()
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cq(topic, queue_id)

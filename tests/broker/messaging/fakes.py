@@ -90,6 +90,9 @@ class FakeStore:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return len(self.queues.get((topic, queue_id), ()))
 
+    def readable(self, topic: str, queue_id: int, offset: int) -> bool:
+        return self.max_offset(topic, queue_id) > offset
+
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
                      tag_codes: frozenset[int] | None, max_bytes: int = 256 * 1024) -> GetResult:
         q = self.queues.get((topic, queue_id))
