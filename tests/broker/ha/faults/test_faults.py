@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker.ha.faults.checks import lost, verdict
-from tests.broker.ha.faults.group import ReplicaGroup
+from tests.broker.ha.faults.group import ReplicaGroup, wait_for
 from tests.broker.ha.faults.load import Attempt, CppProducer, OurProducer, direct_send, first_ack_after, read_topic
 from tests.interop.cppwheel import _wheel_problem
 from tidemq.client import ClientConfig
@@ -144,14 +144,29 @@ def _lose_master_disk(run: Run, i: int) -> None:
     g = run.group
     run.steady()
     old = g.wait_master(5)
+    before = g.record()
+    assert before is not None and before.master == old.rid
     g.kill(old.rid)
     killed = time.monotonic()
     g.wipe(old.rid)
     g.restart(old.rid, wait=False)  # back at once, empty: it must not win the election
+    try:
+        record = wait_for(f"a record of an epoch after {before.epoch}",
+                          lambda: (rec if (rec := g.record()) is not None and rec.epoch > before.epoch else None),
+                          FAILOVER_BOUND + 5)
+    except AssertionError:
+        now = g.record()
+        if now is not None and now.master == old.rid:
+            raise AssertionError(
+                f"replica {old.rid} restarted with an empty store and holds the record as master again "
+                f"({now}): followers truncate to its empty log and every acknowledged message is gone") from None
+        raise
+    assert record.master != old.rid, f"the emptied replica {old.rid} won the election: {record}"
     new = g.wait_master(FAILOVER_BOUND + 5, other_than=old.rid)
     run.ours.wait_acks(1, FAILOVER_BOUND + 5)
     took = first_ack_after(run.ours.attempts, killed)
-    run.note(f"round {i}: master {old.rid} lost its disk -> replica {new.rid} master, first new ack {took:.2f} s")
+    run.note(f"round {i}: master {old.rid} lost its disk -> replica {new.rid} master of epoch {record.epoch}, "
+             f"first new ack {took:.2f} s")
     assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the kill"
     run.check_metadata(new.rid)
 
