@@ -8,6 +8,9 @@ Invariants:
   (store offsets, offset table, store.stats()); a scrape never touches the disk or blocks the loop.
 - Every series carries ``cluster`` and ``broker``; per-queue lag only exists when
   ``BrokerConfig.metrics_queue_lag`` is on (its cardinality is groups x topics x queues).
+- A replica (``--coordination``, issue 17) also exports ``tidemq_replica_*``, read from
+  ``ReplicaService.status()`` at scrape time (``_ReplicaCollector``): nothing is pushed from the
+  replication or send paths. A broker without replication exports none of them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from tidemq.broker.delay import TIMER_TOPIC
+from tidemq.broker.ha.election import RoleKind
 from tidemq.broker.store.replay import SCHEDULE_TOPIC
 from tidemq.broker.topics import DLQ_PREFIX, RETRY_PREFIX
 from tidemq.broker.transaction.half import HALF_QUEUE_ID, HALF_TOPIC
@@ -35,6 +39,7 @@ from tidemq.remoting import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from tidemq.broker.broker import Broker
+    from tidemq.broker.ha.replica import ReplicaService
 
 # Request codes whose latency is measured, by the ``request`` label they get.
 TIMED_REQUESTS: dict[int, str] = {
@@ -113,6 +118,8 @@ class BrokerMetrics:
 
     def attach(self, broker: "Broker") -> None:
         self.registry.register(_BrokerCollector(broker, self._base, self.queue_lag))
+        if broker.replica is not None:
+            self.registry.register(_ReplicaCollector(broker.replica, self._base))
 
 
 class _HotCollector(Collector):
@@ -287,3 +294,48 @@ class _BrokerCollector(Collector):
         yield lag
         if qlag is not None:
             yield qlag
+
+
+class _ReplicaCollector(Collector):
+    """``tidemq_replica_*`` from the replica's status at scrape time (see the module docstring)."""
+
+    def __init__(self, replica: "ReplicaService", base: tuple[str, str]) -> None:
+        self.replica = replica
+        self.base = base
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.replica.status()
+        base = self.base
+        role = GaugeMetricFamily("tidemq_replica_role", "This replica's role: 1 for the role it has, 0 for the others",
+                                 labels=["cluster", "broker", "role"])
+        for name in (k.value for k in RoleKind):
+            role.add_metric([*base, name], 1 if s.role == name else 0)
+        yield role
+        yield _gauge("tidemq_replica_epoch", "Highest election epoch this replica has seen", base, s.epoch)
+        yield _gauge("tidemq_replica_in_sync", "Members of the group's in-sync set, as this replica knows it", base,
+                     len(s.in_sync))
+        yield _gauge("tidemq_replica_min_in_sync", "In-sync members a write needs (--min-in-sync)", base, s.min_in_sync)
+        yield _gauge("tidemq_replica_high_water_offset_bytes",
+                     "CommitLog offset below which every message is acknowledged by the group's rule", base,
+                     s.high_water)
+        lag = GaugeMetricFamily("tidemq_replica_follower_lag_bytes",
+                                "Bytes of the master's CommitLog a follower has not acknowledged (master only)",
+                                labels=["cluster", "broker", "replica"])
+        for f in s.followers:
+            lag.add_metric([*base, str(f.replica_id)], f.lag_bytes)
+        yield lag
+        for name, doc, value in (
+            ("tidemq_replica_failovers", "Times this replica became master by election", s.failovers),
+            ("tidemq_replica_switchovers", "Planned hand-overs of mastership this replica made as master",
+             s.switchovers),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["cluster", "broker"])
+            c.add_metric(list(base), value)
+            yield c
+        seconds = GaugeMetricFamily(
+            "tidemq_replica_failover_seconds",
+            "Last failover: from the old master's lease lapsing (as this replica saw it) to this replica being master",
+            labels=["cluster", "broker"])
+        if s.last_failover_seconds is not None:
+            seconds.add_metric(list(base), s.last_failover_seconds)
+        yield seconds

@@ -1,0 +1,162 @@
+"""`tidemq admin switchover` on real processes (issue 17): a name server, etcd and three
+`tidemq broker --coordination etcd://...` replicas of one group.
+
+Once the master's in-sync set holds all three, `tidemq admin switchover --to N` moves mastership
+to replica N: the name server routes N's address as brokerId 0, `clusterList` shows N as master
+of the next epoch with the in-sync set, and the replicas' /metrics show the roles, the epoch and
+the old master's switchover. Asking the master itself to take over is refused with a sentence.
+Then the new master is SIGKILLed: the replica elected in its place exports its failover duration,
+refuses a switchover to the dead replica (not in sync), and its /metrics agree with
+docs/metrics.md's tidemq_replica_* table both ways."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cli.clirun import assert_clean_failure, tidemq
+from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tests.test_metrics_doc import differences, doc_section, scrape
+
+LEASE = 3.0  # s: short, so the failover at the end fits the suite's budget
+GROUP = "sw-broker"
+
+
+@dataclass
+class Replica:
+    rid: int
+    addr: str
+    metrics_port: int
+    proc: ServerProcess
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+
+def _wait(what: str, check, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        time.sleep(0.2)
+
+
+def _rows(namesrv: str) -> dict[str, list[str]]:
+    """brokerId -> clusterList row of the group (cluster, name, id, addr, role, epoch, in-sync)."""
+    run = tidemq("admin", "clusterList", "-n", namesrv)
+    if run.rc != 0:
+        return {}
+    return {r[2]: r for r in (line.split() for line in run.lines()[1:]) if len(r) >= 4 and r[1] == GROUP}
+
+
+def _samples(url: str) -> dict[tuple[str, frozenset], float]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name.startswith("tidemq_replica_")}
+
+
+def _value(url: str, name: str, **labels: str) -> float | None:
+    found = [v for (n, ls), v in _samples(url).items() if n == name and set(labels.items()) <= set(ls)]
+    return found[0] if len(found) == 1 else None
+
+
+@pytest.fixture
+def group(etcd, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("TIDEMQ_BROKER_SEGMENT_SIZE", str(1 << 20))
+    ns_port, ns_metrics = free_port(), free_port()
+    namesrv = ServerProcess(
+        tidemq_cmd("namesrv", "--listen", f"127.0.0.1:{ns_port}", "--metrics-listen", f"127.0.0.1:{ns_metrics}"),
+        tmp_path / "namesrv.log", f"http://127.0.0.1:{ns_metrics}/readyz")
+    replicas: dict[int, Replica] = {}
+    for rid in range(3):
+        port, ha, metrics = free_port(), free_port(), free_port()
+        proc = ServerProcess(tidemq_cmd(
+            "broker", "-n", f"127.0.0.1:{ns_port}", "--listen", f"127.0.0.1:{port}",
+            "--store", str(tmp_path / f"store-{rid}"), "--cluster", "SW", "--broker-name", GROUP,
+            "--coordination", f"etcd://{etcd.endpoint}", "--replica-id", str(rid),
+            "--ha-listen", f"127.0.0.1:{ha}", "--lease-seconds", str(LEASE),
+            "--metrics-listen", f"127.0.0.1:{metrics}"),
+            tmp_path / f"broker-{rid}.log", f"http://127.0.0.1:{metrics}/readyz")
+        replicas[rid] = Replica(rid, f"127.0.0.1:{port}", metrics, proc)
+    try:
+        namesrv.start()
+        for r in replicas.values():
+            r.proc.start()
+        yield f"127.0.0.1:{ns_port}", replicas
+    finally:
+        for r in replicas.values():
+            r.proc.stop()
+        namesrv.stop()
+
+
+def test_switchover_moves_mastership_and_clusterlist_and_metrics_follow(group):
+    namesrv, replicas = group
+    by_addr = {r.addr: r for r in replicas.values()}
+    rows = _wait("a master with all three replicas in its in-sync set, shown by clusterList",
+                 lambda: (rs if "0" in (rs := _rows(namesrv)) and len(rs) == 3 and len(rs["0"]) == 7
+                          and rs["0"][6] == "0,1,2" else None), 30)
+    master = by_addr[rows["0"][3]]
+    role, epoch = rows["0"][4], int(rows["0"][5])
+    assert role == f"master/{master.rid}" and epoch >= 1, rows
+    followers = sorted(r.rid for r in replicas.values() if r is not master)
+    for bid, row in rows.items():
+        if bid != "0":
+            assert row[4].startswith("follower/") and row[3] != master.addr, rows
+    target = replicas[followers[-1]]
+
+    refused = tidemq("admin", "switchover", "-n", namesrv, "-b", GROUP, "--to", str(master.rid))
+    assert_clean_failure(refused, f"replica {master.rid}", "master")
+    assert _rows(namesrv)["0"][3] == master.addr  # nothing moved
+
+    started = time.monotonic()
+    run = tidemq("admin", "switchover", "-n", namesrv, "-b", GROUP, "--to", str(target.rid)).ok()
+    took = time.monotonic() - started
+    print(f"switchover to replica {target.rid}: {took:.2f} s ({run.out.strip()})")
+    assert f"replica {target.rid} at {target.addr} is master (brokerId 0), was {master.addr}" in run.out
+    assert _rows(namesrv)["0"][3] == target.addr
+
+    after = _wait("clusterList showing the new master of the next epoch with the in-sync set",
+                  lambda: (rs if (row := (rs := _rows(namesrv)).get("0")) and len(row) == 7
+                           and row[4] == f"master/{target.rid}" and int(row[5]) > epoch and row[6] != "-"
+                           else None), 15)
+    new_epoch = int(after["0"][5])
+    assert str(target.rid) in after["0"][6].split(","), after
+    assert _value(target.metrics_url, "tidemq_replica_role", role="master") == 1
+    assert _value(target.metrics_url, "tidemq_replica_epoch") == new_epoch
+    assert _value(master.metrics_url, "tidemq_replica_switchovers_total") == 1
+    _wait("the old master following the new one", lambda: _value(master.metrics_url, "tidemq_replica_role",
+                                                                  role="follower") == 1, 15)
+
+    # A failover: the replica elected after SIGKILL of the new master exports what the doc lists.
+    _wait("every replica back in the in-sync set",
+          lambda: (row := _rows(namesrv).get("0")) and len(row) == 7 and row[6] == "0,1,2", 20)
+    target.proc.kill()
+    survivor = _wait("another replica registered as brokerId 0",
+                     lambda: (a := (_rows(namesrv).get("0") or [None] * 4)[3]) not in (None, target.addr)
+                     and by_addr[a], LEASE + 5)
+    assert _wait("a failover duration", lambda: _value(survivor.metrics_url, "tidemq_replica_failover_seconds"),
+                 10) < LEASE + 5
+    gone = tidemq("admin", "switchover", "-n", namesrv, "-b", GROUP, "--to", str(target.rid))
+    assert_clean_failure(gone, f"replica {target.rid} is not an in-sync follower")
+    section = doc_section("tidemq_replica_")
+
+    def replica_differences() -> list[str] | None:
+        exported = {n: e for n, e in scrape(survivor.metrics_url).items() if n.startswith("tidemq_replica_")}
+        diff = differences(section, exported)
+        return diff or None
+
+    deadline = time.monotonic() + 15  # the remaining follower reconnects for its lag series
+    while (diff := replica_differences()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not diff, "docs/metrics.md and a replica's /metrics disagree:\n" + "\n".join(diff or [])
