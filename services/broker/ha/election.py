@@ -142,6 +142,12 @@ def handover_record(record: GroupRecord, to: int, log_end: int) -> GroupRecord:
     return replace(record, epoch=record.epoch + 1, master=to, master_log_end=log_end)
 
 
+def last_key(key: str) -> str:
+    """Where a master keeps a copy of the group record that outlives its lease (no lease): what a
+    replica that lost its disk and its memory reads, so that it is not "in sync" with nothing."""
+    return f"{key}/last"
+
+
 def candidate_key(key: str, replica: int) -> str:
     """Where ``replica`` of the group at ``key`` announces its candidacy (under its own lease)."""
     return f"{key}/candidate-{replica}"
@@ -265,6 +271,9 @@ class Elector:
 
     # -- life cycle --
     async def start(self) -> None:
+        last = await self._call(self.store.get(last_key(self.key)))
+        if last is not None and (self.known is None or last.record.epoch > self.known.epoch):
+            self.known = last.record
         await self._new_lease()
         self._tasks = {name: asyncio.create_task(coro, name=f"elector-{self.replica}-{name}")
                        for name, coro in (("keep-alive", self._keep_alive_loop()),
@@ -336,7 +345,19 @@ class Elector:
         if written.record.master != self.replica:
             self._mastered_epoch = None  # handed over
         self._observe(written.record)
+        await self._keep_last(written.record)
         return True
+
+    async def _keep_last(self, record: GroupRecord) -> None:
+        """Copy ``record`` to :func:`last_key` (best effort: an older copy only makes a replica
+        without a disk wait for a master, never elect itself)."""
+        key = last_key(self.key)
+        try:
+            current = await self._call(self.store.get(key))
+            if current is None or current.record.epoch <= record.epoch:
+                await self._call(self.store.compare_and_swap(key, record, current.revision if current else 0))
+        except (CoordinationError, TimeoutError) as exc:
+            log.warning("replica %d: could not keep a copy of the group record (%s)", self.replica, exc)
 
     # -- internals --
     async def _call(self, request: Awaitable[T]) -> T:
@@ -434,6 +455,7 @@ class Elector:
                      proposal.epoch, proposal.master_log_end)
             self._mastered_epoch = proposal.epoch
             self._observe(written.record)
+            await self._keep_last(written.record)
 
     def _candidate(self) -> Candidate:
         log_end = self.position().log_end
@@ -471,6 +493,9 @@ class Elector:
             if written is None:
                 return
             self._mastered_epoch = record.epoch
+            self._observe(record)
+            await self._keep_last(record)
+            return
         elif self._handed_over_at is not None and \
                 self.clock.now() - self._handed_over_at > self._ttl():
             # A lease after handing over, this replica leaves its old lease: if the target took
@@ -502,6 +527,6 @@ class Elector:
 
 
 __all__ = ["Candidate", "Clock", "ElectionConfig", "ElectionError", "Elector", "LoopClock",
-           "ReplicaPosition", "Role", "RoleKind", "announcement", "backoff", "candidate_key",
+           "ReplicaPosition", "Role", "RoleKind", "announcement", "backoff", "candidate_key", "last_key",
            "counts_as_in_sync",
            "grow_record", "handover_record", "may_campaign", "rank", "shrink_record", "winner_record"]

@@ -36,6 +36,7 @@ from tidemq.broker.ha.election import (
     counts_as_in_sync,
     grow_record,
     handover_record,
+    last_key,
     may_campaign,
     rank,
     shrink_record,
@@ -461,3 +462,24 @@ async def test_a_master_acknowledges_until_ttl_minus_margin_after_it_sent_its_la
         assert elector.role.kind is RoleKind.MASTER and not elector.may_acknowledge(clock.t)
     finally:
         await elector.close()
+
+
+async def test_a_replica_without_disk_or_memory_does_not_win_after_the_record_lapsed(group: Group) -> None:
+    # Replica 0 was master with 500 bytes, in sync with 1; then it died and its leased record
+    # lapsed. Replica 2 starts with an empty disk and no memory of any record: only the lease-free
+    # copy (last_key) tells it that it is not in sync, so it waits rather than electing itself.
+    group.make(0, log_end=500)
+    await group.start(0)
+    assert (await group.settled(within=10)).master == 0
+    assert await group.electors[0].grow(1)
+    last = await group.backend().get(last_key(group.key))
+    assert last is not None and last.record.in_sync == (0, 1) and last.record.master_log_end == 500
+    crash(group.electors[0])
+    del group.electors[0]
+    group.make(2, log_end=0)
+    await group.start(2)
+    await asyncio.sleep(FAST.lease_seconds + 2)  # the old record lapses; 2 may not campaign
+    assert group.electors[2].role.kind is RoleKind.NONE
+    group.make(1, log_end=500)  # the in-sync survivor wins, and 2 follows it
+    await group.start(1)
+    assert (await group.settled(within=10)).master == 1
