@@ -456,3 +456,52 @@ async def test_reads_go_to_the_lowest_follower_without_a_master_and_back_when_on
     await asyncio.sleep(0.05)
     assert await instance.queue_read_addr(mq) == NEW_MASTER
     assert source.lookups - lookups <= 3
+
+
+def test_a_group_without_master_keeps_its_queues_for_selectors_but_not_for_publishing():
+    r = TopicRouteData((QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE), QueueData("broker-b", 2, 2, Perm.READ | Perm.WRITE)),
+                       (BrokerData("C", "broker-a", {2: "10.0.0.3:10911"}), BrokerData("C", "broker-b", {0: ADDRS["broker-b"]})))
+    assert [(q.broker_name, q.queue_id) for q in r.publish_queues("T")] == [("broker-b", 0), ("broker-b", 1)]
+    assert [(q.broker_name, q.queue_id) for q in r.ordered_queues("T")] == [
+        ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
+
+
+async def test_an_ordered_send_keeps_its_queue_while_its_group_elects_a_new_master():
+    """The selector sees the masterless group's queues, so the key's queue does not move to
+    another group; the send waits (bounded refreshes) for the group's new master."""
+    masterless = TopicRouteData(
+        (QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE), QueueData("broker-b", 2, 2, Perm.READ | Perm.WRITE)),
+        (BrokerData("C", "broker-a", {2: "10.0.0.3:10911"}), BrokerData("C", "broker-b", {0: ADDRS["broker-b"]})))
+    inst, sender, refresher = fixed_sender(lambda addr, cmd: ResponseCode.SUCCESS, interval=0.05)
+    inst.known["T"] = masterless
+    await inst.get_route("T", refresh=True)
+    msg = Message("T", b"x")
+    mq = await sender.fixed_queue(msg, None, lambda queues, m, arg: queues[1], None)
+    assert mq == MessageQueue("T", "broker-a", 1)
+
+    async def elect() -> None:
+        await asyncio.sleep(0.12)
+        inst.known["T"] = moved_with_b()
+
+    election = asyncio.create_task(elect())
+    res = await sender.send("T", sender.single(out()), "UNIQ1", mq, 3.0)
+    await election
+    assert res.message_queue == mq and [(a, c.ext_fields["e"]) for a, c in inst.sent] == [(NEW_MASTER, "1")]
+
+
+def moved_with_b() -> TopicRouteData:
+    return TopicRouteData(
+        (QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE), QueueData("broker-b", 2, 2, Perm.READ | Perm.WRITE)),
+        (BrokerData("C", "broker-a", {0: NEW_MASTER}), BrokerData("C", "broker-b", {0: ADDRS["broker-b"]})))
+
+
+async def test_a_fixed_queue_send_waits_for_a_master_up_to_its_timeout_not_its_retry_budget():
+    inst, sender, _ = fixed_sender(lambda addr, cmd: ResponseCode.SUCCESS, interval=0.05)
+    inst.known["T"] = TopicRouteData((QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE),),
+                                     (BrokerData("C", "broker-a", {2: "10.0.0.3:10911"}),))
+    await inst.get_route("T", refresh=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ClientError, match="no master address"):
+        await sender.send("T", sender.single(out()), "UNIQ1", MessageQueue("T", "broker-a", 0), 0.4)
+    assert 0.35 <= loop.time() - started < 1.0 and not inst.sent

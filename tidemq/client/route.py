@@ -6,6 +6,7 @@ accepted. Derived queue lists follow both RocketMQ clients:
 
 * publish queues: brokers whose queue data has WRITE permission *and* a master (id 0) address,
   queues ``0..writeQueueNums-1``, brokers in name order (or ``orderTopicConf`` when present);
+  ordered queues (a selector's choice) the same, but a group without a master keeps its queues;
 * subscribe queues: brokers with READ permission, queues ``0..readQueueNums-1``.
 
 Both lists are sorted by (topic, broker name, queue id), the order rebalancing relies on.
@@ -158,6 +159,20 @@ class TopicRouteData:
             if bd is None or bd.master_addr is None:
                 continue
             out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+        return sorted(out)
+
+    def ordered_queues(self, topic: str) -> list[MessageQueue]:
+        """Queues a selector chooses among (ordered sends): :meth:`publish_queues`, except that
+        a broker group whose master is not registered (a failover in progress) keeps its queues,
+        so that a key keeps its queue while the group elects a new master (the send waits for it)
+        instead of moving to another group's queue behind its earlier messages."""
+        if self.order_topic_conf:
+            return self.publish_queues(topic)
+        out: list[MessageQueue] = []
+        for qd in self.queue_datas:
+            bd = self.broker(qd.broker_name)
+            if qd.writable and bd is not None and bd.broker_addrs:
+                out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
         return sorted(out)
 
     def subscribe_queues(self, topic: str) -> list[MessageQueue]:

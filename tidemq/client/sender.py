@@ -33,7 +33,11 @@ SERVICE_NOT_AVAILABLE, NO_PERMISSION) waits for the bounded refresh and retries 
 on the group's new master once the route names one (the queue id is the same there: it is the
 same broker group); while the route still names the failed address, the retry goes there again
 no sooner than ``fault_route_refresh_interval`` after the fault and after one more refresh (a
-broker restarted in place), within the same retry budget and timeout. A not-replicated answer
+broker restarted in place), within the same retry budget and timeout. While the route names no
+master at all (an election), nothing is sent and the send keeps waiting, up to its timeout,
+without using up its retry budget. A selector chooses among
+:meth:`~tidemq.client.route.TopicRouteData.ordered_queues`, where a group without a master keeps
+its queues, so a key does not move to another group's queue during an election. A not-replicated answer
 to a fixed-queue send is returned, not sent again (a second copy would land behind later
 messages of the queue). RocketMQ's sendSelectImpl tries such a send once.
 
@@ -130,13 +134,20 @@ class Sender:
     # routing -----------------------------------------------------------------------------------
     async def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's publish queues, learning its route first (or borrowing TBW102's) when needed."""
+        await self._route(topic)
+        return self._some(self.inst.routes.publish_queues(topic), topic)
+
+    async def _route(self, topic: str) -> TopicRouteData:
         inst = self.inst
         route = await inst.get_route(topic)
         if route is None:
             route = await _auto_create_route(inst, topic)
         if route is None:
             raise no_route_error(topic, self.config.name_servers)
-        queues = inst.routes.publish_queues(topic)
+        return route
+
+    @staticmethod
+    def _some(queues: list[MessageQueue], topic: str) -> list[MessageQueue]:
         if not queues:
             raise ClientError(
                 f"topic {topic} has no writable queue on a running master broker; check its perm "
@@ -156,7 +167,9 @@ class Sender:
             return queue
         if selector is None:
             return None
-        queues = await self.queues(msg.topic)
+        # A group without a master keeps its queues here (TopicRouteData.ordered_queues): the
+        # key keeps its queue and the send waits for the group's new master.
+        queues = self._some((await self._route(msg.topic)).ordered_queues(msg.topic), msg.topic)
         chosen = selector(queues, msg, arg)
         if not isinstance(chosen, MessageQueue) or chosen.topic != msg.topic:
             raise ClientError(f"selector returned {chosen!r}, not a MessageQueue of {msg.topic}")
@@ -220,8 +233,10 @@ class Sender:
         refresh: asyncio.Future[None] | None = None  # the route refresh the last fault started
         failed_addr: str | None = None
         faulted = False  # the last attempt failed in a way the group's new master may cure
-        made = busy = 0
-        while made - busy < attempts:  # SYSTEM_BUSY answers do not use up the retry budget
+        made = busy = unsent = 0
+        # SYSTEM_BUSY answers, and fixed-queue attempts that found no master to send to, do not
+        # use up the retry budget (nothing was stored; the deadline bounds them).
+        while made - busy - unsent < attempts:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -249,8 +264,18 @@ class Sender:
             try:
                 # hot path (bench/produce_consume.py): a cached master address needs no coroutine
                 addr = failed_addr or await inst.master_addr(topic, mq.broker_name)
+            except ClientError as exc:  # no master registered: the group is electing one
+                last_exc, last_broker, faulted = exc, mq.broker_name, True
+                if fixed is not None:
+                    unsent += 1
+                    continue
+                refresh = inst.refresh_route_after_fault(topic)
+                fault.report(mq.broker_name, (fault.now() - started) * 1000, isolation=True)
+                log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, exc)
+                continue
+            try:
                 resp = await inst.invoke(addr, build(mq), remaining)
-            except (RemotingError, ClientError) as exc:
+            except RemotingError as exc:
                 last_exc, last_broker, faulted = exc, mq.broker_name, True
                 refresh = inst.refresh_route_after_fault(topic)
                 if fixed is None:
@@ -282,7 +307,7 @@ class Sender:
             if fixed is None:
                 fault.report(mq.broker_name, latency_ms)
             result = parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
-            if code in NOT_STORE_OK_CODES and resend_not_stored and fixed is None and made - busy < attempts:
+            if code in NOT_STORE_OK_CODES and resend_not_stored and fixed is None and made - busy - unsent < attempts:
                 not_stored_ok, last_broker = result, mq.broker_name
                 log.info("send to %s was stored but not replicated (%s, attempt %d/%d): sending "
                          "again", mq, result.status.value, made, attempts)
