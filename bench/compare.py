@@ -66,6 +66,7 @@ sys.path.insert(0, str(BENCH / "peers"))  # nor is bench/peers
 
 import limits  # noqa: E402
 import produce_consume  # noqa: E402
+import replicated  # noqa: E402
 import report  # noqa: E402
 from peerbase import (  # noqa: E402
     BenchError,
@@ -91,6 +92,7 @@ GROUPS = 4
 RATE = 5000
 WARM = 1.0  # seconds of latency-producer traffic left out of the percentiles
 TOPICS = {"prod": "cmp_prod", "backlog": "cmp_backlog", "lat": "cmp_lat"}
+ALL_WORKLOADS = ("w1", "w2", "w3", "w4", "w5", "w6")
 
 
 def say(msg: str) -> None:
@@ -136,18 +138,29 @@ class Runner:
     """Runs the six workloads against one started system and records its cells."""
 
     def __init__(self, system: str, mod, running, size: int, flush: str, args,  # noqa: ANN001
-                 results: dict, rss: dict) -> None:
+                 results: dict, rss: dict, workloads: tuple[str, ...] = ALL_WORKLOADS,
+                 label: str | None = None) -> None:
         self.system, self.mod, self.running = system, mod, running
         self.size, self.flush, self.args = size, flush, args
         self.results, self.rss = results, rss
-        self.tag = f"[{system} {flush} {report.size_label(size)}]"
+        self.workloads = workloads
+        self.tag = f"[{system} {label or flush} {report.size_label(size)}]"
         self.pid = running.pid
         self.body = os.urandom(size)
+
+    def meter(self) -> Meter:
+        """The server's CPU: one process, or every process of a replica set (``running.pids``)."""
+        pids = getattr(self.running, "pids", None)
+        return Meter(self.pid) if pids is None else replicated.GroupMeter(pids, self.pid)
 
     def record(self, w: str, cell: Cell) -> None:
         self.results.setdefault((w, self.size, self.flush), {})[self.system] = cell
         if cell.error:
             say(f"{self.tag} {report.WORKLOADS[w]}: ERROR {cell.error}")
+        elif w == replicated.FAILOVER:
+            fo = cell.extra.get("failover_s")
+            say(f"{self.tag} failover: " + ("-" if fo is None else f"{fo:.2f} s from SIGKILL to the first new "
+                                              "acknowledgement") + f" ({cell.note})")
         elif w == "w5":
             lat = cell.lat_ms or {}
             say(f"{self.tag} {report.WORKLOADS[w]}: p50 {lat['p50']:.3f} ms, p99 {lat['p99']:.3f} ms, "
@@ -172,17 +185,22 @@ class Runner:
         try:
             for _ in range(200):  # warm-up: routes, connections
                 await client.send(TOPICS["prod"], self.body)
-            await self.guarded("w1", self.w1(client))
-            await self.guarded("w2", self.w2(client))
-            await self.guarded("w5", self.w5(client))  # before the backlog: same small store for all
-            if await self.guarded("w3", self.w3(client)):
-                await self.guarded("w4", self.w4(client))
-                await self.guarded("w6", self.w6(client))
+            # w5 before the backlog: same small store for all; w4 and w6 read w3's backlog
+            for w in ("w1", "w2", "w5"):
+                if w in self.workloads:
+                    await self.guarded(w, getattr(self, w)(client))
+            if "w3" in self.workloads and await self.guarded("w3", self.w3(client)):
+                for w in ("w4", "w6"):
+                    if w in self.workloads:
+                        await self.guarded(w, getattr(self, w)(client))
+            if replicated.FAILOVER in self.workloads:  # last: it kills the master
+                await self.guarded(replicated.FAILOVER,
+                                   replicated.failover(self.running, client, TOPICS["prod"], self.body))
         finally:
             await client.close()
 
     async def w1(self, client) -> Cell:  # noqa: ANN001
-        with Meter(self.pid) as m:
+        with self.meter() as m:
             n = 0
             t0 = time.perf_counter()
             end = t0 + self.args.seconds
@@ -193,7 +211,7 @@ class Runner:
         return m.fill(Cell(n, dt))
 
     async def w2(self, client) -> Cell:  # noqa: ANN001
-        with Meter(self.pid) as m:
+        with self.meter() as m:
             t0 = time.perf_counter()
             n = await client.pipelined(TOPICS["prod"], self.body, INFLIGHT, t0 + self.args.seconds)
             dt = time.perf_counter() - t0
@@ -223,7 +241,7 @@ class Runner:
                     next_report += step
                     say(f"{self.tag}   loaded {sent:,} / {total:,} ({sent / (time.perf_counter() - t0):,.0f} msg/s)")
 
-        with Meter(self.pid) as m:
+        with self.meter() as m:
             t0 = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(BATCHES_IN_FLIGHT)))
             dt = time.perf_counter() - t0
@@ -242,7 +260,7 @@ class Runner:
                 nxt += step
                 say(f"{self.tag}   consumed {n:,} / {total:,}")
 
-        with Meter(self.pid) as m:
+        with self.meter() as m:
             n, nbytes, dt = await client.consume(TOPICS["backlog"], "cmp_backlog", total, CONSUME_LOOPS,
                                                  FETCH, progress)
         if n < total or nbytes < total * self.size:
@@ -252,7 +270,7 @@ class Runner:
 
     async def w6(self, client) -> Cell:  # noqa: ANN001
         groups = [f"cmp_fan{i}" for i in range(GROUPS)]
-        with Meter(self.pid) as m:
+        with self.meter() as m:
             t0 = time.perf_counter()
             n = await client.fanout(TOPICS["backlog"], groups, FETCH, t0 + self.args.seconds)
             dt = time.perf_counter() - t0
@@ -295,7 +313,7 @@ class Runner:
             self.mod.__name__, self.running.spec, TOPICS["lat"], self.size, RATE, WARM, self.args.seconds, out))
         loop = asyncio.get_running_loop()
         try:
-            with Meter(self.pid) as m:
+            with self.meter() as m:
                 t0 = time.perf_counter()
                 proc.start()
                 sent, errors = await loop.run_in_executor(None, out.get, True, WARM + self.args.seconds + 120)
@@ -321,7 +339,8 @@ class Runner:
 
 
 def run_system(system: str, size: int, flush: str, args, tmp: Path, results: dict, rss: dict,  # noqa: ANN001
-               weaker: dict[str, set[str]], durability: dict) -> None:
+               weaker: dict[str, set[str]], durability: dict,
+               workloads: tuple[str, ...] = ALL_WORKLOADS) -> None:
     mod = importlib.import_module(PEERS[system])
     root = tmp / f"{system}-{flush}-{size}"
     running = mod.Running(root, flush)
@@ -331,11 +350,30 @@ def run_system(system: str, size: int, flush: str, args, tmp: Path, results: dic
     say(f"[{system} {flush} {report.size_label(size)}] starting ({running.durability()}) in {root}")
     try:
         running.start()
-        run(Runner(system, mod, running, size, flush, args, results, rss).all())
+        run(Runner(system, mod, running, size, flush, args, results, rss, workloads).all())
     finally:
         running.stop()
         rmtree(root)
         os.sync()  # the next system must not pay for this one's writeback
+
+
+def run_replicated(system: str, size: int, args, tmp: Path, rresults: dict,  # noqa: ANN001
+                   durability: dict) -> None:
+    """Workloads 1-3 and 5, then the failover row, on ``system``'s replicated form (async flush)."""
+    mod = importlib.import_module(replicated.MODULES[system])
+    root = tmp / f"{system}-replicated-{size}"
+    running = (mod.Running(root, "async", lease_seconds=args.lease_seconds) if system == "tidemq"
+               else mod.Running(root, "async"))
+    durability[system] = running.durability()
+    say(f"[{system} replicated {report.size_label(size)}] starting ({running.durability()}) in {root}")
+    try:
+        running.start()
+        run(Runner(system, mod, running, size, "async", args, rresults, {},
+                   (*replicated.ROWS, replicated.FAILOVER), "replicated").all())
+    finally:
+        running.stop()
+        rmtree(root)
+        os.sync()
 
 
 # the report -----------------------------------------------------------------------------------
@@ -393,6 +431,11 @@ def main() -> int:
     ap.add_argument("--latency-runs", type=int, help="runs of workload 5, median reported (default 3, --quick 1)")
     ap.add_argument("--data-dir", type=Path, help="parent of the temporary data directory (default: $TMPDIR)")
     ap.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md + PNG")
+    ap.add_argument("--replicated", choices=["no", "also", "only"], default="no",
+                    help="also: add the replicated rows (issue 17) to the full comparison; only: run just "
+                         "them and, as their baseline, unreplicated TideMQ (ASYNC_FLUSH, workloads 1-3, 5)")
+    ap.add_argument("--lease-seconds", type=float, default=10.0,
+                    help="the TideMQ replicas' --lease-seconds (bounds the failover row; default 10, the broker's)")
     args = ap.parse_args()
     args.seconds = args.seconds or (2.0 if args.quick else 5.0)
     args.backlog = args.backlog or (100_000 if args.quick else 1_000_000)
@@ -404,6 +447,18 @@ def main() -> int:
     if unknown or "tidemq" not in systems:
         print(f"compare: --systems must include tidemq and name only {', '.join(PEERS)}", file=sys.stderr)
         return 2
+    if args.replicated != "no" and "async" not in flushes:
+        print("compare: the replicated rows are divided by unreplicated ASYNC_FLUSH figures: use "
+              "--flush async or both with --replicated", file=sys.stderr)
+        return 2
+    if args.lease_seconds < 2:
+        print("compare: --lease-seconds must be >= 2 (the broker's minimum)", file=sys.stderr)
+        return 2
+    only = args.replicated == "only"
+    # --replicated only: unreplicated TideMQ is the baseline, measured on the same rows
+    plain_systems, plain_flushes = (["tidemq"], ["async"]) if only else (systems, flushes)
+    plain_workloads = replicated.ROWS if only else ALL_WORKLOADS
+    replicated_systems = systems if args.replicated != "no" else []
     # Ctrl-C and SIGTERM raise KeyboardInterrupt wherever the run is, so the finally blocks end
     # the servers. (A handler of our own also keeps asyncio.Runner from installing its own, which
     # only cancels the main task: client code that swallows a cancellation would lose the Ctrl-C.)
@@ -411,6 +466,8 @@ def main() -> int:
         signal.signal(sig, interrupt)
 
     results: dict = {}
+    rresults: dict = {}
+    rdurability: dict = {}
     rss: dict = {}
     weaker: dict[str, set[str]] = {}
     durability: dict = {}
@@ -422,21 +479,28 @@ def main() -> int:
     head = git("rev-parse", "HEAD")
     dirty = len([ln for ln in git("status", "--porcelain", "--", "tidemq", "services").splitlines() if ln])
     try:
-        ensure_python_deps(systems, args.write)
+        ensure_python_deps(systems, args.write and not only)
         ensure_servers(systems)
-        if "nats" in systems and "sync" in flushes and not importlib.import_module("nats_peer").sync_supported():
+        if replicated_systems and "tidemq" in replicated_systems and shutil.which("etcd") is None:
+            raise BenchError("the replicated TideMQ rows need etcd: install Debian's etcd-server "
+                             "(`apt-get install etcd-server`; `python3 dev.py` does it as root)")
+        if ("nats" in plain_systems and "sync" in plain_flushes
+                and not importlib.import_module("nats_peer").sync_supported()):
             say("this nats-server does not accept `sync_interval: always` (added in 2.10): its sync rows "
                 "run default file storage, marked * and left out of the ratios")
-        for size in sizes:
+        for size in [] if only else sizes:
             say(f"local limits, {report.size_label(size)} ...")
             n, dt = limits.mmap_append(tmp, size, 0.5 if args.quick else 1.0)
             lims[size] = {"mmap": n / dt, **limits.echo(size, args.seconds, run)}
             say(f"  mmap append {lims[size]['mmap']:,.0f}/s; echo 1 in flight {lims[size]['one']:,.0f}/s "
                 f"(p50 {lims[size]['p50_ms']:.3f} ms); echo 256 pipelined {lims[size]['pipelined']:,.0f}/s")
         for size in sizes:
-            for flush in flushes:
-                for system in systems:
-                    run_system(system, size, flush, args, tmp, results, rss, weaker, durability)
+            for flush in plain_flushes:
+                for system in plain_systems:
+                    run_system(system, size, flush, args, tmp, results, rss, weaker, durability,
+                               plain_workloads)
+            for system in replicated_systems:  # next to the same size's unreplicated rows
+                run_replicated(system, size, args, tmp, rresults, rdurability)
     except BenchError as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return 1
@@ -448,15 +512,25 @@ def main() -> int:
     wall = time.time() - started
     load1 = os.getloadavg()
 
-    main_table = report.table(results, sizes, flushes, systems, weaker, lims)
-    text = "\n\n".join(t for t in [report.limits_table(lims), main_table,
-                                     report.latency_notes(results, sizes, flushes, systems),
-                                     report.rss_table(rss, systems)] if t)
-    print(text)
+    text = rtext = ""
+    if not only:
+        main_table = report.table(results, sizes, flushes, systems, weaker, lims)
+        text = "\n\n".join(t for t in [report.limits_table(lims), main_table,
+                                         report.latency_notes(results, sizes, flushes, systems),
+                                         report.rss_table(rss, systems)] if t)
+        print(text)
+    if replicated_systems:
+        rtext = "\n\n".join(t for t in [
+            replicated.table(rresults, results, sizes, replicated_systems, args.lease_seconds),
+            replicated.notes(rresults, sizes, replicated_systems)] if t)
+        print(("\n" if text else "") + rtext)
     print(f"\nwall time {wall / 60:.1f} min, load average {load0[0]:.1f} -> {load1[0]:.1f}")
     if args.write:
-        write(args, sizes, flushes, systems, results, weaker, durability, text, desc, head, dirty,
-              wall, load0, load1)
+        if not only:
+            write(args, sizes, flushes, systems, results, weaker, durability, text, desc, head, dirty,
+                  wall, load0, load1)
+        if replicated_systems:
+            write_replicated(args, replicated_systems, rdurability, rtext, desc, head, dirty, wall, load0, load1)
     return 0
 
 
@@ -490,6 +564,27 @@ Backlog {args.backlog:,} messages; timed phases {args.seconds:g} s; fetch batche
 """
     report.write_doc(ROOT / "docs" / "benchmarks.md", block)
     say(f"wrote docs/benchmarks.md and {png.relative_to(ROOT)}")
+
+
+def write_replicated(args, systems, durability, text, desc, head, dirty, wall, load0, load1) -> None:  # noqa: ANN001
+    cmd = "bench/compare.py " + " ".join(a for a in sys.argv[1:])
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    dur = "\n".join(f"| {report.SYSTEMS[s]} | {durability.get(s, '-')} |" for s in systems)
+    busy = " (the machine was busy: figures are noisy)" if max(load0[0], load1[0]) >= 1.5 else ""
+    block = f"""### {stamp}: `.venv/bin/python {cmd.strip()}`
+
+Machine: {desc}. {versions(systems)}. Load average {load0[0]:.1f} at the start, {load1[0]:.1f} at
+the end{busy}; wall time {wall / 60:.1f} min. TideMQ at commit `{head}`{f' plus uncommitted changes in {dirty} file(s) under tidemq/ and services/' if dirty else ''}.
+Backlog {args.backlog:,} messages; timed phases {args.seconds:g} s; latency at {RATE:,} msg/s after {WARM:g} s of warm-up; TideMQ lease {args.lease_seconds:g} s.
+
+| system | replicated as |
+|---|---|
+{dur}
+
+{text}
+"""
+    replicated.write_doc(ROOT / "docs" / "benchmarks.md", block)
+    say("wrote the replicated results into docs/benchmarks.md")
 
 
 if __name__ == "__main__":
