@@ -103,6 +103,10 @@ class Health(enum.StrEnum):
     UNKNOWN = "Unknown"                   # no replica answered
 
 
+# Worst first: a group nobody answers for, then one without a master, one refusing writes ...
+SEVERITY = (Health.UNKNOWN, Health.NO_MASTER, Health.BELOW_MIN_IN_SYNC, Health.UNDER_REPLICATED, Health.IN_SYNC)
+
+
 @dataclass(frozen=True, slots=True)
 class GroupHealth:
     """What status.groups says of one replicated group."""

@@ -47,7 +47,8 @@ import kopf
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers, clusterkey, rollout, workloads
+from tidemq.operator import brokers, clusterkey, groupops, rollout, workloads
+from tidemq.operator.grouproll import FORCE_ANNOTATION, SEVERITY
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
 from tidemq.operator.topics import InvalidSpec, topic_spec
@@ -431,6 +432,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",
                                       delay=config.retry_delay) from None
+        repl = await _replication_pass(config, body, cluster, namespace, live, decision)
         patch.status["nameServerWriteProtection"] = (
             clusterkey.ENFORCED if enforced else clusterkey.PENDING if signing else clusterkey.OFF)
         if applied:
@@ -447,14 +449,30 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
         patch.status["observedGeneration"] = meta.get("generation")
         patch.status["readyNameServers"] = decision.ready_name_servers
         patch.status["readyBrokers"] = decision.ready_brokers
-        patch.status["brokers"] = workloads.broker_addresses(cluster)
+        patch.status["brokers"] = workloads.broker_addresses(cluster, repl.masters if repl else None)
         patch.status["statefulSets"] = [{"name": n, **c} for n, c in sorted(decision.counts.items())]
+        group_blocked = {g.name: f"{g.step.reason}: {g.step.message}" for g in (repl.blocked if repl else [])}
+        for name, message in sorted(group_blocked.items()):
+            if ((status.get("rollout") or {}).get("groupBlocked") or {}).get(name) != message:
+                kopf.warn(body, reason="RollBlocked", message=f"broker group {name}: {message}")
         patch.status["rollout"] = {"wasReady": list(decision.was_ready),
                                    "rolling": list(decision.rolling),
                                    "waiting": list(decision.waiting),
-                                   "blocked": {n: list(f) for n, f in decision.blocked.items()}}
+                                   "blocked": {n: list(f) for n, f in decision.blocked.items()},
+                                   "groupBlocked": group_blocked}
+        conditions = decision.conditions()
+        if repl is not None and repl.groups:
+            groups, summary = repl.status()
+            patch.status["groups"], patch.status["replication"] = groups, summary
+            conditions.append(_replication_condition(repl))
+            if group_blocked:
+                conditions = [("Progressing", True, "RollBlocked", "; ".join(
+                    f"{n}: {m}" for n, m in sorted(group_blocked.items()))) if c[0] == "Progressing" else c
+                    for c in conditions]
+        elif repl is not None and (status.get("groups") or status.get("replication")):
+            patch.status["groups"] = patch.status["replication"] = None  # no replicated group any more
         gen = meta.get("generation")
-        _conditions(patch, status, *decision.conditions())
+        _conditions(patch, status, *conditions)
         if gen is not None:
             for c in patch.status["conditions"]:
                 c["observedGeneration"] = gen
@@ -463,6 +481,39 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
         else:
             metrics.result(kind, "ok" if decision.ready else "progressing")
         metrics.track(kind, meta.uid or meta.name or "")
+
+
+async def _replication_pass(config: OperatorConfig, body: kopf.Body, cluster: dict, namespace: str,
+                            live: Mapping[str, Mapping | None], decision: rollout.Plan
+                            ) -> groupops.ClusterReplication | None:
+    """Observe the replicated broker groups and take one roll step each (tidemq.operator.groupops).
+    None when it could not run (logged; the rest of the pass goes on, the next pass retries)."""
+    if not groupops.replicated(cluster):
+        return groupops.ClusterReplication()
+    untouchable = set(decision.applied_stages) | set(decision.waiting) | set(decision.blocked)
+    allow = (body.metadata.annotations or {}).get(FORCE_ANNOTATION, "").lower() == "true"
+    try:
+        async with Admin(brokers.name_servers_of(cluster), config.client_config) as admin:
+            repl = await groupops.reconcile(cluster, namespace, live, untouchable, admin,
+                                            min(config.admin_timeout, 10.0), allow)
+    except Exception as exc:  # noqa: BLE001 (API or broker failure: report, retry next pass)
+        log.warning("cluster %s: cannot observe its replicated broker groups: %s", body.metadata.name, exc)
+        return None
+    for g in repl.groups:
+        if g.done:
+            kopf.info(body, reason="ReplicaRoll", message=f"broker group {g.name}: {g.done}")
+    return repl
+
+
+def _replication_condition(repl: groupops.ClusterReplication) -> tuple[str, bool, str, str]:
+    """ReplicasInSync: True when every replicated group has every replica in sync."""
+    behind = [g for g in repl.groups if not g.health.healthy]
+    if not behind:
+        return ("ReplicasInSync", True, "InSync", repl.status()[1])
+    worst = min(behind, key=lambda g: SEVERITY.index(g.health.health)).health.health.value
+    return ("ReplicasInSync", False, worst, "; ".join(
+        f"{g.name}: {g.health.health.value}" + (f" ({g.health.message})" if g.health.message else "")
+        for g in behind))
 
 
 def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | None]:

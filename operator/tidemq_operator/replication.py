@@ -33,7 +33,10 @@ from tidemq.errors import ConfigError
 
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 REPLICA_ID_ENV = "REPLICA_ID"
-LEASE_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+# What the broker's Lease store (tidemq.broker.ha.kubernetes) does: GET a Lease, POST one, PATCH
+# it (compare-and-swap, renewal, revoke), watch it; list for a watch's start. It never PUTs or
+# DELETEs one (a lapsed lease is read as absent, nothing is removed), so update/delete are not granted.
+LEASE_VERBS = ("get", "list", "watch", "create", "patch")
 MAX_REPLICAS = 5
 
 

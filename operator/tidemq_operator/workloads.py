@@ -135,6 +135,16 @@ def _meta(cluster: dict[str, Any]) -> tuple[str, str]:
     return name, md.get("namespace") or "default"
 
 
+def cluster_with_defaults(cluster: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a Cluster with the CRD's defaults applied (as the API server would)."""
+    return _defaulted(cluster)
+
+
+def broker_selector(cluster_name: str, group: int) -> dict[str, str]:
+    """The labels that select broker group ``group``'s pods."""
+    return _selector(cluster_name, "broker", group)
+
+
 def cluster_identity(cluster: dict[str, Any]) -> tuple[str, str]:
     """(name, namespace) of a Cluster; ConfigError when the name is not usable."""
     return _meta(cluster)

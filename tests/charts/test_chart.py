@@ -34,7 +34,7 @@ import pytest
 
 from tests.support.kube import ThreadedEmulator, status_emulator
 from tidemq.cli.operator import operator_cmd
-from tidemq.operator import crds, workloads
+from tidemq.operator import crds, replication, workloads
 
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
@@ -297,7 +297,12 @@ def test_rbac_is_least_privilege() -> None:
     granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
     groups = {g for g, _, _ in granted}
-    assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev"}
+    assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev", "rbac.authorization.k8s.io", "coordination.k8s.io"}
+    # Leases: exactly what the operator grants the brokers of replicated groups (a Role may only
+    # grant what its creator holds); RBAC objects: created and patched, never bound by 'bind'
+    assert {v for _, r, v in granted if r == "leases"} == set(replication.LEASE_VERBS)
+    assert {(r, v) for g, r, v in granted if g == "rbac.authorization.k8s.io"} == {
+        (r, v) for r in ("roles", "rolebindings") for v in ("create", "patch")}
     # Secrets: created (each Cluster's key, operator/tidemq_operator/clusterkey.py), never read, listed or patched
     assert {v for _, r, v in granted if r == "secrets"} == {"create"}
 
@@ -313,9 +318,14 @@ def test_rbac_covers_what_the_operator_creates() -> None:
     objs = workloads.desired_objects(cluster)
     kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"]) for o in objs}
     assert kinds == {("", "Service"), ("", "ConfigMap"), ("policy", "PodDisruptionBudget"), ("apps", "StatefulSet")}
+    cluster["spec"]["brokers"]["replicas"] = 3  # replicated groups add the brokers' Lease RBAC
+    kinds |= {(o["apiVersion"].rpartition("/")[0], o["kind"]) for o in workloads.desired_objects(cluster)}
+    assert ("", "ServiceAccount") in kinds and ("rbac.authorization.k8s.io", "RoleBinding") in kinds
+    assert ("", "pods", "list") in granted  # a replicated group's pods: readiness, revision, IP
     assert ("", "secrets", "create") in granted  # the Cluster key Secret, created apart (operator/tidemq_operator/clusterkey.py)
     plural = {"Service": "services", "ConfigMap": "configmaps", "PodDisruptionBudget": "poddisruptionbudgets",
-              "StatefulSet": "statefulsets"}
+              "StatefulSet": "statefulsets", "ServiceAccount": "serviceaccounts", "Role": "roles",
+              "RoleBinding": "rolebindings"}
     for group, kind in kinds:
         assert (group, plural[kind], "create") in granted and (group, plural[kind], "patch") in granted
     assert ("apps", "statefulsets", "get") in granted

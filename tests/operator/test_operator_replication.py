@@ -11,12 +11,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.charts.test_chart import helm_python, kubeconfig, render  # noqa: F401 (fixtures)
 from tests.operator.test_operator_security import check_pod
 from tidemq.cli.servers import broker_cmd
 from tidemq.errors import ConfigError
-from tidemq.operator import replication, workloads as w
+from tidemq.operator import crds, replication, workloads as w
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 UID = "8d4c2a8e-0d1f-4c55-9f0e-2b7f3a1c9d10"
 
 
@@ -67,7 +69,7 @@ def test_replicated_objects_validate_and_rbac_comes_before_the_brokers(objs):
     assert kinds[4:7] == rbac  # after the name servers, before the first broker group's stage
     role = _by(objs, "Role", "demo-broker-leases")
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
+                              "verbs": ["get", "list", "watch", "create", "patch"]}]
     binding = _by(objs, "RoleBinding", "demo-broker-leases")
     assert binding["roleRef"]["name"] == "demo-broker-leases"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-broker", "namespace": "mq"}]
@@ -161,3 +163,39 @@ def test_replication_spec_defaults():
     assert replication.replication_spec({}) == replication.ReplicationSpec(1, 1, "sync", 10)
     assert replication.replication_spec({"replicas": 4}).min_in_sync == 2
     assert replication.replication_spec({"replicas": 4, "minInSync": 4}).max_unavailable == 0
+
+
+# -- the chart --------------------------------------------------------------------------------------
+
+def test_chart_renders_a_replicated_cluster_and_opens_the_ha_port_to_its_brokers(request):
+    """Helm renders cluster.brokers.{replicas,minInSync,replication,leaseSeconds} into a Cluster the
+    CRD admits; its broker pods' NetworkPolicy opens exactly their container ports, the HA port
+    only to the cluster's own broker pods."""
+    helm, kubecfg = request.getfixturevalue("helm_python"), request.getfixturevalue("kubeconfig")
+    objs = render(helm, kubecfg, "repl", {
+        "cluster": {"name": "repl", "brokers": {"replicas": 3, "minInSync": 2, "replication": "async", "leaseSeconds": 6}},
+        "networkPolicy": {"enabled": True}})
+    cluster = next(o for o in objs if o["kind"] == "Cluster")
+    brokers = cluster["spec"]["brokers"]
+    assert (brokers["replicas"], brokers["minInSync"], brokers["replication"], brokers["leaseSeconds"]) == (3, 2, "async", 6)
+    admitted, errors = crds.admit(cluster)
+    assert errors == []
+    sts = next(o for o in w.desired_objects({**admitted, "metadata": {**admitted["metadata"], "uid": UID}})
+               if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith("broker-0"))
+    ports = {p["containerPort"] for p in _container(sts)["ports"]}
+    policy = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-broker"))
+    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == ports
+    [ha_rule] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == brokers["port"] + 1]
+    assert ha_rule["from"] == [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "tidemq", "app.kubernetes.io/instance": cluster["metadata"]["name"],
+        "app.kubernetes.io/component": "broker"}}}]
+    assert brokers["port"] + 1 in ports
+
+
+def test_chart_default_cluster_has_lone_brokers(request):
+    helm, kubecfg = request.getfixturevalue("helm_python"), request.getfixturevalue("kubeconfig")
+    objs = render(helm, kubecfg, "lone", {"cluster": {"name": "lone"}, "networkPolicy": {"enabled": True}})
+    cluster = next(o for o in objs if o["kind"] == "Cluster")
+    assert cluster["spec"]["brokers"]["replicas"] == 1 and "minInSync" not in cluster["spec"]["brokers"]
+    policy = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-broker"))
+    assert len(policy["spec"]["ingress"]) == 2  # remoting and metrics only

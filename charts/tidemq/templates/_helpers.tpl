@@ -77,6 +77,8 @@ app.kubernetes.io/component: operator
        created and patched;
      - Secrets: each managed Cluster's key Secret (operator/tidemq_operator/clusterkey.py) is created once; the
        operator never reads, lists or patches a Secret;
+     - replicated broker groups: pods listed, the brokers' ServiceAccount, Role and RoleBinding
+       created and patched, and the Lease verbs those grant (see the rule's comment);
      - Events: kopf posts handler progress and the operator's warnings;
      - kopf.dev peerings when peering is on. */}}
 {{- define "tidemq.operatorRules" -}}
@@ -102,6 +104,24 @@ app.kubernetes.io/component: operator
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["create", "patch"]
+# Replicated broker groups (spec.brokers.replicas > 1, operator/tidemq_operator/replication.py):
+# the operator lists a group's pods (readiness, revision, IP) and patches its StatefulSet's
+# partition to roll it; it creates the brokers' ServiceAccount, and a Role + RoleBinding granting
+# them the election's Leases. Kubernetes lets a Role grant only what its creator holds (RBAC
+# escalation prevention; the alternative, the escalate/bind verbs, would let it grant anything),
+# so the operator holds those Lease verbs too; it never calls them itself.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["create", "patch"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 {{- if .Values.operator.clusterKey.enabled }}
 # Each managed Cluster's key Secret: created once, never read back or patched (name-server write protection).
 - apiGroups: [""]
