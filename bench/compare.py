@@ -33,6 +33,15 @@ table with the ratio TideMQ / best peer and the issue's target per row (met / NO
     .venv/bin/python bench/compare.py [--quick] [--flush async|sync|both] [--sizes 1024,100]
                                       [--systems tidemq,redis,nats] [--seconds S] [--backlog N]
                                       [--latency-runs K] [--data-dir DIR] [--write]
+                                      [--replicated no|also|only] [--lease-seconds L]
+
+--replicated (issue 17) adds replicated rows (bench/peers/replicated.py): workloads 1-3 and 5 on
+TideMQ as 3 replicas of one group (sync replication, min-in-sync 2, etcd), NATS JetStream as a
+3-server cluster with R3 streams and Redis with one replica and WAIT 1 after each write, all at the
+async flush level, then a failover row (SIGKILL of the master during a send loop, time to the first
+new acknowledgement). Each replicated figure is divided by the same run's unreplicated TideMQ
+(ASYNC_FLUSH) figure; `only` runs just those baseline rows and the replicated ones (needs etcd:
+Debian's etcd-server).
 
 --quick: 100,000-message backlog, 2-second phases, one latency run (a smoke run). --write replaces the results
 block of docs/benchmarks.md and writes docs/benchmarks-compare.png. Needs redis-server and
