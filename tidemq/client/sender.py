@@ -135,7 +135,11 @@ class Sender:
     async def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's publish queues, learning its route first (or borrowing TBW102's) when needed."""
         await self._route(topic)
-        return self._some(self.inst.routes.publish_queues(topic), topic)
+        queues = self.inst.routes.publish_queues(topic)
+        if not queues:  # no group has a master in the cached route (a failover): re-read it, bounded
+            await self.inst.fault_refresher.refresh(topic, self.config.request_timeout)
+            queues = self.inst.routes.publish_queues(topic)
+        return self._some(queues, topic)
 
     async def _route(self, topic: str) -> TopicRouteData:
         inst = self.inst
