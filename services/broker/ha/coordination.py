@@ -52,8 +52,10 @@ class GroupRecord:
     ``epoch`` grows by one with every change of master; ``master`` is the replica id acknowledging
     writes in that epoch (None while none is elected); ``in_sync`` the replicas that have every
     acknowledged message (only they may be elected); ``master_log_end`` the master's CommitLog end
-    offset when it was elected, where followers of another history truncate to. A record that
-    breaks these bounds raises ValueError (the codec turns it into RecordCodecError).
+    offset when it was elected, where followers of another history truncate to;
+    ``handed_over_by`` the previous master when this record was written by a planned hand-over
+    (only then may the named master take a record it did not write itself). A record that breaks
+    these bounds raises ValueError (the codec turns it into RecordCodecError).
     """
 
     epoch: int
@@ -61,11 +63,13 @@ class GroupRecord:
     in_sync: tuple[int, ...]
     min_in_sync: int
     master_log_end: int = 0
+    handed_over_by: int | None = None
 
     def __post_init__(self) -> None:
         if not (0 <= self.epoch <= MAX_INT64 and 0 <= self.master_log_end <= MAX_INT64):
             raise ValueError(f"epoch and master_log_end must be in 0..2^63-1: {self}")
-        for replica in (*self.in_sync, *(() if self.master is None else (self.master,))):
+        for replica in (*self.in_sync, *(() if self.master is None else (self.master,)),
+                        *(() if self.handed_over_by is None else (self.handed_over_by,))):
             if not 0 <= replica < MAX_REPLICAS:
                 raise ValueError(f"replica id {replica} is outside 0..{MAX_REPLICAS - 1}")
         if len(set(self.in_sync)) != len(self.in_sync):
@@ -107,9 +111,12 @@ def group_key(cluster: str, broker_name: str) -> str:
 
 
 def encode_record(record: GroupRecord) -> bytes:
-    return orjson.dumps({"epoch": record.epoch, "master": record.master,
-                         "inSync": list(record.in_sync), "minInSync": record.min_in_sync,
-                         "masterLogEnd": record.master_log_end})
+    doc: dict[str, object] = {"epoch": record.epoch, "master": record.master,
+                              "inSync": list(record.in_sync), "minInSync": record.min_in_sync,
+                              "masterLogEnd": record.master_log_end}
+    if record.handed_over_by is not None:
+        doc["handedOverBy"] = record.handed_over_by
+    return orjson.dumps(doc)
 
 
 def _int(doc: dict[str, object], name: str) -> int:
@@ -133,6 +140,9 @@ def decode_record(data: bytes) -> GroupRecord:
     master = doc.get("master")
     if master is not None and (not isinstance(master, int) or isinstance(master, bool)):
         raise RecordCodecError(f"group record field 'master' must be an integer or null: {master!r}")
+    by = doc.get("handedOverBy")
+    if by is not None and (not isinstance(by, int) or isinstance(by, bool)):
+        raise RecordCodecError(f"group record field 'handedOverBy' must be an integer or null: {by!r}")
     in_sync = doc.get("inSync")
     if not isinstance(in_sync, list) or len(in_sync) > MAX_REPLICAS or \
             not all(isinstance(r, int) and not isinstance(r, bool) for r in in_sync):
@@ -140,7 +150,7 @@ def decode_record(data: bytes) -> GroupRecord:
     try:
         return GroupRecord(epoch=_int(doc, "epoch"), master=master, in_sync=tuple(in_sync),
                            min_in_sync=_int(doc, "minInSync"),
-                           master_log_end=_int(doc, "masterLogEnd"))
+                           master_log_end=_int(doc, "masterLogEnd"), handed_over_by=by)
     except ValueError as exc:
         raise RecordCodecError(f"invalid group record: {exc}") from None
 

@@ -139,7 +139,8 @@ def handover_record(record: GroupRecord, to: int, log_end: int) -> GroupRecord:
     if to not in record.in_sync:
         raise ElectionError(f"replica {to} is not in sync ({list(record.in_sync)}): wait until it "
                             "has caught up, or name an in-sync replica")
-    return replace(record, epoch=record.epoch + 1, master=to, master_log_end=log_end)
+    return replace(record, epoch=record.epoch + 1, master=to, master_log_end=log_end,
+                   handed_over_by=record.master)
 
 
 def last_key(key: str) -> str:
@@ -437,6 +438,11 @@ class Elector:
         await self._announce(me, base)
         await self.clock.sleep(self.config.gather)
         others = await self._candidates(base)
+        if not self.config.allow_unclean and any(c.in_sync and c.log_end > me.log_end for c in others.values()):
+            # An in-sync replica holding more is campaigning: never race it (a replica whose
+            # disk was emptied could otherwise win and cut the others' logs); if it fails, its
+            # announcement lapses with its lease and the next round goes on without it.
+            return
         await self.clock.sleep(backoff(rank(me, others), self.config.backoff_step))
         current = await self._call(self.store.get(self.key))
         if current is not None and current.record.master is not None:
@@ -484,17 +490,22 @@ class Elector:
         if record.master == self.replica and record.epoch != self._mastered_epoch:
             position = self.position()
             # Named master of a new epoch by a hand-over, under the old master's lease: take the
-            # record under ours. Not a record of an epoch this log already holds (a restarted
-            # master waits for its old lease to lapse) nor one it lacks data for (a lost disk).
-            if record.epoch <= position.epoch or position.log_end < record.master_log_end:
+            # record under ours. Not a record this replica wrote itself as master before a
+            # restart (no hand-over names it; with a lost disk nothing else would tell), nor of
+            # an epoch this log already holds, nor one it lacks data for.
+            if record.handed_over_by in (None, self.replica) or record.epoch <= position.epoch or \
+                    position.log_end < record.master_log_end:
                 return
+            # Taken, the record no longer names a hand-over: a restart of this replica must
+            # not take it again.
+            taken = replace(record, handed_over_by=None)
             written = await self._call(self.store.compare_and_swap(
-                self.key, record, current.revision, lease=self._lease))
+                self.key, taken, current.revision, lease=self._lease))
             if written is None:
                 return
             self._mastered_epoch = record.epoch
-            self._observe(record)
-            await self._keep_last(record)
+            self._observe(taken)
+            await self._keep_last(taken)
             return
         elif self._handed_over_at is not None and \
                 self.clock.now() - self._handed_over_at > self._ttl():

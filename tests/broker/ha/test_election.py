@@ -483,3 +483,32 @@ async def test_a_replica_without_disk_or_memory_does_not_win_after_the_record_la
     group.make(1, log_end=500)  # the in-sync survivor wins, and 2 follows it
     await group.start(1)
     assert (await group.settled(within=10)).master == 1
+
+
+async def test_a_master_restarted_empty_within_its_lease_does_not_take_back_its_own_record(group: Group) -> None:
+    # Replica 0 was elected on an empty log (masterLogEnd 0), replica 1 then copied 300 bytes of it.
+    group.make(0, log_end=0)
+    await group.start(0)
+    first = await group.settled(within=10)
+    assert first.master == 0 and await group.electors[0].grow(1)
+    crash(group.electors[0])  # killed, its disk emptied, restarted at once: the record is still live
+    group.make(0, log_end=0)
+    group.make(1, log_end=300)
+    await group.start(0, 1)
+    second = await group.settled(within=FAST.lease_seconds + 5)
+    assert second.master == 1 and second.epoch == first.epoch + 1
+
+
+async def test_a_hand_over_is_taken_once(group: Group) -> None:
+    await group.seed((0, 1))
+    group.make(0, log_end=100)
+    group.make(1, log_end=100)
+    await group.start(0, 1)
+    first = await group.settled(within=10)
+    to = 1 - first.master
+    assert await group.electors[first.master].hand_over(to)
+    second = await group.settled(within=10)
+    current = await group.backend().get(group.key)
+    # Taken by the target under its own lease, the record no longer names a hand-over.
+    assert second.master == to and current is not None and current.record.handed_over_by is None
+    assert second.epoch == first.epoch + 1
