@@ -50,6 +50,7 @@ client instance); it keeps no state of its own beyond the fault strategy it is g
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
@@ -136,8 +137,10 @@ class Sender:
         """The topic's publish queues, learning its route first (or borrowing TBW102's) when needed."""
         await self._route(topic)
         queues = self.inst.routes.publish_queues(topic)
-        if not queues:  # no group has a master in the cached route (a failover): re-read it, bounded
-            await self.inst.fault_refresher.refresh(topic, self.config.request_timeout)
+        refresh = None if queues else self.inst.refresh_route_after_fault(topic)
+        if refresh is not None:  # no group has a master in the cached route (a failover): re-read it
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(refresh), self.config.request_timeout)
             queues = self.inst.routes.publish_queues(topic)
         return self._some(queues, topic)
 
