@@ -60,12 +60,18 @@ class GroupMeter(Meter):
 
     def __enter__(self) -> "GroupMeter":
         super().__enter__()
-        self.cpu0 = self._cpu()
+        self.group0 = self._cpu()
         return self
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
-        self.cpu = self._cpu() - self.cpu0
+        self.master_cpu = self.cpu  # the base class measured the master alone
+        self.cpu = self._cpu() - self.group0
+
+    def fill(self, cell: Cell) -> Cell:
+        super().fill(cell)
+        cell.extra["master_cpu"] = self.master_cpu
+        return cell
 
 
 async def failover(running, client, topic: str, body: bytes) -> Cell:  # noqa: ANN001 (a peer's Running / Client)
@@ -236,8 +242,18 @@ def table(rresults: dict, results: dict, sizes: list[int], systems: list[str], l
 
 
 def notes(rresults: dict, sizes: list[int], systems: list[str]) -> str:
-    """Per-system notes of the failover row and of latency runs."""
+    """Per-system notes of the failover row and of latency runs, and how each replicated
+    system's server CPU splits between its master and the rest."""
     out = []
+    for size in sizes:
+        for s in systems:
+            split = [f"{LABELS[w].split('. ', 1)[0]}: {c.extra['master_cpu'] / c.msgs * 1e6:.1f} + "
+                     f"{(c.cpu - c.extra['master_cpu']) / c.msgs * 1e6:.1f}"
+                     for w in ROWS if (c := rresults.get((w, size, "async"), {}).get(s)) is not None
+                     and not c.error and c.msgs and "master_cpu" in c.extra]
+            if split:
+                out.append(f"- {SYSTEMS[s]} replicated, {size_label(size)}, servers' CPU s per M msgs, "
+                           f"master + the others, by row: " + "; ".join(split))
     for w in (FAILOVER, "w5"):
         for size in sizes:
             row = rresults.get((w, size, "async"), {})
