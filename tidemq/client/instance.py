@@ -8,7 +8,9 @@ shared one and counts users; the last :meth:`release` closes it. An instance own
 * the :class:`~tidemq.client.route_cache.RouteCache` (topic routes, broker name -> addresses);
 * two background tasks, route refresh and heartbeat, cancelled on close;
 * the :class:`~tidemq.client.route_refresh.FaultRefresher`: a failed send or pull re-reads its
-  topic's route at once (bounded per topic), so clients follow a broker group's failover;
+  topic's route at once (bounded per topic), so clients follow a broker group's failover; a
+  lookup that finds no master (or nothing to read from) goes through the same bound, and while
+  the route names no master, reads go to the group's lowest-id follower (:meth:`queue_read_addr`);
 * the group registry a heartbeat reports (producer groups, consumer groups + subscriptions).
 
 Name servers are tried in turn: a request that cannot reach one (connect error or timeout) moves
