@@ -74,9 +74,32 @@ def log_end(data: bytes, segment_size: int = SEGMENT_SIZE) -> int:
     return pos
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a group's processes run and listen: all on loopback by default; the partition test puts
+    each in its own network namespace (``netns``: process name -> namespace, e.g. "broker-0"), with
+    a replica's client address (``hosts``) apart from its replication address (``ha_hosts``)."""
+
+    namesrv_host: str = "127.0.0.1"
+    hosts: tuple[str, ...] = ()
+    ha_hosts: tuple[str, ...] = ()
+    netns: tuple[tuple[str, str], ...] = ()
+
+    def host(self, rid: int) -> str:
+        return self.hosts[rid] if self.hosts else "127.0.0.1"
+
+    def ha_host(self, rid: int) -> str:
+        return self.ha_hosts[rid] if self.ha_hosts else self.host(rid)
+
+    def command(self, name: str, args: list[str]) -> list[str]:
+        ns = dict(self.netns).get(name)
+        return ["ip", "netns", "exec", ns, *args] if ns else args
+
+
 @dataclass
 class Replica:
     rid: int
+    host: str
     port: int
     ha_port: int
     metrics_port: int
@@ -86,11 +109,11 @@ class Replica:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def ready_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/readyz"
+        return f"http://{self.host}:{self.metrics_port}/readyz"
 
     @property
     def alive(self) -> bool:
@@ -126,28 +149,32 @@ class ReplicaGroup:
     min_in_sync: int = 2
     extra_args: tuple[str, ...] = ()
     cluster: str = "FaultCluster"
+    placement: Placement = Placement()
     replicas: list[Replica] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        at = self.placement
         ns_port, ns_metrics = free_port(), free_port()
-        self.namesrv_addr = f"127.0.0.1:{ns_port}"
+        self.namesrv_addr = f"{at.namesrv_host}:{ns_port}"
         self.namesrv = ServerProcess(
-            tidemq_cmd("namesrv", "--listen", self.namesrv_addr, "--metrics-listen", f"127.0.0.1:{ns_metrics}"),
-            self.root / "namesrv.log", f"http://127.0.0.1:{ns_metrics}/readyz")
+            at.command("namesrv", tidemq_cmd("namesrv", "--listen", self.namesrv_addr,
+                                             "--metrics-listen", f"{at.namesrv_host}:{ns_metrics}")),
+            self.root / "namesrv.log", f"http://{at.namesrv_host}:{ns_metrics}/readyz")
         for rid in range(self.size):
-            port, ha, metrics = free_port(), free_port(), free_port()
+            host, port, ha, metrics = at.host(rid), free_port(), free_port(), free_port()
             store = self.root / f"store-{rid}"
             args = tidemq_cmd(
-                "broker", "-n", self.namesrv_addr, "--listen", f"127.0.0.1:{port}", "--store", str(store),
+                "broker", "-n", self.namesrv_addr, "--listen", f"{host}:{port}", "--store", str(store),
                 "--cluster", self.cluster, "--broker-name", self.name,
                 "--coordination", f"etcd://{self.etcd_endpoint}", "--replica-id", str(rid),
-                "--ha-listen", f"127.0.0.1:{ha}", "--lease-seconds", str(self.lease),
+                "--ha-listen", f"{at.ha_host(rid)}:{ha}", "--lease-seconds", str(self.lease),
                 "--replication", self.replication, "--min-in-sync", str(self.min_in_sync),
-                "--segment-size", str(SEGMENT_SIZE), "--metrics-listen", f"127.0.0.1:{metrics}",
+                "--segment-size", str(SEGMENT_SIZE), "--metrics-listen", f"{host}:{metrics}",
                 *self.extra_args)
             # no ready URL here: start() launches every replica first and then waits for all
-            self.replicas.append(Replica(rid, port, ha, metrics, store,
-                                         ServerProcess(args, self.root / f"broker-{rid}.log")))
+            self.replicas.append(Replica(rid, host, port, ha, metrics, store,
+                                         ServerProcess(at.command(f"broker-{rid}", args),
+                                                       self.root / f"broker-{rid}.log")))
         self._admin: SyncAdmin | None = None
 
     # lifecycle ---------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from tidemq.client.pull import PullStatus
 from tidemq.client.send import build_send_request, prepare_message
 from tidemq.client.sync import SyncProducer, SyncPullConsumer
 from tidemq.errors import TideMQError
-from tidemq.message import Message
+from tidemq.message import Message, decode_offset_msg_id
 from tidemq.remoting import ResponseCode
 from tidemq.remoting.transport import RemotingClient
 
@@ -39,13 +39,15 @@ CPP_STATUS = {0: "SEND_OK", 1: "FLUSH_DISK_TIMEOUT", 2: "FLUSH_SLAVE_TIMEOUT", 3
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One send: its body, when it started and ended (monotonic seconds) and its outcome (a send
-    status name, or ``error: ...``)."""
+    """One send: its body, when it started and ended (monotonic seconds), its outcome (a send
+    status name, or ``error: ...``) and the broker that stored it (host:port, from the answer's
+    offset message id; "" when unknown, as for the C++ client)."""
 
     body: str
     started: float
     ended: float
     outcome: str
+    store: str = ""
 
     @property
     def acked(self) -> bool:
@@ -79,12 +81,14 @@ class OurProducer:
         while not self._stop.is_set():
             body = f"{self.prefix}-{seq}"
             started = time.monotonic()
+            store = ""
             try:
-                outcome = self._producer.send(Message(self.topic, body.encode(), keys=[body]),
-                                              timeout=self.timeout).status.value
+                result = self._producer.send(Message(self.topic, body.encode(), keys=[body]), timeout=self.timeout)
+                outcome = result.status.value
+                store = decode_offset_msg_id(result.offset_msg_id)[0]
             except TideMQError as exc:
                 outcome = f"error: {type(exc).__name__}: {exc}"
-            attempt = Attempt(body, started, time.monotonic(), outcome)
+            attempt = Attempt(body, started, time.monotonic(), outcome, store)
             self.attempts.append(attempt)
             seq += 1
             time.sleep(self.pace if attempt.acked else 0.05)  # failures come fast: do not spin
