@@ -29,6 +29,7 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.creation import ImplicitCreation
 from tidemq.broker.delay import parse_delay_levels
 from tidemq.broker.groups import SubscriptionGroupManager
+from tidemq.broker.ha.metalog import Managers, MetadataLog
 from tidemq.broker.ha.replica import ReplicaService
 from tidemq.broker.hooks import AclHook, Dispatcher, FlowControlHook, MetricsHook
 from tidemq.broker.locks import RebalanceLockManager
@@ -128,6 +129,16 @@ class Broker:
             self.transactions, lambda g: [ch.conn for ch in self.clients.producers.get(g, {}).values()],
             ask_transaction_state, may_write=self._may_write,
         )
+        # Replicated: topics, groups, offsets and progress ride the replicated log (issue 17).
+        self.metadata: MetadataLog | None = None
+        if self.replica is not None:
+            self.metadata = MetadataLog(
+                self.store, Managers(self.topics, self.groups, self.offsets, self.schedule, self.transactions,
+                                     self.topics_changed, self.persist_topics, self.persist_groups,
+                                     self.persist_offsets),
+                root / "config" / "metadataApplied.json", store_host=self.store_host, clock=clock,
+                may_record=self.replica.may_write, refusal=self.replica.write_refusal,
+                replicated=self.replica.replicated)
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
             config.idle_timeout, config.max_connections, config.max_buffered_bytes,
             frame_read_timeout=config.frame_read_timeout))
@@ -167,11 +178,11 @@ class Broker:
                 locks=self.locks, auto_create_group=self.creation.auto_create_group,
                 registration=lambda: self.registration), callers=callers),
             OffsetProcessor(OffsetService(offsets=self.offsets, store=self.store, topics=self.topics,
-                                          creation=self.creation), callers=callers),
+                                          creation=self.creation, metadata=self.metadata), callers=callers),
             AdminProcessor(AdminService(
                 topics=self.topics, groups=self.groups, offsets=self.offsets, store=self.store, quota=self.quota,
                 reserved_names=(config.cluster_name, config.broker_name), persist_topics=self.persist_topics,
-                topics_changed=self.topics_changed, persist_groups=self.persist_groups),
+                topics_changed=self.topics_changed, persist_groups=self.persist_groups, metadata=self.metadata),
                 broker_name=config.broker_name),
             QueryProcessor(QueryService(store=self.store, stored_access=self.acl, clock=clock), callers=callers),
             EndTransactionProcessor(EndTransactionService(
@@ -221,9 +232,13 @@ class Broker:
         await asyncio.to_thread(self._load)
         self.store.add_dispatch_listener(self.holds.on_dispatch)
         self.store.add_dispatch_listener(self.schedule.on_dispatch)
+        if self.metadata is not None:
+            self.metadata.attach()
         await self.store.start()
         self.transactions.rebuild()
         await self.schedule.start()
+        if self.metadata is not None:  # the changes the log holds past the applied position
+            await self.metadata.start()
         self.address = await self.server.start(cfg.listen_host, cfg.listen_port)
         log.info(
             "broker %s of cluster %s listening on %s:%d, advertised as %s, store %s",
@@ -256,6 +271,8 @@ class Broker:
         self.offsets.load()
         self.transactions.load()
         self.schedule.load()
+        if self.metadata is not None:
+            self.metadata.load()
 
     async def stop(self) -> None:
         self._ready = False
@@ -266,6 +283,8 @@ class Broker:
         if self.replica is not None:
             await self.replica.stop()
         await self.server.stop()
+        if self.metadata is not None:
+            await self.metadata.stop()
         await self.persist_offsets()
         await self.persist_topics()
         await self.persist_groups()

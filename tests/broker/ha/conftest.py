@@ -1,5 +1,8 @@
 """Fixtures of the coordination-store tests: a real etcd on loopback, the Kubernetes emulator.
 
+``replica_group`` starts a name server and the replicas of one broker group (``tidemq broker
+--coordination etcd://...``) as real processes, and reads who is master from the name server.
+
 ``etcd`` starts Debian's etcd-server binary (``etcd``) on two free loopback ports with its data in
 the test's temporary directory and stops it by pid; without the binary the tests that need it skip
 and say which package to install (``python3 dev.py`` installs it when run as root).
@@ -9,13 +12,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.procs import free_port, wait_ready
+from tests.cli.clirun import tidemq
+from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
 
 ETCD = shutil.which("etcd")
 NO_ETCD = ("etcd not found: install the Debian package etcd-server (`apt-get install etcd-server`; "
@@ -68,3 +73,74 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
     server = start_etcd(tmp_path_factory.mktemp("etcd"))
     yield server
     stop(server.proc)
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float, step: float = 0.2) -> object:
+    """``check()`` once it is truthy; AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        time.sleep(step)
+
+
+@dataclass
+class ReplicaGroup:
+    """A name server and the replicas of one broker group, each a real process."""
+
+    namesrv: str
+    name: str
+    lease: float
+    replicas: dict[str, tuple[ServerProcess, Path]] = field(default_factory=dict)  # address -> (process, store)
+
+    def ids(self) -> dict[str, str]:
+        """brokerId -> address of the group, as the name server routes it (clusterList)."""
+        run = tidemq("admin", "clusterList", "-n", self.namesrv)
+        rows = [line.split() for line in run.lines()[1:]] if run.rc == 0 else []
+        return {r[2]: r[3] for r in rows if len(r) >= 4 and r[1] == self.name}
+
+    def master(self, timeout: float = 20.0, other_than: str | None = None) -> str:
+        """The address registered as brokerId 0 (and not ``other_than``)."""
+        def find() -> str | None:
+            addr = self.ids().get("0")
+            return addr if addr is not None and addr != other_than else None
+        return str(wait_for(f"a master of {self.name} registered as brokerId 0", find, timeout))
+
+
+@pytest.fixture
+def replica_group(etcd: Etcd, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., ReplicaGroup]]:
+    """``replica_group(name, replicas=3, lease=3.0, *extra_args)``: started, stopped at the end."""
+    monkeypatch.setenv("TIDEMQ_BROKER_SEGMENT_SIZE", str(1 << 20))
+    procs: list[ServerProcess] = []
+
+    def start(name: str = "rg-broker", replicas: int = 3, lease: float = 3.0, *extra: str) -> ReplicaGroup:
+        ns_port, ns_metrics = free_port(), free_port()
+        procs.append(ServerProcess(
+            tidemq_cmd("namesrv", "--listen", f"127.0.0.1:{ns_port}", "--metrics-listen",
+                       f"127.0.0.1:{ns_metrics}"),
+            tmp_path / "namesrv.log", f"http://127.0.0.1:{ns_metrics}/readyz").start())
+        group = ReplicaGroup(f"127.0.0.1:{ns_port}", name, lease)
+        for rid in range(replicas):
+            port, ha, metrics = free_port(), free_port(), free_port()
+            store = tmp_path / f"store-{rid}"
+            proc = ServerProcess(tidemq_cmd(
+                "broker", "-n", group.namesrv, "--listen", f"127.0.0.1:{port}", "--store", str(store),
+                "--cluster", "RC", "--broker-name", name, "--coordination", f"etcd://{etcd.endpoint}",
+                "--replica-id", str(rid), "--ha-listen", f"127.0.0.1:{ha}", "--lease-seconds", str(lease),
+                "--metrics-listen", f"127.0.0.1:{metrics}", *extra),
+                tmp_path / f"broker-{rid}.log", f"http://127.0.0.1:{metrics}/readyz")
+            procs.append(proc)
+            group.replicas[f"127.0.0.1:{port}"] = (proc, store)
+        for _addr, (proc, _store) in group.replicas.items():
+            proc.start()
+        return group
+
+    try:
+        yield start
+    finally:
+        for p in reversed(procs):
+            p.stop()

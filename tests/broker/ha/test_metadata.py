@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,15 @@ from tidemq.broker.topics import TopicConfig, TopicConfigManager
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.errors import BrokerError
 from tidemq.message import decode_record
+from tidemq.client import ClientConfig
+from tidemq.client.send import SendStatus
+from tidemq.client.sync import SyncProducer
+from tidemq.message import Message
+from tidemq.remoting import RemotingCommand, RequestCode
 from tidemq.remoting.codes import ResponseCode
+from tests.broker.ha.conftest import wait_for
 from tests.broker.ha.test_replication import CFG, assert_same, started, until
+from tests.cli.clirun import broker_request, json_body, tidemq
 from tests.broker.store.util import T0, req
 
 HOST = ("127.0.0.1", 10911)
@@ -129,9 +137,11 @@ def meta_end(r: Replica) -> int:
     return r.store.max_offset(METADATA_TOPIC, METADATA_QUEUE)
 
 
-def last_change(r: Replica) -> Change:
-    res = r.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, meta_end(r) - 1, 1, None)
-    return decode(decode_record(res.records[0]).body)
+def changes(r: Replica, start: int = 0) -> list[Change]:
+    """The changes of the metadata queue from ``start`` (the batching loop may add progress records
+    between a test's own changes)."""
+    res = r.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, start, 1000, None)
+    return [decode(decode_record(raw).body) for raw in res.records]
 
 
 async def caught_up(m: Replica, f: Replica) -> None:
@@ -248,8 +258,8 @@ async def test_admin_changes_wait_for_the_groups_rule_and_answer_its_code(tmp_pa
         admin = _admin(r, r.log)
         done = asyncio.ensure_future(admin.update_topic(TopicConfig("Orders", 4, 4, 6)))
         await until(lambda: len(answers) == 1)
-        assert last_change(r) == TopicSet(TopicConfig("Orders", 4, 4, 6))
-        assert waited == [r.log.last_end]
+        assert TopicSet(TopicConfig("Orders", 4, 4, 6)) in changes(r)
+        assert len(waited) == 1 and waited[0] > 0  # the log end the change reached
         assert not done.done()  # not answered before the group's rule holds the change
         answers[0].set_result(int(ResponseCode.SUCCESS))
         await done
@@ -268,8 +278,8 @@ async def test_admin_changes_wait_for_the_groups_rule_and_answer_its_code(tmp_pa
         assert pending is not None
         waiter = asyncio.ensure_future(pending)
         await until(lambda: len(answers) == 3)
-        # The commit was appended at once, not at the next batch.
-        assert last_change(r) == OffsetsCommitted((OffsetEntry("billing", "Orders", 3, 77),))
+        # The commit was appended before the answer waited, not left to a later batch.
+        assert OffsetsCommitted((OffsetEntry("billing", "Orders", 3, 77),)) in changes(r)
         answers[2].set_result(int(ResponseCode.SLAVE_NOT_AVAILABLE))
         with pytest.raises(BrokerError) as err:
             await waiter
@@ -289,5 +299,61 @@ async def test_admin_changes_wait_for_the_groups_rule_and_answer_its_code(tmp_pa
         await r.store.shutdown()
 
 
+async def test_explicit_commits_of_one_loop_round_share_one_record(tmp_path: Path) -> None:
+    r = await replica(tmp_path / "m")
+    r.master = True
+    try:
+        r.topics.put(TopicConfig("Orders", 4, 4, 6))
+        offsets = OffsetService(offsets=r.offsets, store=r.store, topics=r.topics, creation=_creation(r),
+                                metadata=r.log)
+        before = meta_end(r)
+        commits = [offsets.commit(Caller("127.0.0.1:1"), OffsetCommit("billing", "Orders", q, 5 + q))
+                   for q in range(4)]  # a RocketMQ client persists every queue at once
+        await asyncio.gather(*[c for c in commits if c is not None])
+        batches = [c for c in changes(r, before) if isinstance(c, OffsetsCommitted)]
+        assert [{(e.queue_id, e.offset) for e in c.entries} for c in batches] == [
+            {(0, 5), (1, 6), (2, 7), (3, 8)}]
+    finally:
+        await r.log.stop()
+        await r.store.shutdown()
+
+
 def _creation(r: Replica) -> ImplicitCreation:
     return ImplicitCreation(r.topics, r.groups, QUOTA, lambda: True, lambda: None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real processes: name server, etcd, three replicas.
+
+def _request(addr: str, code: RequestCode, fields: dict[str, object] | None = None) -> RemotingCommand:
+    return asyncio.run(broker_request(addr, code, fields))
+
+
+def test_a_topic_group_and_offset_made_on_the_master_survive_its_sigkill(replica_group) -> None:
+    # minInSync 2: a change is acknowledged only once a follower holds it too, so the first
+    # change waits (is refused, and retried) until a follower has caught up.
+    group = replica_group("meta-broker", 3, 3.0, "--min-in-sync", "2")
+    master = group.master()
+    ns = group.namesrv
+    create = ("admin", "updateTopic", "-n", ns, "-b", master, "-t", "MetaTopic", "-r", "3", "-w", "2")
+    wait_for("the topic created through the master", lambda: tidemq(*create).rc == 0, 20, 0.5)
+    tidemq("admin", "updateSubGroup", "-n", ns, "-b", master, "-g", "meta-group", "-r", "5").ok()
+    resp = _request(master, RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "meta-group", "topic": "MetaTopic", "queueId": 1, "commitOffset": 37})
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+    time.sleep(1.0)
+    group.replicas[master][0].kill()
+    killed = time.monotonic()
+    new = group.master(group.lease + 5, other_than=master)
+    print(f"metadata failover: {new} is master {time.monotonic() - killed:.2f} s after SIGKILL of {master}")
+
+    topics = json_body(_request(new, RequestCode.GET_ALL_TOPIC_CONFIG))["topicConfigTable"]
+    assert (topics["MetaTopic"]["readQueueNums"], topics["MetaTopic"]["writeQueueNums"]) == (3, 2)
+    groups = json_body(_request(new, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))["subscriptionGroupTable"]
+    assert groups["meta-group"]["retryMaxTimes"] == 5  # the admin's setting, not an implicit default
+    resp = _request(new, RequestCode.QUERY_CONSUMER_OFFSET,
+                    {"consumerGroup": "meta-group", "topic": "MetaTopic", "queueId": 1})
+    assert resp.code == ResponseCode.SUCCESS and int(resp.ext_fields["offset"]) == 37
+    with SyncProducer("meta-pg", ns, ClientConfig(request_timeout=5.0)) as producer:
+        assert producer.send(Message("MetaTopic", b"after failover")).status is SendStatus.SEND_OK
