@@ -1,8 +1,8 @@
 """Metadata replication (issue 17): topics, groups, offsets and delay/checker progress ride the
 replicated CommitLog. In process: a master store and a follower store, each with its real
 managers and MetadataLog, joined by a real ReplicationMaster/ReplicationFollower on loopback.
-With real processes: a group created, a topic created and an offset committed through the
-master only survive a SIGKILL of the master ~1 s later."""
+With real processes: a group created, a topic created and offsets committed (one explicitly, one
+carried by a pull) through the master only survive a SIGKILL of the master ~1 s later."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ from tidemq.broker.transaction.service import TransactionConfig, TransactionServ
 from tidemq.errors import BrokerError
 from tidemq.message import decode_record
 from tidemq.client import ClientConfig
+from tidemq.client.pull import build_pull_request
+from tidemq.client.route import MessageQueue
 from tidemq.client.send import SendStatus
 from tidemq.client.sync import SyncProducer
 from tidemq.message import Message
@@ -341,6 +343,10 @@ def test_a_topic_group_and_offset_made_on_the_master_survive_its_sigkill(replica
     resp = _request(master, RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": "meta-group", "topic": "MetaTopic", "queueId": 1, "commitOffset": 37})
     assert resp.code == ResponseCode.SUCCESS, resp.remark
+    # A commit carried by a pull is not waited for: it rides the next 0.25 s batch.
+    pull = build_pull_request("meta-group", MessageQueue("MetaTopic", group.name, 0), 0, 1, "*", commit_offset=11)
+    assert asyncio.run(broker_request(master, pull.code, pull.ext_fields)).code in (
+        ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED, ResponseCode.SUCCESS)
 
     time.sleep(1.0)
     group.replicas[master][0].kill()
@@ -355,5 +361,8 @@ def test_a_topic_group_and_offset_made_on_the_master_survive_its_sigkill(replica
     resp = _request(new, RequestCode.QUERY_CONSUMER_OFFSET,
                     {"consumerGroup": "meta-group", "topic": "MetaTopic", "queueId": 1})
     assert resp.code == ResponseCode.SUCCESS and int(resp.ext_fields["offset"]) == 37
+    resp = _request(new, RequestCode.QUERY_CONSUMER_OFFSET,
+                    {"consumerGroup": "meta-group", "topic": "MetaTopic", "queueId": 0})
+    assert resp.code == ResponseCode.SUCCESS and int(resp.ext_fields["offset"]) == 11
     with SyncProducer("meta-pg", ns, ClientConfig(request_timeout=5.0)) as producer:
         assert producer.send(Message("MetaTopic", b"after failover")).status is SendStatus.SEND_OK
