@@ -4,7 +4,9 @@ Per replicated group of a managed Cluster, each pass: read the group's pods from
 thread), ask every replica for its runtime info through :class:`tidemq.client.admin.Admin`, compute
 health and the next roll step with the pure :mod:`tidemq.operator.grouproll`, and do that step:
 patch the StatefulSet's partition, or ask the master for a SWITCHOVER. What a group reports goes
-into status.groups; a Blocked step becomes a Warning Event once per distinct message.
+into status.groups; a Blocked step becomes a Warning Event once per distinct message. Before a
+replicated group's StatefulSet is shrunk, :func:`scale_down_holds` keeps it back until its master
+is on a replica that stays and the kept replicas hold minInSync.
 
 Invariants:
 - One step per group per pass, and none for a group whose StatefulSet was applied in this pass or
@@ -26,7 +28,7 @@ from typing import Any
 
 from tidemq.client.admin import Admin
 from tidemq.errors import TideMQError
-from tidemq.operator import grouproll, replication, workloads
+from tidemq.operator import grouproll, replication, rollout, workloads
 from tidemq.operator.grouproll import Action, GroupHealth, PodView, RollStep
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,56 @@ def replicated(cluster: dict[str, Any]) -> bool:
     return not spec.get("external") and replication.replication_spec(spec["brokers"]).replicated
 
 
+async def _observe(c: dict[str, Any], group: int, namespace: str, replicas: int, admin: Admin, timeout: float
+                   ) -> tuple[list[Pod], dict[int, str], GroupHealth]:
+    """A group's pods, the address each replica is asked at, and the group's health."""
+    spec = c["spec"]
+    name = c["metadata"]["name"]
+    tls = ((spec.get("tls") or {}).get("mode") or "disabled") != "disabled"
+    pods = await asyncio.to_thread(_read_pods, namespace, workloads.broker_selector(name, group))
+    addrs = {p.ordinal: (workloads.broker_pod_address(c, group, p.ordinal) if tls or not p.ip else
+                         f"{p.ip}:{spec['brokers']['port']}") for p in pods}
+    views, problems = await _views(admin, addrs, timeout)
+    return pods, addrs, grouproll.group_health(workloads.broker_name(name, group), replicas, views, problems)
+
+
+async def _switchover(admin: Admin, addrs: Mapping[int, str], group: str, step: RollStep, timeout: float) -> str:
+    assert step.switch_from is not None
+    got = await asyncio.wait_for(admin.switchover(addrs[step.switch_from], group, step.to), timeout)
+    return f"switchover {step.switch_from} -> {got}: {step.message}"
+
+
+async def scale_down_holds(cluster: dict[str, Any], namespace: str, to_apply: Sequence[Mapping[str, Any]],
+                           live: Mapping[str, Mapping[str, Any] | None], admin: Admin, timeout: float
+                           ) -> dict[str, GroupReport]:
+    """Replicated groups among the StatefulSets about to be applied that would shrink now but may
+    not yet (tidemq.operator.grouproll.plan_scale_down): name -> report. A master that would go
+    away is asked to hand over here; the shrink is applied on a later pass."""
+    c = workloads.cluster_with_defaults(cluster)
+    name = c["metadata"]["name"]
+    index = {workloads.broker_name(name, g): g for g in range(c["spec"]["brokers"]["groups"])}
+    holds: dict[str, GroupReport] = {}
+    for obj in to_apply:
+        sts_name = obj["metadata"]["name"]
+        now = live.get(sts_name)
+        if obj.get("kind") != "StatefulSet" or sts_name not in index or now is None or not rollout.is_replicated(now):
+            continue
+        old, new = int((now.get("spec") or {}).get("replicas") or 1), int(obj["spec"]["replicas"])
+        if new >= old:
+            continue
+        pods, addrs, health = await _observe(c, index[sts_name], namespace, old, admin, timeout)
+        step = grouproll.plan_scale_down(new, pod_views(pods, (now.get("status") or {}).get("updateRevision")), health)
+        if step.action is Action.IDLE:
+            continue
+        report = holds[sts_name] = GroupReport(sts_name, health, step)
+        if step.action is Action.SWITCHOVER:
+            try:
+                report.done = await _switchover(admin, addrs, sts_name, step, timeout)
+            except (TideMQError, TimeoutError, OSError) as exc:
+                report.error = f"switchover failed: {exc or 'timed out'} (retried next pass)"
+    return holds
+
+
 async def reconcile(cluster: dict[str, Any], namespace: str, live: Mapping[str, Mapping[str, Any] | None],
                     untouchable: set[str], admin: Admin, timeout: float, allow_below_min: bool) -> ClusterReplication:
     """Observe every replicated group of a managed Cluster and take at most one roll step each.
@@ -173,16 +225,11 @@ async def reconcile(cluster: dict[str, Any], namespace: str, live: Mapping[str, 
     c = workloads.cluster_with_defaults(cluster)
     spec = c["spec"]
     name = c["metadata"]["name"]
-    tls = ((spec.get("tls") or {}).get("mode") or "disabled") != "disabled"
     for g in range(spec["brokers"]["groups"]):
         sts_name = workloads.broker_name(name, g)
         sts = live.get(sts_name)
-        pods = await asyncio.to_thread(_read_pods, namespace, workloads.broker_selector(name, g))
-        addrs = {p.ordinal: (workloads.broker_pod_address(c, g, p.ordinal) if tls or not p.ip else
-                             f"{p.ip}:{spec['brokers']['port']}") for p in pods}
-        views, problems = await _views(admin, addrs, timeout)
         replicas = int(((sts or {}).get("spec") or {}).get("replicas") or spec["brokers"]["replicas"])
-        health = grouproll.group_health(sts_name, replicas, views, problems)
+        pods, addrs, health = await _observe(c, g, namespace, replicas, admin, timeout)
         if sts is None or sts_name in untouchable:
             out.groups.append(GroupReport(sts_name, health, RollStep(Action.WAIT, "Applying", "")))
             continue
@@ -195,9 +242,8 @@ async def reconcile(cluster: dict[str, Any], namespace: str, live: Mapping[str, 
             if step.action is Action.PARTITION and step.partition is not None:
                 await asyncio.to_thread(_patch_partition, sts_name, namespace, step.partition)
                 report.done = f"partition {step.partition}: {step.message}"
-            elif step.action is Action.SWITCHOVER and step.switch_from is not None:
-                got = await asyncio.wait_for(admin.switchover(addrs[step.switch_from], sts_name, step.to), timeout)
-                report.done = f"switchover {step.switch_from} -> {got}: {step.message}"
+            elif step.action is Action.SWITCHOVER:
+                report.done = await _switchover(admin, addrs, sts_name, step, timeout)
         except (TideMQError, TimeoutError, OSError) as exc:
             report.error = f"{step.action.value} failed: {exc or 'timed out'} (retried next pass)"
             log.warning("group %s: %s", sts_name, report.error)

@@ -39,7 +39,7 @@ import json
 import logging
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import kopf
@@ -47,7 +47,7 @@ import kopf
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers, clusterkey, groupops, rollout, workloads
+from tidemq.operator import brokers, clusterkey, groupops, grouproll, rollout, workloads
 from tidemq.operator.grouproll import FORCE_ANNOTATION, SEVERITY
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
@@ -426,13 +426,18 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
                 objs = desired(False)
             was_ready = list((status.get("rollout") or {}).get("wasReady") or [])
             decision = rollout.plan(objs, live, was_ready)
-            applied = (await asyncio.to_thread(_apply_objects, list(decision.apply), namespace)
-                       if decision.apply else [])
+            to_apply = list(decision.apply)
+            holds = await _scale_down_holds(config, body, cluster, namespace, to_apply, live)
+            if holds:  # the shrinking groups' stages wait; the others go on
+                to_apply = [o for st in rollout.stages(to_apply) if st.name not in holds for o in st.objects]
+            applied = (await asyncio.to_thread(_apply_objects, to_apply, namespace) if to_apply else [])
         except Exception as exc:  # noqa: BLE001 (any API failure: retry with a delay)
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",
                                       delay=config.retry_delay) from None
         repl = await _replication_pass(config, body, cluster, namespace, live, decision)
+        if repl is not None:
+            repl.groups += [h for h in holds.values() if h.name not in repl.masters]
         patch.status["nameServerWriteProtection"] = (
             clusterkey.ENFORCED if enforced else clusterkey.PENDING if signing else clusterkey.OFF)
         if applied:
@@ -503,6 +508,33 @@ async def _replication_pass(config: OperatorConfig, body: kopf.Body, cluster: di
         if g.done:
             kopf.info(body, reason="ReplicaRoll", message=f"broker group {g.name}: {g.done}")
     return repl
+
+
+async def _scale_down_holds(config: OperatorConfig, body: kopf.Body, cluster: dict, namespace: str,
+                            to_apply: list[dict], live: Mapping[str, Mapping | None]
+                            ) -> dict[str, groupops.GroupReport]:
+    """Replicated groups whose shrink must wait (tidemq.operator.groupops.scale_down_holds); when
+    they cannot be observed, every shrinking replicated group waits (never shrink blindly)."""
+    shrinking = [o["metadata"]["name"] for o in to_apply if o.get("kind") == "StatefulSet"
+                 and rollout.is_replicated(live.get(o["metadata"]["name"]) or {})
+                 and int(o["spec"]["replicas"]) < int(((live.get(o["metadata"]["name"]) or {}).get("spec") or {})
+                                                      .get("replicas") or 1)]
+    if not shrinking:
+        return {}
+    try:
+        async with Admin(brokers.name_servers_of(cluster), config.client_config) as admin:
+            holds = await groupops.scale_down_holds(cluster, namespace, to_apply, live, admin,
+                                                    min(config.admin_timeout, 10.0))
+    except Exception as exc:  # noqa: BLE001 (cannot observe: hold the shrink, retry next pass)
+        log.warning("cluster %s: cannot observe the shrinking groups %s, holding them: %s",
+                    body.metadata.name, shrinking, exc)
+        health = grouproll.GroupHealth("", grouproll.Health.UNKNOWN, message=str(exc))
+        step = grouproll.RollStep(grouproll.Action.WAIT, "ScaleDown", f"cannot observe the group: {exc}")
+        return {n: groupops.GroupReport(n, replace(health, name=n), step) for n in shrinking}
+    for h in holds.values():
+        if h.done:
+            kopf.info(body, reason="ReplicaRoll", message=f"broker group {h.name}: {h.done}")
+    return holds
 
 
 def _replication_condition(repl: groupops.ClusterReplication) -> tuple[str, bool, str, str]:

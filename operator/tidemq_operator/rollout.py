@@ -20,6 +20,9 @@ Stages, in order: the name servers (their Services, PDB and StatefulSet), then b
 - A stage whose change touches fields the API server refuses to patch
   (:func:`tidemq.operator.workloads.immutable_changes`) is not applied; it is reported in
   ``blocked`` and the later stages wait.
+- A lone broker group that becomes replicated (spec.brokers.replicas 1 -> N) is first restarted
+  as a replica at its old size, then grown (:func:`lone_to_replicated`); a replicated group's
+  pods are replaced one at a time by :mod:`tidemq.operator.grouproll` through the partition.
 - Ready is True only when every StatefulSet is settled with the desired hash and nothing is
   blocked. Progressing is True while a stage is applied but not settled, or waits to be applied.
   Degraded is True when a StatefulSet that was settled with its current hash since it was last
@@ -28,11 +31,12 @@ Stages, in order: the name servers (their Services, PDB and StatefulSet), then b
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemq.operator.workloads import SPEC_HASH_ANNOTATION, immutable_changes
+from tidemq.operator.workloads import SPEC_HASH_ANNOTATION, immutable_changes, spec_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,36 @@ def stages(desired: Sequence[dict[str, Any]]) -> list[Stage]:
     return out
 
 
+def is_replicated(sts: Mapping[str, Any]) -> bool:
+    """Whether a (live or desired) broker StatefulSet runs its pods as replicas (--coordination)."""
+    pod = ((sts.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any("--coordination" in (c.get("args") or []) for c in pod.get("containers") or [])
+
+
+def lone_to_replicated(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any] | None]
+                       ) -> list[dict[str, Any]]:
+    """``desired`` with a lone broker group that becomes replicated taken in two steps.
+
+    Growing a lone group's StatefulSet straight to N pods would start the new pods on the *old*
+    (lone) revision, below the partition: more lone brokers under the same broker name. So first
+    only its existing pods are restarted as replicas (the desired StatefulSet at the live size,
+    partition 0): pod 0 keeps its data and is elected master of a group of one. The next pass sees
+    the size differ and applies the full object; the new pods start on the replica revision, which
+    is the current one by then, and join as followers."""
+    out = []
+    for obj in desired:
+        now = live.get(obj["metadata"]["name"]) if obj.get("kind") == "StatefulSet" else None
+        if now is not None and is_replicated(obj) and not is_replicated(now) and \
+                int((now.get("spec") or {}).get("replicas") or 1) < int(obj["spec"]["replicas"]):
+            step = copy.deepcopy(obj)
+            step["spec"]["replicas"] = int((now.get("spec") or {}).get("replicas") or 1)
+            step["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+            step["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(step)
+            obj = step
+        out.append(obj)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     apply: tuple[dict[str, Any], ...]       # objects to create or patch now, in order
@@ -158,7 +192,7 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
     ``was_ready`` is :attr:`Plan.was_ready` of the previous pass (names settled since their last
     apply).
     """
-    all_stages = stages(desired)
+    all_stages = stages(lone_to_replicated(desired, live))
     first_install = all(live.get(s.name) is None for s in all_stages)
     apply: list[dict[str, Any]] = []
     applied, waiting, rolling, degraded, remembered = [], [], [], [], []

@@ -176,3 +176,42 @@ def test_broker_addresses_are_the_advertised_pod_dns_names():
     ]
     assert {b["version"] for b in out} == {"2.1"}
     assert workloads.image_version("reg:5000/tidemq") == "latest"
+
+
+def replicated(replicas: int, lease: int = 10) -> list[dict]:
+    c = cluster(groups=1)
+    c["spec"]["brokers"].update(replicas=replicas, leaseSeconds=lease)
+    return workloads.desired_objects(c)
+
+
+def sts_of(objs: list[dict], name: str = "demo-broker-0") -> dict:
+    return next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == name)
+
+
+def test_a_lone_group_becomes_replicated_in_two_steps():
+    """1 -> 3 replicas: first pod 0 restarts as a replica at the old size (new pods would otherwise
+    start on the lone revision below the partition), then the StatefulSet grows."""
+    lone, three = replicated(1), replicated(3)
+    assert not rollout.is_replicated(sts_of(lone)) and rollout.is_replicated(sts_of(three))
+    first = rollout.plan(three, live_from(lone))
+    step = sts_of(list(first.apply))
+    assert step["spec"]["replicas"] == 1 and rollout.is_replicated(step)
+    assert step["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 0
+    assert step["metadata"]["annotations"][SPEC_HASH] == workloads.spec_hash(step)
+    assert step["metadata"]["annotations"][SPEC_HASH] != sts_of(three)["metadata"]["annotations"][SPEC_HASH]
+    # the RBAC objects come with the first step, before the StatefulSet
+    assert names(first.apply)[:3] == ["ServiceAccount/demo-broker", "Role/demo-broker-leases",
+                                      "RoleBinding/demo-broker-leases"]
+    second = rollout.plan(three, {**live_from(lone), **live_from(list(first.apply))})
+    full = sts_of(list(second.apply))
+    assert full["spec"]["replicas"] == 3 and full["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3
+    assert rollout.plan(three, live_from(three)).apply == ()
+
+
+def test_a_replicated_group_changes_in_one_step():
+    three, five = replicated(3), replicated(5)
+    p = rollout.plan(five, live_from(three))
+    assert sts_of(list(p.apply))["spec"]["replicas"] == 5  # already replicas: grown at once
+    new_lease = rollout.plan(replicated(3, lease=5), live_from(three))
+    sts = sts_of(list(new_lease.apply))
+    assert sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3  # the operator releases pods
