@@ -42,7 +42,7 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 SETUP_DUMPED_KEY = pytest.StashKey[bool]()
 # cheap and telling first, disruptive last (an image change or a broker restart is slow to settle)
 ORDER = ("test_cluster", "test_topics", "test_messages", "test_groups", "test_metrics",
-         "test_broker_restart", "test_rollout", "test_spark")
+         "test_broker_restart", "test_replication", "test_rollout", "test_spark")
 PER_TEST_READY_TIMEOUT = 420.0
 
 

@@ -143,10 +143,21 @@ class ProduceState:
         self.failures = 0
         self.by_broker: collections.Counter[str] = collections.Counter()
         self.errors: collections.Counter[str] = collections.Counter()
+        # The longest time without any acknowledgement, and when it ended (seconds from the start):
+        # across a failover, the time from the last acknowledgement of the old master to the
+        # first of the new one.
+        self.last_ack: float | None = None
+        self.max_gap = 0.0
+        self.max_gap_end = 0.0
+
+    def acknowledged(self, now: float, begin: float) -> None:
+        if self.last_ack is not None and now - self.last_ack > self.max_gap:
+            self.max_gap, self.max_gap_end = now - self.last_ack, now - begin
+        self.last_ack = now
 
     def progress(self) -> dict[str, Any]:
         return {"acked": len(self.acked), "failures": self.failures, "started": self.started,
-                "gave_up": len(self.gave_up)}
+                "gave_up": len(self.gave_up), "max_ack_gap_seconds": round(self.max_gap, 3)}
 
 
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
@@ -194,6 +205,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 state.acked.add(i)
                 state.by_broker[broker] += 1
+                state.acknowledged(time.monotonic(), begin)
 
         async def worker() -> None:
             while not ids.empty() and not stopping():
@@ -225,6 +237,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             "acked_count": len(state.acked), "gave_up": to_ranges(state.gave_up),
             "send_failures": state.failures, "by_broker": dict(state.by_broker),
             "errors": dict(state.errors.most_common(10)),
+            "max_ack_gap_seconds": round(state.max_gap, 3), "max_ack_gap_end": round(state.max_gap_end, 3),
             "seconds": round(time.monotonic() - begin, 3)}
 
 
