@@ -1,4 +1,4 @@
-"""Fixtures of the fault-injection suite (issue 17): ``replica_group`` makes started
+"""Fixtures of the fault-injection suite (issue 17): ``fault_group`` makes started
 :class:`~tests.broker.ha.faults.group.ReplicaGroup` s on the module's etcd (tests/broker/ha/
 conftest.py), each under its own broker name, and ends every process of them after the test,
 failed or not."""
@@ -16,7 +16,7 @@ from tests.broker.ha.faults.group import ReplicaGroup
 
 
 @pytest.fixture
-def replica_group(etcd: Etcd, tmp_path: Path) -> Iterator[Callable[..., ReplicaGroup]]:
+def fault_group(etcd: Etcd, tmp_path: Path) -> Iterator[Callable[..., ReplicaGroup]]:
     groups: list[ReplicaGroup] = []
 
     def make(**kw: object) -> ReplicaGroup:

@@ -223,9 +223,9 @@ def _check(run: Run, attempts: list[Attempt]) -> None:
 
 @pytest.mark.parametrize("rounds", [1, pytest.param(5, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_no_acknowledged_message_is_lost(replica_group, tmp_path: Path, fault: str, rounds: int) -> None:
+def test_no_acknowledged_message_is_lost(fault_group, tmp_path: Path, fault: str, rounds: int) -> None:
     started = time.monotonic()
-    g: ReplicaGroup = replica_group(lease=LEASE)
+    g: ReplicaGroup = fault_group(lease=LEASE)
     g.wait_all_registered(20)
     g.wait_in_sync(30)
     g.create_topic(TOPIC, QUEUES)
@@ -251,12 +251,12 @@ def test_no_acknowledged_message_is_lost(replica_group, tmp_path: Path, fault: s
 
 
 @pytest.mark.parametrize("replication", ["async", "sync"])
-def test_control_followers_stopped_before_a_burst_then_the_master_killed(replica_group, replication: str) -> None:
+def test_control_followers_stopped_before_a_burst_then_the_master_killed(fault_group, replication: str) -> None:
     """The harness has teeth: with nothing replicated, `async` acknowledges and loses; `sync` does not
     acknowledge, so loses nothing acknowledged. (Unclean election is allowed so that a follower
     takes over even if the master dropped it from the in-sync set: in sync mode that cannot lose
     an acknowledged message, in async mode it is where the loss shows.)"""
-    g: ReplicaGroup = replica_group(lease=LEASE, replication=replication, extra_args=("--allow-unclean-election",))
+    g: ReplicaGroup = fault_group(lease=LEASE, replication=replication, extra_args=("--allow-unclean-election",))
     g.wait_all_registered(20)
     g.wait_in_sync(30)
     g.create_topic(TOPIC, QUEUES)
