@@ -7,6 +7,8 @@
   client streaming the CommitLog with epochs and truncation.
 - ``replica``: the ReplicaService the broker builds with ``--coordination``: election wired to
   replication and to the brokerId it registers.
+- ``metadata`` / ``metalog`` / ``metaapply``: topics, groups, offsets and delay/checker progress as
+  records of the replicated log: their codec, the master's recorder, the follower's applier.
 
 This package knows nothing of the wire front-ends; the store knows nothing of it.
 """

@@ -4,7 +4,8 @@ A replicated broker (``--coordination``) keeps its topics, subscription groups, 
 delay/timer progress and transaction-checker progress in its own files, as a single broker does;
 :class:`MetadataLog` also writes every change of them as a record of the system topic
 ``rmq_sys_TIDEMQ_METADATA`` (codec: :mod:`tidemq.broker.ha.metadata`), so the group's one
-acknowledgement rule covers them, and applies the records a follower receives to its own managers.
+acknowledgement rule covers them; a follower applies the records it receives to its own managers
+(:mod:`tidemq.broker.ha.metaapply`).
 
 - **Master** (``may_record`` true): a topic or group created, changed or deleted (admin requests,
   implicit creation) is appended at once, from the managers' ``on_change``; an admin request (and
@@ -12,8 +13,7 @@ acknowledgement rule covers them, and applies the records a follower receives to
   SUCCESS for the log end it produced, else with the code the group's rule gave. High-frequency
   changes (offsets committed by pulls, delay/timer and checker progress) are collected and
   appended together every ``batch_interval`` (0.25 s), the changed values only.
-- **Follower**: records arrive through replication; the store's dispatcher tells the listener
-  (``on_dispatch``) of each, which applies it to the managers without appending anything. The
+- **Follower**: records arrive through replication and are applied (``MetadataApplier``). The
   managers persist as they always do; ``config/metadataApplied.json`` holds the queue offset up to
   which records are applied, written only after the managers they touched were persisted, and at
   start the records past it are applied again (every change is a value to set: idempotent).
@@ -23,9 +23,7 @@ acknowledgement rule covers them, and applies the records a follower receives to
   transaction its predecessor resolved.
 
 Invariants:
-- ``applied`` is the next metadata queue offset to apply; a master's own records count as applied
-  when appended. A replicated record below ``applied`` means the log was cut (a follower truncated
-  to a new master's history): applying restarts there.
+- A master's own records count as applied when appended (``applied`` moves past them).
 - Nothing is appended while applying, nor by a replica that may not acknowledge: a follower's own
   changes (groups created by heartbeats) stay local, and the master's record of the same change
   overwrites them.
@@ -40,12 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemq.bodies import SubscriptionGroupConfig
+from tidemq.broker.ha.metaapply import PERSISTS, Managers, MetadataApplier
 from tidemq.broker.ha.metadata import (
     METADATA_QUEUE,
     METADATA_TOPIC,
@@ -53,38 +52,28 @@ from tidemq.broker.ha.metadata import (
     DelayProgress,
     GroupDeleted,
     GroupSet,
-    MetadataCodecError,
     OffsetEntry,
-    OffsetsCommitted,
     OffsetsDropped,
     TopicDeleted,
     TopicSet,
     TransactionProgress,
-    decode,
     encode,
     kind_of,
     split_offsets,
 )
 from tidemq.broker.messaging.context import refused
 from tidemq.broker.store.jsonfile import read_json, write_json_atomic
-from tidemq.broker.store.results import GetStatus, PutRequest
+from tidemq.broker.store.results import PutRequest
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.topics import TopicConfig
-from tidemq.errors import CodecError
-from tidemq.message import decode_record
 from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
-    from tidemq.broker.groups import SubscriptionGroupManager
-    from tidemq.broker.offsets import ConsumerOffsetManager
-    from tidemq.broker.schedule import ScheduleMessageService
     from tidemq.broker.store.store import MessageStore
-    from tidemq.broker.topics import TopicConfigManager
-    from tidemq.broker.transaction.service import TransactionService
+
+__all__ = ["Managers", "MetadataLog", "MetadataLogConfig"]
 
 log = logging.getLogger(__name__)
-
-APPLY_BATCH = 64  # records read from the metadata queue at a time
 
 # What the group's rule answered, as a sentence for the admin or consumer that made the change.
 _NOT_REPLICATED: dict[int, str] = {
@@ -99,21 +88,6 @@ _NOT_REPLICATED: dict[int, str] = {
 class MetadataLogConfig:
     batch_interval: float = 0.25  # s: collected offsets and progress are appended at most this often
     persist_interval: float = 2.0  # s: the applied position (and what it covers) written this often
-
-
-@dataclass(frozen=True, slots=True)
-class Managers:
-    """The metadata a failover must keep, and how each is persisted (the broker's own writers)."""
-
-    topics: TopicConfigManager
-    groups: SubscriptionGroupManager
-    offsets: ConsumerOffsetManager
-    schedule: ScheduleMessageService
-    transactions: TransactionService
-    topics_changed: Callable[[], object]  # persist topics.json soon and re-register
-    persist_topics: Callable[[], Awaitable[None]]
-    persist_groups: Callable[[], Awaitable[None]]
-    persist_offsets: Callable[[], Awaitable[None]]
 
 
 class MetadataLog:
@@ -137,15 +111,11 @@ class MetadataLog:
         self.refusal = refusal
         self.replicated = replicated
         self.config = config
-        self.applied = 0
+        self.applier = MetadataApplier(store, managers)
         self.last_end = -1  # CommitLog end of the newest record appended here
         self.recorded = 0  # records appended here
-        self.applied_count = 0  # records applied from the log
         self._written = -1  # the applied position last written
-        self._touched: set[str] = set()  # what the records since then changed (kinds of persist)
         self._error: str | None = None  # an append that failed since the last settle
-        self._own = False  # an append of ours is being dispatched
-        self._applying = False
         self._master = False
         self._promoting: int | None = None  # log end when this replica became master, until promoted
         self._delay: tuple[tuple[tuple[int, int], ...], int] | None = None  # last recorded
@@ -161,7 +131,7 @@ class MetadataLog:
         m.groups.on_change = self._group_changed
         m.offsets.on_drop = self._offsets_dropped
         m.offsets.track_changes()
-        self.store.add_dispatch_listener(self.on_dispatch)
+        self.store.add_dispatch_listener(self.applier.on_dispatch)
 
     def load(self) -> None:
         """Read the applied position (blocking; after the store is loaded)."""
@@ -172,16 +142,18 @@ class MetadataLog:
                         self.path, applied)
             applied = 0
         store = self.store
-        self.applied = min(max(applied, store.min_offset(METADATA_TOPIC, METADATA_QUEUE)),
-                           store.max_offset(METADATA_TOPIC, METADATA_QUEUE))
-        self._written = self.applied
+        a = self.applier
+        a.applied = min(max(applied, store.min_offset(METADATA_TOPIC, METADATA_QUEUE)),
+                        store.max_offset(METADATA_TOPIC, METADATA_QUEUE))
+        self._written = a.applied
 
     async def start(self) -> None:
         """Apply what the log holds past the applied position, then run the batching loop."""
         end = self.store.max_offset(METADATA_TOPIC, METADATA_QUEUE)
-        if end > self.applied:
-            n = self._apply_until(end, replay=True)
-            log.info("applied %d metadata record(s) up to queue offset %d at start", n, self.applied)
+        a = self.applier
+        if end > a.applied:
+            n = a.apply_until(end, replay=True)
+            log.info("applied %d metadata record(s) up to queue offset %d at start", n, a.applied)
         self._task = asyncio.create_task(self._run(), name="metadata-log")
 
     async def stop(self) -> None:
@@ -237,15 +209,15 @@ class MetadataLog:
 
     # ---------------------------------------------------------------------------- recording
     def _topic_changed(self, name: str, tc: TopicConfig | None) -> None:
-        if not self._applying and self.may_record():
+        if not self.applier.applying and self.may_record():
             self._append(TopicDeleted(name) if tc is None else TopicSet(tc))
 
     def _group_changed(self, name: str, g: SubscriptionGroupConfig | None) -> None:
-        if not self._applying and self.may_record():
+        if not self.applier.applying and self.may_record():
             self._append(GroupDeleted(name) if g is None else GroupSet(g))
 
     def _offsets_dropped(self, topic: str | None, group: str | None) -> None:
-        if not self._applying and self.may_record():
+        if not self.applier.applying and self.may_record():
             self._append(OffsetsDropped(topic, group))
 
     def _append(self, change: Change) -> None:
@@ -253,21 +225,22 @@ class MetadataLog:
         now = int(self.clock() * 1000)
         req = PutRequest(METADATA_TOPIC, METADATA_QUEUE, encode(change), {"TAGS": kind},
                          born_timestamp=now, born_host=self.store_host, store_host=self.store_host)
-        self._own = True
+        applier = self.applier
+        applier.appending = True
         try:
             result = self.store.put(req)
         finally:
-            self._own = False
+            applier.appending = False
         if not result.ok:
             self._error = (f"the {kind} change is made on this broker but could not be written to the "
                            f"replicated log ({result.status.name} {result.remark}); it is not on the "
                            "followers: retry once the store accepts writes")
             log.error("metadata change %s not appended: %s %s", kind, result.status.name, result.remark)
             return
-        self.applied = result.queue_offset + 1
+        applier.applied = result.queue_offset + 1
         self.last_end = result.end_offset
         self.recorded += 1
-        self._touched.add(_PERSISTS[type(change)])
+        applier.touched.add(PERSISTS[type(change)])
 
     def _record_offsets(self) -> None:
         entries = [OffsetEntry(*c) for c in self.m.offsets.take_changes()]
@@ -291,7 +264,8 @@ class MetadataLog:
         all it has; the transaction op book is rebuilt from the replicated op queue."""
         read = self.m.transactions.rebuild()
         log.info("metadata: acknowledging master now, after %d applied record(s) (queue offset %d); "
-                 "%d op record(s) replayed into the transaction book", self.applied_count, self.applied, read)
+                 "%d op record(s) replayed into the transaction book", self.applier.applied_count,
+                 self.applier.applied, read)
 
     async def _run(self) -> None:
         cfg = self.config
@@ -330,10 +304,11 @@ class MetadataLog:
 
     async def _persist(self) -> None:
         """Write the applied position once the managers its records touched are written."""
-        applied, touched = self.applied, self._touched
+        a = self.applier
+        applied, touched = a.applied, a.touched
         if applied == self._written and not touched:
             return
-        self._touched = set()
+        a.touched = set()
         m = self.m
         writers = {"topics": m.persist_topics, "groups": m.persist_groups, "offsets": m.persist_offsets,
                    "delay": m.schedule.persist, "transactions": m.transactions.persist}
@@ -342,91 +317,11 @@ class MetadataLog:
                 await writers[kind]()
             await asyncio.to_thread(write_json_atomic, self.path, {"applied": applied})
         except OSError as exc:
-            self._touched |= touched
+            a.touched |= touched
             log.error("metadata applied position not written to %s (%s); retrying in %g s", self.path, exc,
                       self.config.persist_interval)
             return
         except asyncio.CancelledError:  # stopped midway: the final round writes them
-            self._touched |= touched
+            a.touched |= touched
             raise
         self._written = applied
-
-    # ---------------------------------------------------------------------------- applying
-    def on_dispatch(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
-        """Store dispatch listener: a replicated metadata record arrived; apply up to it."""
-        if topic != METADATA_TOPIC or self._own:
-            return
-        if queue_offset < self.applied:
-            log.warning("metadata queue offset %d arrived again (applied up to %d): the log was cut to "
-                        "follow a new master; applying from there", queue_offset, self.applied)
-            self.applied = queue_offset
-        self._apply_until(queue_offset + 1)
-
-    def _apply_until(self, end: int, replay: bool = False) -> int:
-        """Apply the records of the metadata queue from ``applied`` up to ``end``; the count."""
-        n = 0
-        while self.applied < end:
-            res = self.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, self.applied,
-                                          min(APPLY_BATCH, end - self.applied), None, 1 << 22)
-            if not res.records:
-                if res.status is GetStatus.OFFSET_TOO_SMALL and res.next_begin_offset > self.applied:
-                    # Retention removed records before they were applied (a replica down for days).
-                    log.warning("metadata queue offsets %d..%d are gone; continuing at %d", self.applied,
-                                res.next_begin_offset - 1, res.next_begin_offset)
-                    self.applied = res.next_begin_offset
-                    continue
-                break
-            for raw in res.records:
-                try:
-                    msg = decode_record(raw)
-                    change = decode(msg.body)
-                except CodecError as exc:
-                    level = logging.ERROR if isinstance(exc, MetadataCodecError) else logging.WARNING
-                    log.log(level, "metadata record at queue offset %d not applied: %s", self.applied, exc)
-                    self.applied += 1
-                    continue
-                if msg.queue_offset != self.applied:
-                    log.warning("metadata record at queue offset %d found while applying %d", msg.queue_offset,
-                                self.applied)
-                self._apply(change, replay)
-                self.applied = msg.queue_offset + 1
-                n += 1
-        self.applied_count += n
-        return n
-
-    def _apply(self, change: Change, replay: bool) -> None:
-        m = self.m
-        self._applying = True
-        try:
-            if isinstance(change, TopicSet):
-                if m.topics.put(change.config):
-                    m.topics_changed()
-            elif isinstance(change, TopicDeleted):
-                if m.topics.delete(change.name):
-                    if not replay:  # at start the store recovered its own (durable) deletion
-                        self.store.delete_topic(change.name)
-                    m.topics_changed()
-            elif isinstance(change, GroupSet):
-                m.groups.put(change.config)
-            elif isinstance(change, GroupDeleted):
-                m.groups.delete(change.name)
-            elif isinstance(change, OffsetsCommitted):
-                for e in change.entries:
-                    m.offsets.commit(e.group, e.topic, e.queue_id, e.offset, record=False)
-            elif isinstance(change, OffsetsDropped):
-                m.offsets.drop(change.topic, change.group, record=False)
-            elif isinstance(change, DelayProgress):
-                m.schedule.apply_progress(change.levels, change.timer)
-            else:
-                m.transactions.apply_progress(change.half, change.op)
-        finally:
-            self._applying = False
-        self._touched.add(_PERSISTS[type(change)])
-
-
-# Which of the managers' files a change touches (``MetadataLog._persist``).
-_PERSISTS: dict[type, str] = {
-    TopicSet: "topics", TopicDeleted: "topics", GroupSet: "groups", GroupDeleted: "groups",
-    OffsetsCommitted: "offsets", OffsetsDropped: "offsets", DelayProgress: "delay",
-    TransactionProgress: "transactions",
-}

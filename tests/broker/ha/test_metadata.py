@@ -147,7 +147,7 @@ def changes(r: Replica, start: int = 0) -> list[Change]:
 
 
 async def caught_up(m: Replica, f: Replica) -> None:
-    await until(lambda: f.log.applied == meta_end(m) > 0 and
+    await until(lambda: f.log.applier.applied == meta_end(m) > 0 and
                 f.store.commitlog_max_offset == m.store.commitlog_max_offset)
 
 
@@ -193,7 +193,7 @@ async def test_changes_on_the_master_appear_on_the_follower_and_survive_its_rest
             assert f.groups.get("gone-group") is None
             assert f.offsets.offsets("billing", "Orders") == {1: 7}
         assert f.log.recorded == 0  # a follower appends nothing of its own
-        assert f.log.applied_count > 0 and f.log.applied == meta_end(f) == meta_end(m)
+        assert f.log.applier.applied_count > 0 and f.log.applier.applied == meta_end(f) == meta_end(m)
         assert_same(m.store, f.store)
         await f.log.stop()  # persists what the records touched, then the applied position
         follower_root, follower_store = f.root, f.store
@@ -205,7 +205,7 @@ async def test_changes_on_the_master_appear_on_the_follower_and_survive_its_rest
         assert again.topics.get("Orders") == tc and again.topics.get("Gone") is None
         assert again.groups.get("billing") == group and again.offsets.offsets("billing", "Orders") == {1: 7}
         assert again.schedule.level_timers[0].offset == 1
-        assert again.log.applied == meta_end(again) and again.log.applied_count == 0
+        assert again.log.applier.applied == meta_end(again) and again.log.applier.applied_count == 0
     finally:
         await again.log.stop()
         await store.shutdown()
@@ -230,7 +230,7 @@ async def test_a_replica_without_its_files_rebuilds_them_from_the_log(tmp_path: 
         assert again.topics.get("Orders") == TopicConfig("Orders", 2, 2, 6)
         assert again.groups.get("billing") == SubscriptionGroupConfig("billing")
         assert again.offsets.query("billing", "Orders", 1) == 99
-        assert again.log.applied == meta_end(again) and again.log.recorded == 0
+        assert again.log.applier.applied == meta_end(again) and again.log.recorded == 0
     finally:
         await again.log.stop()
         await store.shutdown()
