@@ -37,11 +37,12 @@ from tidemq.broker.offsets import ConsumerOffsetManager
 from tidemq.broker.quota import CreationLimits, CreationQuota
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.jsonfile import write_json_atomic
-from tidemq.broker.store.store import MessageStore
+from tidemq.broker.store.store import MessageStore, PutRequest
 from tidemq.broker.topics import TopicConfig, TopicConfigManager
+from tidemq.broker.transaction.half import EndType
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.errors import BrokerError
-from tidemq.message import decode_record
+from tidemq.message import SysFlag, decode_record
 from tidemq.client import ClientConfig
 from tidemq.client.pull import build_pull_request
 from tidemq.client.route import MessageQueue
@@ -234,6 +235,51 @@ async def test_a_replica_without_its_files_rebuilds_them_from_the_log(tmp_path: 
     finally:
         await again.log.stop()
         await store.shutdown()
+
+
+async def test_a_cut_log_is_applied_again_from_the_new_masters_records(tmp_path: Path) -> None:
+    """An old master's unreplicated record is cut when it follows the new master, whose records
+    reuse those queue offsets: the applier starts again at the cut and takes the new ones."""
+    async with pair(tmp_path) as (a, b):
+        async with replicating(a, b):
+            a.topics.put(TopicConfig("Shared", 1, 1, 6))
+            await caught_up(a, b)
+        a.groups.put(SubscriptionGroupConfig("lost", retry_max_times=1))  # A's alone: never replicated
+        common = b.store.commitlog_max_offset
+        a.master, b.master = False, True
+        b.groups.put(SubscriptionGroupConfig("kept", retry_max_times=2))
+        b.offsets.commit("kept", "Shared", 0, 5)
+        rm = ReplicationMaster(b.store, CFG, 2, (EpochStart(1, 0), EpochStart(2, common)))
+        port = await rm.start("127.0.0.1", 0)
+        rf = ReplicationFollower(a.store, CFG, 0, 1, ("127.0.0.1", port))
+        rf.start()
+        try:
+            await caught_up(b, a)
+            await until(lambda: a.offsets.query("kept", "Shared", 0) == 5)
+        finally:
+            await rf.close()
+            await rm.close()
+        assert a.groups.get("kept") == SubscriptionGroupConfig("kept", retry_max_times=2)
+        assert a.log.applier.applied == meta_end(a) == meta_end(b)
+        assert_same(b.store, a.store)
+
+
+async def test_a_promoted_follower_rebuilds_the_transaction_book_before_it_checks(tmp_path: Path) -> None:
+    """A transaction the master committed is resolved in the book of the follower that takes
+    over, so an answer to a later check cannot commit it twice."""
+    async with pair(tmp_path) as (m, f):
+        async with replicating(m, f):
+            half = m.transactions.prepare(PutRequest("T", 0, b"tx", {"TRAN_MSG": "true", "PGROUP": "pg",
+                                                                     "UNIQ_KEY": "U1"},
+                                                     sys_flag=int(SysFlag.TRANSACTION_PREPARED), store_host=HOST))
+            assert half.ok
+            assert m.transactions.end("pg", half.queue_offset, half.physical_offset, EndType.COMMIT) is not None
+            await until(lambda: f.store.commitlog_max_offset == m.store.commitlog_max_offset)
+        assert half.queue_offset not in f.transactions.book  # a follower does not keep the book
+        m.master, f.master = False, True
+        await until(lambda: half.queue_offset in f.transactions.book)
+        assert f.transactions.end("pg", half.queue_offset, half.physical_offset, EndType.COMMIT) is None
+        assert f.store.max_offset("T", 0) == 1  # committed once
 
 
 def _admin(r: Replica, metadata: MetadataLog) -> AdminService:
