@@ -5,6 +5,7 @@ new master within one send's retry budget, and a puller moving to it without its
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -376,6 +377,25 @@ async def test_a_puller_whose_group_lost_its_master_pulls_from_its_follower_at_o
                          PullSettings(error_backoff=60.0))
     await asyncio.wait_for(puller.run(), 5.0)
     assert inst.pulled_from == [ADDRS["broker-a"], follower]  # the lowest brokerId
+
+
+async def test_a_puller_keeps_looking_at_the_route_during_its_back_off():
+    """The name servers drop a killed master only once they see its connection close: the
+    first refresh may still name it; a later one (within the back-off) finds the new master."""
+    inst = FakePullInstance(time.monotonic, dead=ADDRS["broker-a"])
+    pq = ProcessQueue()
+    puller = QueuePuller(FakePullHost(inst, pq), MessageQueue("T", "broker-a", 0), pq, 0,
+                         PullSettings(error_backoff=60.0))
+
+    async def registered_late() -> None:
+        await asyncio.sleep(0.1)
+        inst.known = moved()
+
+    late = asyncio.create_task(registered_late())
+    await asyncio.wait_for(puller.run(), 5.0)  # not the 60 s back-off
+    await late
+    assert inst.pulled_from == [ADDRS["broker-a"], NEW_MASTER]
+    assert inst.refresher.refreshes == 2
 
 
 async def test_a_puller_whose_group_did_not_move_backs_off_as_before():

@@ -11,10 +11,10 @@ status:
 * OFFSET_ILLEGAL: the broker moved us (queue truncated or offset beyond its end): forget the
   cache, commit ``nextBeginOffset`` and continue from there;
 * an error: wait ``error_backoff`` seconds (3 s as in RocketMQ) and try again. A connection
-  error or timeout also re-reads the topic's route at once (the instance's bounded
-  FaultRefresher, issue 17): when it names a new address to read the queue's broker group from
-  (a new master, or a follower while the group has none registered), the pull goes there without
-  waiting out the back-off.
+  error or timeout also re-reads the topic's route at once and then once per refresh interval
+  during the back-off (the instance's bounded FaultRefresher, issue 17): as soon as it names a new
+  address to read the queue's broker group from (a new master, or a follower while the group has
+  none registered), the pull goes there without waiting out the back-off.
 
 Pulls go to the group's master, or, while the route names none (a failover in progress), to its
 lowest-id follower (ClientInstance.queue_read_addr), which serves what it holds replicated; the
@@ -141,21 +141,29 @@ class QueuePuller:
         log.debug("stopped pulling %s of group %s", mq, self.host.group)
 
     async def _follow(self, failed_addr: str | None) -> bool:
-        """After a connection error or timeout: wait (up to the error back-off) for the route
-        refresh it asks for; True when the route now names another address to read the queue's
-        broker group from (a new master, or a follower while it has none)."""
-        inst = self.host.instance
-        refresh = inst.refresh_route_after_fault(self.mq.topic)
-        if refresh is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(refresh), self.settings.error_backoff)
-            except asyncio.TimeoutError:
+        """After a connection error or timeout: re-read the route (bounded refreshes, one per
+        ``fault_route_refresh_interval`` at most) for up to the error back-off; True as soon as it
+        names another address to read the queue's broker group from (a new master, or a follower
+        while it has none). The name servers may still list a master killed a moment ago: they
+        drop it when they see its connection close, so one look right after the fault is not
+        enough to stay within a failover's time."""
+        inst, loop = self.host.instance, asyncio.get_running_loop()
+        until = loop.time() + self.settings.error_backoff
+        while True:
+            refresh = inst.refresh_route_after_fault(self.mq.topic)
+            if refresh is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(refresh), max(0.0, until - loop.time()))
+                except asyncio.TimeoutError:
+                    return False
+            addr = inst.routes.read_addr(self.mq.broker_name)
+            if addr is not None and addr != failed_addr:
+                role = "master" if addr == inst.routes.master_addr(self.mq.broker_name) else \
+                    "follower (no master registered)"
+                log.info("broker %s is now read from its %s %s (was %s): pulling %s of group %s there",
+                         self.mq.broker_name, role, addr, failed_addr, self.mq, self.host.group)
+                return True
+            now = loop.time()
+            if now >= until:
                 return False
-        addr = inst.routes.read_addr(self.mq.broker_name)
-        if addr is None or addr == failed_addr:
-            return False
-        role = "master" if addr == inst.routes.master_addr(self.mq.broker_name) else \
-            "follower (no master registered)"
-        log.info("broker %s is now read from its %s %s (was %s): pulling %s of group %s there",
-                 self.mq.broker_name, role, addr, failed_addr, self.mq, self.host.group)
-        return True
+            await asyncio.sleep(min(inst.config.fault_route_refresh_interval, until - now))
