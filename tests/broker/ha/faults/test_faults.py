@@ -184,15 +184,19 @@ def _two_down(run: Run, i: int) -> None:
     during = [a for a in run.ours.attempts if a.started > killed + 0.5]
     assert during, "the producer made no attempt while two replicas were down"
     slowest = max(a.ended - a.started for a in during)
-    acked = [a.body for a in during if a.acked]
+    cpp = [a for a in run.cpp.attempts if a.started > killed + 0.5] if run.cpp is not None else []
+    cpp_slowest = max((a.ended - a.started for a in cpp), default=0.0)
+    acked = [a.body for a in during + cpp if a.acked]
     back = followers[0]
     returned = time.monotonic()
     g.restart(back.rid)
     run.ours.wait_acks(1, FAILOVER_BOUND + 15)
     resumed = first_ack_after(run.ours.attempts, returned)
-    run.note(f"round {i}: replicas {[r.rid for r in down]} down: {len(during)} sends, slowest {slowest:.2f} s, "
-             f"{len(acked)} acked; replica {back.rid} restarted -> first ack {resumed:.2f} s")
+    run.note(f"round {i}: replicas {[r.rid for r in down]} down: {len(during)} sends, slowest {slowest:.2f} s "
+             f"(C++ client: {len(cpp)}, slowest {cpp_slowest:.2f} s), {len(acked)} acked; "
+             f"replica {back.rid} restarted -> first ack {resumed:.2f} s")
     assert slowest <= SEND_TIMEOUT + 1.0, f"a send took {slowest:.2f} s with two replicas down: it must fail fast"
+    assert cpp_slowest <= SEND_TIMEOUT + 1.0, f"a C++ client send took {cpp_slowest:.2f} s with two replicas down"
     assert not acked, f"acknowledged with one replica of three and --min-in-sync 2: {acked[:5]}"
     for r in down:
         if r is not back:
