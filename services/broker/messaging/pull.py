@@ -114,7 +114,7 @@ class PullService:
     async def _hold(self, req: PullRequest, tag_codes: frozenset[int] | None, timeout: float) -> PullResult:
         # A message put between the read above and this task's first step woke nobody: look
         # again before parking (no await between this check and the waiter's registration).
-        if self._store.max_offset(req.topic, req.queue_id) <= req.offset:
+        if not self._store.readable(req.topic, req.queue_id, req.offset):
             await self._holds.wait(req.topic, req.queue_id, req.offset, tag_codes, timeout)
         return self._read(req, tag_codes, self._settings())
 
