@@ -82,6 +82,17 @@ class ClusterReplication:
     def status(self) -> tuple[list[dict[str, Any]], str]:
         return [g.status() for g in self.groups], grouproll.summary([g.health for g in self.groups])
 
+    def condition(self) -> tuple[str, bool, str, str]:
+        """ReplicasInSync: True when every replicated group has every replica in sync; else the
+        worst group's health as the reason."""
+        behind = [g for g in self.groups if not g.health.healthy]
+        if not behind:
+            return ("ReplicasInSync", True, "InSync", self.status()[1])
+        worst = min(behind, key=lambda g: grouproll.SEVERITY.index(g.health.health)).health.health.value
+        return ("ReplicasInSync", False, worst, "; ".join(
+            f"{g.name}: {g.health.health.value}" + (f" ({g.health.message})" if g.health.message else "")
+            for g in behind))
+
 
 def parse_pod(obj: Mapping[str, Any]) -> Pod | None:
     """A Pod from the API's JSON (None when it has no ordinal, e.g. not a StatefulSet pod)."""

@@ -27,6 +27,10 @@ Invariants:
   workloads that use it; the name servers require signatures once every broker signs
   (status.nameServerWriteProtection: Pending, then Enforced). Topic deletion signs its
   name-server request with that key. The operator never reads a Secret.
+- Replicated broker groups (spec.brokers.replicas > 1): each pass also observes them and takes
+  at most one roll step per group (:mod:`tidemq.operator.groupops`): status.groups,
+  status.replication, the ReplicasInSync condition, RollBlocked / ReplicaRoll Events; a group
+  that shrinks is held back until its master has moved onto a replica that stays.
 - HA: run two replicas with kopf peering (``tidemq operator --peering NAME``, the KopfPeering
   CRD installed); only the replica with the highest priority acts, the other stays paused.
 """
@@ -48,7 +52,7 @@ from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
 from tidemq.operator import brokers, clusterkey, groupops, grouproll, rollout, workloads
-from tidemq.operator.grouproll import FORCE_ANNOTATION, SEVERITY
+from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
 from tidemq.operator.topics import InvalidSpec, topic_spec
@@ -469,7 +473,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
         if repl is not None and repl.groups:
             groups, summary = repl.status()
             patch.status["groups"], patch.status["replication"] = groups, summary
-            conditions.append(_replication_condition(repl))
+            conditions.append(repl.condition())
             if group_blocked:
                 conditions = [("Progressing", True, "RollBlocked", "; ".join(
                     f"{n}: {m}" for n, m in sorted(group_blocked.items()))) if c[0] == "Progressing" else c
@@ -535,17 +539,6 @@ async def _scale_down_holds(config: OperatorConfig, body: kopf.Body, cluster: di
         if h.done:
             kopf.info(body, reason="ReplicaRoll", message=f"broker group {h.name}: {h.done}")
     return holds
-
-
-def _replication_condition(repl: groupops.ClusterReplication) -> tuple[str, bool, str, str]:
-    """ReplicasInSync: True when every replicated group has every replica in sync."""
-    behind = [g for g in repl.groups if not g.health.healthy]
-    if not behind:
-        return ("ReplicasInSync", True, "InSync", repl.status()[1])
-    worst = min(behind, key=lambda g: SEVERITY.index(g.health.health)).health.health.value
-    return ("ReplicasInSync", False, worst, "; ".join(
-        f"{g.name}: {g.health.health.value}" + (f" ({g.health.message})" if g.health.message else "")
-        for g in behind))
 
 
 def _read_statefulsets(names: list[str], namespace: str) -> dict[str, dict | None]:
