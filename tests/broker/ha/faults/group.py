@@ -334,6 +334,15 @@ class ReplicaGroup:
         """The topics replica ``rid`` holds in its own topic table."""
         return set(self._ask(lambda a: a.broker_topic_configs(self.replicas[rid].addr)))
 
+    def switch_to(self, rid: int, timeout: float = 15.0) -> None:
+        """Planned hand-over of mastership to replica ``rid`` (in sync), through the master."""
+        master = self.wait_master(timeout)
+        if master.rid == rid:
+            return
+        self._ask(lambda a: a.switchover(master.addr, self.name, rid))
+        wait_for(f"replica {rid} master after a switchover", lambda: (
+            (m := self.current_master()) is not None and m.rid == rid), timeout)
+
     def create_topic(self, topic: str, queues: int, timeout: float = 15.0) -> None:
         """Create ``topic`` on the group's master and wait until every running replica holds it
         (metadata reaches followers through the replicated CommitLog)."""

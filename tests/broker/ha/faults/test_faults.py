@@ -82,8 +82,14 @@ class Run:
         print(line)
         self.timings.append(line)
 
-    def steady(self) -> None:
-        """Wait until every replica is in sync and the producer is acknowledged again."""
+    def steady(self, i: int) -> None:
+        """Wait until every replica is in sync and the producer is acknowledged again; then hand
+        mastership to replica ``i`` mod the group's size, so that each replica meets the fault as
+        master in turn (left alone, the best-ranked candidate wins each election and the same two
+        replicas take turns)."""
+        self.group.wait_in_sync(30)
+        self.ours.wait_acks(10, 15)
+        self.group.switch_to(i % self.group.size)
         self.group.wait_in_sync(30)
         self.ours.wait_acks(10, 15)
         self.commit_metadata(len(self.meta))
@@ -91,7 +97,7 @@ class Run:
 
 def _kill_master(run: Run, i: int) -> None:
     g = run.group
-    run.steady()
+    run.steady(i)
     old = g.wait_master(5)
     g.kill(old.rid)
     killed = time.monotonic()
@@ -106,7 +112,7 @@ def _kill_master(run: Run, i: int) -> None:
 
 def _stall_master(run: Run, i: int) -> None:
     g = run.group
-    run.steady()
+    run.steady(i)
     old = g.wait_master(5)
     g.stop(old.rid)
     stopped = time.monotonic()
@@ -126,7 +132,7 @@ def _stall_master(run: Run, i: int) -> None:
 
 def _kill_follower(run: Run, i: int) -> None:
     g = run.group
-    run.steady()
+    run.steady(i)
     master = g.wait_master(5)
     follower = [r for r in g.replicas if r.rid != master.rid][i % 2]
     g.kill(follower.rid)
@@ -142,7 +148,7 @@ def _kill_follower(run: Run, i: int) -> None:
 
 def _lose_master_disk(run: Run, i: int) -> None:
     g = run.group
-    run.steady()
+    run.steady(i)
     old = g.wait_master(5)
     before = g.record()
     assert before is not None and before.master == old.rid
@@ -173,7 +179,7 @@ def _lose_master_disk(run: Run, i: int) -> None:
 
 def _two_down(run: Run, i: int) -> None:
     g = run.group
-    run.steady()
+    run.steady(i)
     master = g.wait_master(5)
     followers = [r for r in g.replicas if r.rid != master.rid]
     down = followers if i % 2 == 0 else [master, followers[0]]
@@ -243,7 +249,8 @@ def test_no_acknowledged_message_is_lost(fault_group, tmp_path: Path, fault: str
             cpp.wait_acks(5, 20)
         for i in range(rounds):
             FAULTS[fault](run, i)
-        run.steady()
+        run.group.wait_in_sync(30)
+        ours.wait_acks(10, 15)
         if cpp is not None and rounds > 1:
             cpp.wait_acks(1, 45)  # it keeps its route 30 s: it may need one poll to find the new master
     finally:
