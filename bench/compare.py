@@ -379,6 +379,10 @@ def run_replicated(system: str, size: int, args, tmp: Path, rresults: dict,  # n
         running.start()
         run(Runner(system, mod, running, size, "async", args, rresults, {},
                    (*replicated.ROWS, replicated.FAILOVER), "replicated").all())
+    except Exception as exc:  # noqa: BLE001 (a replica set that does not start must not end the run)
+        say(f"[{system} replicated {report.size_label(size)}] ERROR {type(exc).__name__}: {exc}")
+        for w in (*replicated.ROWS, replicated.FAILOVER):
+            rresults.setdefault((w, size, "async"), {}).setdefault(system, Cell(error=f"{exc}"))
     finally:
         running.stop()
         rmtree(root)

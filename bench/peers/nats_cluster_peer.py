@@ -96,12 +96,15 @@ class NatsClusterClient(NatsClient):
         self.nc = await nats.connect(servers=urls, reconnect_time_wait=0.1, max_reconnect_attempts=-1,
                                      error_cb=_expected)
         self.js = self.nc.jetstream(timeout=30)
+        # Until the cluster has elected its meta leader, a JetStream API request is not answered
+        # at all: ask with a short timeout, again until READY_TIMEOUT.
+        quick = self.nc.jetstream(timeout=2)
         deadline = time.monotonic() + READY_TIMEOUT
         for t in topics:
-            while True:  # JetStream answers "unavailable" until the cluster elected its meta leader
+            while True:
                 try:
-                    await self.js.add_stream(StreamConfig(name=stream_name(t), subjects=[t],
-                                                          storage=StorageType.FILE, num_replicas=SERVERS))
+                    await quick.add_stream(StreamConfig(name=stream_name(t), subjects=[t],
+                                                        storage=StorageType.FILE, num_replicas=SERVERS))
                     break
                 except Exception as exc:  # noqa: BLE001 (retried until the deadline, then reported)
                     if time.monotonic() > deadline:

@@ -37,6 +37,8 @@ LABELS = {**{w: WORKLOADS[w] for w in ROWS}, FAILOVER: "7. failover: SIGKILL the
 LEAD = 1.0  # s of acknowledged sends before the kill
 ATTEMPT = 5.0  # s: cap of one send attempt during the failover
 GIVE_UP = 60.0  # s after the kill without an acknowledgement: the row reports an error
+# whose CPU the first figure of the split in notes() is (the process Running.pid names)
+FIRST = {"tidemq": "master", "redis": "primary", "nats": "server n0 (not necessarily a stream's leader)"}
 BEGIN = "<!-- bench/compare.py replicated results: begin (replaced by --replicated ... --write) -->"
 END = "<!-- bench/compare.py replicated results: end -->"
 
@@ -252,8 +254,9 @@ def notes(rresults: dict, sizes: list[int], systems: list[str]) -> str:
                      for w in ROWS if (c := rresults.get((w, size, "async"), {}).get(s)) is not None
                      and not c.error and c.msgs and "master_cpu" in c.extra]
             if split:
+                first = FIRST.get(s, "master")
                 out.append(f"- {SYSTEMS[s]} replicated, {size_label(size)}, servers' CPU s per M msgs, "
-                           f"master + the others, by row: " + "; ".join(split))
+                           f"{first} + the others, by row: " + "; ".join(split))
     for w in (FAILOVER, "w5"):
         for size in sizes:
             row = rresults.get((w, size, "async"), {})
