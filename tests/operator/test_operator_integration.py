@@ -800,6 +800,27 @@ def test_replicated_group_gets_lease_rbac_status_and_rolls_followers_first(kube,
           f"switchovers: {switchovers}")
     expect(operator, len(switchovers) == (1 if first_master == 0 else 2), f"switchovers: {switchovers}")
 
+    # shrinking to 2 replicas while replica 2 is master: the StatefulSet keeps 3 pods until the
+    # operator has switched the master onto a replica that stays
+    master_addr = f"{replicas[final['groups'][0]['master']].ip}:{port}"
+    if final["groups"][0]["master"] != 2:
+        asyncio.run(switchover(master_addr, 2))
+    operator.wait("replica 2 reported as master",
+                  lambda: get(kube, "Cluster", "repl")["status"]["groups"][0].get("master") == 2)
+    patch_spec(kube, "Cluster", "repl", {"brokers": {**get(kube, "Cluster", "repl")["spec"]["brokers"], "replicas": 2}})
+
+    operator.wait("the StatefulSet shrunk to 2",
+                  lambda: apps.read_namespaced_stateful_set("repl-broker-0", NS).spec.replicas == 2, timeout=60)
+    expect(operator, runtime(f"{replicas[2].ip}:{port}")["haRole"] != "master",
+           "replica 2 still master when its pod was to go")
+    assert any(e.reason == "ReplicaRoll" and "goes away with the scale-down" in e.message
+               for e in core.list_namespaced_event(NS).items if e.involved_object.name == "repl")
+
+
+async def switchover(addr: str, to: int) -> int:
+    async with Admin("127.0.0.1:1") as admin:
+        return await admin.switchover(addr, "repl-broker-0", to)
+
 
 def runtime_in_sync(replicas: list[Replica], port: int) -> list[int]:
     """The in-sync set the group's master reports (empty when no master answers)."""
