@@ -33,15 +33,15 @@ table with the ratio TideMQ / best peer and the issue's target per row (met / NO
     .venv/bin/python bench/compare.py [--quick] [--flush async|sync|both] [--sizes 1024,100]
                                       [--systems tidemq,redis,nats] [--seconds S] [--backlog N]
                                       [--latency-runs K] [--data-dir DIR] [--write]
-                                      [--replicated no|also|only] [--lease-seconds L]
+                                      [--replicated no|also|only|failover] [--lease-seconds L]
 
 --replicated (issue 17) adds replicated rows (bench/peers/replicated.py): workloads 1-3 and 5 on
 TideMQ as 3 replicas of one group (sync replication, min-in-sync 2, etcd), NATS JetStream as a
 3-server cluster with R3 streams and Redis with one replica and WAIT 1 after each write, all at the
 async flush level, then a failover row (SIGKILL of the master during a send loop, time to the first
 new acknowledgement). Each replicated figure is divided by the same run's unreplicated TideMQ
-(ASYNC_FLUSH) figure; `only` runs just those baseline rows and the replicated ones (needs etcd:
-Debian's etcd-server).
+(ASYNC_FLUSH) figure; `only` runs just those baseline rows and the replicated ones, `failover`
+just the failover row (e.g. once per --lease-seconds). Needs etcd (Debian's etcd-server).
 
 --quick: 100,000-message backlog, 2-second phases, one latency run (a smoke run). --write replaces the results
 block of docs/benchmarks.md and writes docs/benchmarks-compare.png. Needs redis-server and
@@ -367,8 +367,8 @@ def run_system(system: str, size: int, flush: str, args, tmp: Path, results: dic
 
 
 def run_replicated(system: str, size: int, args, tmp: Path, rresults: dict,  # noqa: ANN001
-                   durability: dict) -> None:
-    """Workloads 1-3 and 5, then the failover row, on ``system``'s replicated form (async flush)."""
+                   durability: dict, workloads: tuple[str, ...]) -> None:
+    """``workloads`` (1-3 and 5, then the failover row) on ``system``'s replicated form (async flush)."""
     mod = importlib.import_module(replicated.MODULES[system])
     root = tmp / f"{system}-replicated-{size}"
     running = (mod.Running(root, "async", lease_seconds=args.lease_seconds) if system == "tidemq"
@@ -377,11 +377,10 @@ def run_replicated(system: str, size: int, args, tmp: Path, rresults: dict,  # n
     say(f"[{system} replicated {report.size_label(size)}] starting ({running.durability()}) in {root}")
     try:
         running.start()
-        run(Runner(system, mod, running, size, "async", args, rresults, {},
-                   (*replicated.ROWS, replicated.FAILOVER), "replicated").all())
+        run(Runner(system, mod, running, size, "async", args, rresults, {}, workloads, "replicated").all())
     except Exception as exc:  # noqa: BLE001 (a replica set that does not start must not end the run)
         say(f"[{system} replicated {report.size_label(size)}] ERROR {type(exc).__name__}: {exc}")
-        for w in (*replicated.ROWS, replicated.FAILOVER):
+        for w in workloads:
             rresults.setdefault((w, size, "async"), {}).setdefault(system, Cell(error=f"{exc}"))
     finally:
         running.stop()
@@ -444,9 +443,10 @@ def main() -> int:
     ap.add_argument("--latency-runs", type=int, help="runs of workload 5, median reported (default 3, --quick 1)")
     ap.add_argument("--data-dir", type=Path, help="parent of the temporary data directory (default: $TMPDIR)")
     ap.add_argument("--write", action="store_true", help="write the results into docs/benchmarks.md + PNG")
-    ap.add_argument("--replicated", choices=["no", "also", "only"], default="no",
+    ap.add_argument("--replicated", choices=["no", "also", "only", "failover"], default="no",
                     help="also: add the replicated rows (issue 17) to the full comparison; only: run just "
-                         "them and, as their baseline, unreplicated TideMQ (ASYNC_FLUSH, workloads 1-3, 5)")
+                         "them and, as their baseline, unreplicated TideMQ (ASYNC_FLUSH, workloads 1-3, 5); "
+                         "failover: only the replicated systems' failover row")
     ap.add_argument("--lease-seconds", type=float, default=10.0,
                     help="the TideMQ replicas' --lease-seconds (bounds the failover row; default 10, the broker's)")
     args = ap.parse_args()
@@ -467,10 +467,14 @@ def main() -> int:
     if args.lease_seconds < 2:
         print("compare: --lease-seconds must be >= 2 (the broker's minimum)", file=sys.stderr)
         return 2
-    only = args.replicated == "only"
+    only = args.replicated in ("only", "failover")
     # --replicated only: unreplicated TideMQ is the baseline, measured on the same rows
     plain_systems, plain_flushes = (["tidemq"], ["async"]) if only else (systems, flushes)
     plain_workloads = replicated.ROWS if only else ALL_WORKLOADS
+    if args.replicated == "failover":
+        plain_systems = []
+    replicated_workloads = ((replicated.FAILOVER,) if args.replicated == "failover"
+                            else (*replicated.ROWS, replicated.FAILOVER))
     replicated_systems = systems if args.replicated != "no" else []
     # Ctrl-C and SIGTERM raise KeyboardInterrupt wherever the run is, so the finally blocks end
     # the servers. (A handler of our own also keeps asyncio.Runner from installing its own, which
@@ -513,7 +517,7 @@ def main() -> int:
                     run_system(system, size, flush, args, tmp, results, rss, weaker, durability,
                                plain_workloads)
             for system in replicated_systems:  # next to the same size's unreplicated rows
-                run_replicated(system, size, args, tmp, rresults, rdurability)
+                run_replicated(system, size, args, tmp, rresults, rdurability, replicated_workloads)
     except BenchError as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return 1
