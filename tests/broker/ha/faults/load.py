@@ -106,9 +106,12 @@ class OurProducer:
 
     def stop(self) -> list[Attempt]:
         self._stop.set()
-        self._thread.join(self.timeout + 10)
-        assert not self._thread.is_alive(), f"producer {self.prefix}: a send hung past its timeout"
-        self._producer.close()
+        if self._thread.ident is not None:  # started
+            self._thread.join(self.timeout + 10)
+        try:
+            assert not self._thread.is_alive(), f"producer {self.prefix}: a send hung past its timeout"
+        finally:
+            self._producer.close()
         return list(self.attempts)
 
 
