@@ -34,6 +34,7 @@ table with the ratio TideMQ / best peer and the issue's target per row (met / NO
                                       [--systems tidemq,redis,nats] [--seconds S] [--backlog N]
                                       [--latency-runs K] [--data-dir DIR] [--write]
                                       [--replicated no|also|only|failover] [--lease-seconds L]
+                                      [--failover-rounds N]
 
 --replicated (issue 17) adds replicated rows (bench/peers/replicated.py): workloads 1-3 and 5 on
 TideMQ as 3 replicas of one group (sync replication, min-in-sync 2, etcd), NATS JetStream as a
@@ -203,8 +204,8 @@ class Runner:
                     if w in self.workloads:
                         await self.guarded(w, getattr(self, w)(client))
             if replicated.FAILOVER in self.workloads:  # last: it kills the master
-                await self.guarded(replicated.FAILOVER,
-                                   replicated.failover(self.running, client, TOPICS["prod"], self.body))
+                await self.guarded(replicated.FAILOVER, replicated.failover(
+                    self.running, client, TOPICS["prod"], self.body, self.args.failover_rounds))
         finally:
             await client.close()
 
@@ -447,6 +448,9 @@ def main() -> int:
                     help="also: add the replicated rows (issue 17) to the full comparison; only: run just "
                          "them and, as their baseline, unreplicated TideMQ (ASYNC_FLUSH, workloads 1-3, 5); "
                          "failover: only the replicated systems' failover row")
+    ap.add_argument("--failover-rounds", type=int, default=1,
+                    help="kills per replicated system and size (the killed process restarts in between); "
+                         "the failover row shows the median")
     ap.add_argument("--lease-seconds", type=float, default=10.0,
                     help="the TideMQ replicas' --lease-seconds (bounds the failover row; default 10, the broker's)")
     args = ap.parse_args()
@@ -463,6 +467,9 @@ def main() -> int:
     if args.replicated != "no" and "async" not in flushes:
         print("compare: the replicated rows are divided by unreplicated ASYNC_FLUSH figures: use "
               "--flush async or both with --replicated", file=sys.stderr)
+        return 2
+    if not 1 <= args.failover_rounds <= 20:
+        print("compare: --failover-rounds must be 1..20", file=sys.stderr)
         return 2
     if args.lease_seconds < 2:
         print("compare: --lease-seconds must be >= 2 (the broker's minimum)", file=sys.stderr)

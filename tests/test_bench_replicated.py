@@ -111,17 +111,32 @@ def test_group_meter_sums_the_cpu_of_every_process_and_keeps_the_masters():
 
 
 class Dies:
-    """A Running whose master is a real process the failover row kills; the client's sends
-    succeed only while ``up`` says so (set again after a delay, as a new master would)."""
+    """A Running whose master is a real process the failover row kills; sends fail for
+    ``back_after`` seconds after the kill, as while a new master is elected."""
 
     def __init__(self, back_after: float) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.proc = self.spawn()
+        self.killed: list[subprocess.Popen] = []
         self.back_after = back_after
         self.down_at: float | None = None
 
+    @staticmethod
+    def spawn() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
     async def master_process(self, _client: object, _topic: str) -> tuple[str, int]:
         self.down_at = time.perf_counter()
+        self.killed.append(self.proc)
         return "victim", self.proc.pid
+
+    async def restart_killed(self, _client: object, _topic: str) -> None:
+        self.proc = self.spawn()
+
+    def end(self) -> list[int | None]:
+        for p in [*self.killed, self.proc]:
+            if p.poll() is None:
+                p.kill()
+        return [p.wait(5) for p in self.killed]
 
     async def send(self, _topic: str, _body: bytes) -> None:
         await asyncio.sleep(0.001)
@@ -133,12 +148,24 @@ def test_failover_times_the_kill_to_the_first_new_acknowledgement():
     dies = Dies(back_after=0.3)
     try:
         cell = asyncio.run(replicated.failover(dies, dies, "t", b"x"))
-        assert dies.proc.wait(5) == -9  # SIGKILLed
     finally:
-        if dies.proc.poll() is None:
-            dies.proc.kill()
+        codes = dies.end()
+    assert codes == [-9]  # SIGKILLed, once
     assert 0.25 <= cell.extra["failover_s"] < 2.0, cell.extra
     assert "ConnectionRefusedError" in cell.note and "SIGKILL victim" in cell.note
+
+
+def test_failover_rounds_restart_the_killed_master_and_report_the_median():
+    dies = Dies(back_after=0.2)
+    try:
+        cell = asyncio.run(replicated.failover(dies, dies, "t", b"x", rounds=3))
+    finally:
+        codes = dies.end()
+    assert codes == [-9, -9, -9]  # three masters killed, each a new process
+    assert cell.extra["rounds"] == 3 and cell.extra["failover_s"] <= cell.extra["failover_max_s"]
+    assert "round 3:" in cell.note
+    text = table({replicated.FAILOVER: {"tidemq": cell}}, {})
+    assert "(median of 3, max" in row_of(text, replicated.LABELS[replicated.FAILOVER])[2]
 
 
 def test_a_system_without_failover_says_so():

@@ -39,16 +39,42 @@ class Running:
         routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.routes)
         for i in range(SERVERS):
             name = f"n{i}"
-            conf = self.root / f"{name}.conf"
-            conf.write_text(
+            (self.root / f"{name}.conf").write_text(
                 f"server_name: {name}\nlisten: 127.0.0.1:{self.ports[i]}\n"
                 f'jetstream {{ store_dir: "{self.root / name}" }}\n'
                 f"cluster {{ name: bench, listen: 127.0.0.1:{self.routes[i]}, routes: [{routes}] }}\n"
             )
-            server = Server.start(name, ["nats-server", "-c", str(conf)], self.root / f"{name}.log")
-            self.servers[name] = server
-            wait_port(self.ports[i], server.proc, server.log, f"nats-server {name}")
+            self._start(i)
         return self
+
+    def _start(self, i: int) -> None:
+        name = f"n{i}"
+        server = Server.start(name, ["nats-server", "-c", str(self.root / f"{name}.conf")], self.root / f"{name}.log")
+        self.servers[name] = server
+        wait_port(self.ports[i], server.proc, server.log, f"nats-server {name}")
+
+    async def restart_killed(self, client: "NatsClusterClient", topic: str) -> None:
+        """Start every server that is not running again (same store) and wait until ``topic``'s
+        stream has a leader and both other replicas are current: the cluster as before the kill."""
+        for i in range(SERVERS):
+            if self.servers[f"n{i}"].proc.poll() is not None:
+                await asyncio.to_thread(self._start, i)
+        deadline = time.monotonic() + READY_TIMEOUT
+        state = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                info = await client.js.stream_info(stream_name(topic))
+                replicas = (info.cluster.replicas or []) if info.cluster else []
+                state = f"leader {info.cluster.leader if info.cluster else None}, replicas " + \
+                    ", ".join(f"{r.name} current={r.current}" for r in replicas)
+                if info.cluster and info.cluster.leader and len(replicas) == SERVERS - 1 \
+                        and all(r.current for r in replicas):
+                    return
+            except Exception as exc:  # noqa: BLE001 (JetStream unavailable while it elects: asked again)
+                state = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(0.2)
+        raise BenchError(f"stream {stream_name(topic)} did not have all {SERVERS} replicas current "
+                         f"{READY_TIMEOUT:g} s after the restart ({state})")
 
     @property
     def pid(self) -> int:

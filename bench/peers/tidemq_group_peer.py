@@ -28,6 +28,7 @@ from tidemq_peer import QUEUES, SEGMENT, TideMQClient
 from tidemq import Admin
 from tidemq.errors import BrokerError, TideMQError
 from tidemq.remoting.codes import ResponseCode
+from tidemq.remoting.headers.replica import HA_IN_SYNC, HA_LAST_FAILOVER_SECONDS, parse_id_list
 
 CLUSTER = "BenchRC"
 GROUP = "bench-group"
@@ -92,11 +93,13 @@ class Running:
         self.root, self.flush, self.lease = root, flush, lease_seconds
         self.servers: list[Server] = []
         self.brokers: dict[str, Server] = {}  # client address -> replica process
+        self.commands: dict[str, tuple[list[str], str]] = {}  # process name -> (argv, ready URL)
         self.namesrv = f"127.0.0.1:{free_port()}"
 
     def _start(self, name: str, args: list[str], ready_url: str) -> Server:
         server = Server.start(name, args, self.root / f"{name}.log")
         self.servers.append(server)
+        self.commands[server.name] = (args, ready_url)
         ready(ready_url, server)
         return server
 
@@ -127,6 +130,7 @@ class Running:
                 "--min-in-sync", str(MIN_IN_SYNC), "--lease-seconds", f"{self.lease:g}",
             ), f"http://127.0.0.1:{metrics}/readyz")
         run(wait_formed(self.namesrv))
+        run(wait_in_sync(self.namesrv))
         return self
 
     @property
@@ -151,6 +155,29 @@ class Running:
             raise BenchError(f"the name server routes no master of {GROUP} (registered: {ids})")
         return addr, self.brokers[addr].pid
 
+    async def restart_killed(self, _client: object, _topic: str) -> None:
+        """Start every replica that is not running again (same store and options) and wait until
+        the master counts all of them in sync: the group as it was before the failover."""
+        for addr, server in list(self.brokers.items()):
+            if server.proc.poll() is None:
+                continue
+            args, ready_url = self.commands[server.name]
+            self.servers.remove(server)
+            self.brokers[addr] = await asyncio.to_thread(self._start, server.name, args, ready_url)
+        await wait_formed(self.namesrv)
+        await wait_in_sync(self.namesrv)
+
+    async def failover_seconds(self) -> float | None:
+        """The new master's own account of its last failover (``haLastFailoverSeconds``: from the
+        old master's lease lapsing, as it saw it, to becoming master)."""
+        ids = await group_addrs(self.namesrv)
+        if 0 not in ids:
+            return None
+        async with Admin(self.namesrv) as admin:
+            info = await admin.get_broker_runtime_info(ids[0])
+        value = info.get(HA_LAST_FAILOVER_SECONDS, "")
+        return float(value) if value else None
+
     @property
     def spec(self) -> dict:
         return {"namesrv": self.namesrv}
@@ -162,6 +189,27 @@ class Running:
     def stop(self) -> None:
         for server in reversed(self.servers):  # replicas, name server, then etcd
             server.stop()
+
+
+async def wait_in_sync(namesrv: str, timeout: float = FORM_TIMEOUT) -> tuple[int, ...]:
+    """The master's in-sync set once it names every replica (``haInSync`` of its runtime info):
+    a workload or a failover measured with a follower still catching up would be another one."""
+    deadline = time.monotonic() + timeout
+    in_sync: tuple[int, ...] = ()
+    while time.monotonic() < deadline:
+        try:
+            ids = await group_addrs(namesrv)
+            if 0 in ids:
+                async with Admin(namesrv) as admin:
+                    info = await admin.get_broker_runtime_info(ids[0])
+                in_sync = parse_id_list(info.get(HA_IN_SYNC, ""))
+                if len(in_sync) == REPLICAS:
+                    return in_sync
+        except (TideMQError, ValueError):
+            pass  # a master just elected may not answer yet
+        await asyncio.sleep(0.2)
+    raise BenchError(f"the master of {GROUP} did not count {REPLICAS} replicas in sync within {timeout:g} s "
+                     f"(in sync: {in_sync or 'none known'}); see the broker logs in the run's data directory")
 
 
 class TideMQGroupClient(TideMQClient):
