@@ -34,7 +34,7 @@ table with the ratio TideMQ / best peer and the issue's target per row (met / NO
                                       [--systems tidemq,redis,nats] [--seconds S] [--backlog N]
                                       [--latency-runs K] [--data-dir DIR] [--write]
                                       [--replicated no|also|only|failover] [--lease-seconds L]
-                                      [--failover-rounds N]
+                                      [--failover-rounds N] [--tidemq-replication sync|async]
 
 --replicated (issue 17) adds replicated rows (bench/peers/replicated.py): workloads 1-3 and 5 on
 TideMQ as 3 replicas of one group (sync replication, min-in-sync 2, etcd), NATS JetStream as a
@@ -372,8 +372,8 @@ def run_replicated(system: str, size: int, args, tmp: Path, rresults: dict,  # n
     """``workloads`` (1-3 and 5, then the failover row) on ``system``'s replicated form (async flush)."""
     mod = importlib.import_module(replicated.MODULES[system])
     root = tmp / f"{system}-replicated-{size}"
-    running = (mod.Running(root, "async", lease_seconds=args.lease_seconds) if system == "tidemq"
-               else mod.Running(root, "async"))
+    running = (mod.Running(root, "async", lease_seconds=args.lease_seconds, replication=args.tidemq_replication)
+               if system == "tidemq" else mod.Running(root, "async"))
     durability[system] = running.durability()
     say(f"[{system} replicated {report.size_label(size)}] starting ({running.durability()}) in {root}")
     try:
@@ -451,6 +451,9 @@ def main() -> int:
     ap.add_argument("--failover-rounds", type=int, default=1,
                     help="kills per replicated system and size (the killed process restarts in between); "
                          "the failover row shows the median")
+    ap.add_argument("--tidemq-replication", choices=["sync", "async"], default="sync",
+                    help="the TideMQ replicas' --replication (async: acknowledged after the master's write, "
+                         "weaker than the peers; to see what the wait for followers costs)")
     ap.add_argument("--lease-seconds", type=float, default=10.0,
                     help="the TideMQ replicas' --lease-seconds (bounds the failover row; default 10, the broker's)")
     args = ap.parse_args()

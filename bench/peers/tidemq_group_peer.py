@@ -89,8 +89,8 @@ class Running:
 
     name = "tidemq"
 
-    def __init__(self, root: Path, flush: str, lease_seconds: float = 10.0) -> None:
-        self.root, self.flush, self.lease = root, flush, lease_seconds
+    def __init__(self, root: Path, flush: str, lease_seconds: float = 10.0, replication: str = "sync") -> None:
+        self.root, self.flush, self.lease, self.replication = root, flush, lease_seconds, replication
         self.servers: list[Server] = []
         self.brokers: dict[str, Server] = {}  # client address -> replica process
         self.commands: dict[str, tuple[list[str], str]] = {}  # process name -> (argv, ready URL)
@@ -126,7 +126,7 @@ class Running:
                 "--segment-size", str(SEGMENT), "--cleanup-interval", "86400",
                 "--metrics-listen", f"127.0.0.1:{metrics}",
                 "--coordination", f"etcd://127.0.0.1:{client}", "--replica-id", str(rid),
-                "--ha-listen", f"127.0.0.1:{ha}", "--replication", "sync",
+                "--ha-listen", f"127.0.0.1:{ha}", "--replication", self.replication,
                 "--min-in-sync", str(MIN_IN_SYNC), "--lease-seconds", f"{self.lease:g}",
             ), f"http://127.0.0.1:{metrics}/readyz")
         run(wait_formed(self.namesrv))
@@ -183,7 +183,7 @@ class Running:
         return {"namesrv": self.namesrv}
 
     def durability(self) -> str:
-        return (f"3 replicas, --replication sync --min-in-sync {MIN_IN_SYNC}, "
+        return (f"3 replicas, --replication {self.replication} --min-in-sync {MIN_IN_SYNC}, "
                 f"{'ASYNC_FLUSH' if self.flush == 'async' else 'SYNC_FLUSH'} on each, lease {self.lease:g} s")
 
     def stop(self) -> None:
