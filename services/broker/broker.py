@@ -18,6 +18,7 @@ answered SERVICE_NOT_AVAILABLE unless it is the master and may acknowledge. With
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -70,7 +71,7 @@ from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.transaction.checker import TransactionChecker
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.broker.topics import TopicConfigManager
-from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, ResponseCode
+from tidemq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode
 from tidemq.remoting.limits import ServerLimits, raise_open_file_limit
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,12 @@ PERSIST_RETRY = 5.0  # s before a failed topics.json write is tried again
 WRITE_CODES = frozenset({
     RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
     RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
+    RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
+})
+# Of those, the sends: RocketMQ clients decode a send header for SUCCESS and the not-replicated
+# codes (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT) alike, so those are answered after storing.
+SEND_CODES = frozenset({
+    RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
     RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
 })
 
@@ -153,19 +160,20 @@ class Broker:
         self.acl = AclService(config.acl_file, config.acl_reload_interval) if config.acl_file else None
         callers = Callers(self.acl is not None)  # with ACL on, the verified access key names a caller
         settings = self._settings  # each request reads the config of the moment (UPDATE_BROKER_CONFIG)
+        replicated = self.replica.replicated if self.replica is not None else None  # the acknowledgement gate
         self.handlers: dict[int, Handler] = {}
         for proc in (  # sending and pulling: the hot paths
             SendProcessor(SendService(
                 settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
                 schedule=self.schedule, transactions=self.transactions, store_host=self.store_host,
-                on_put=self.metrics.on_put), callers=callers, region=config.region),
+                on_put=self.metrics.on_put, replicated=replicated), callers=callers, region=config.region),
             PullProcessor(PullService(
                 settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
                 clients=self.clients, offsets=self.offsets, holds=self.holds, on_get=self.metrics.on_get,
                 is_master=None if self.replica is None else self.replica.may_write), callers=callers),
             SendBackProcessor(SendBackService(
                 settings=settings, store=self.store, creation=self.creation, schedule=self.schedule,
-                store_host=self.store_host, access=self.acl), callers=callers),
+                store_host=self.store_host, access=self.acl, replicated=replicated), callers=callers),
             ReplyProcessor(ReplyService(
                 settings=settings, store=self.store, topics=self.topics, channel=ConnectedRequesters(self.clients),
                 store_host=self.store_host, clock=clock, on_put=self.metrics.on_put), callers=callers,
@@ -187,7 +195,7 @@ class Broker:
             QueryProcessor(QueryService(store=self.store, stored_access=self.acl, clock=clock), callers=callers),
             EndTransactionProcessor(EndTransactionService(
                 transactions=self.transactions, store=self.store, stored_access=self.acl,
-                sync_flush=self.sync_flush), callers=callers),
+                sync_flush=self.sync_flush, replicated=replicated), callers=callers),
             BrokerConfigProcessor(BrokerConfigService(
                 settings=settings, replace=self._replace_config,
                 reregister=lambda: self.topics_changed(persist=False)), callers=callers),
@@ -230,7 +238,17 @@ class Broker:
             )
         raise_open_file_limit()  # before the store fits its mapped-file bound to the limit
         await asyncio.to_thread(self._load)
-        self.store.add_dispatch_listener(self.holds.on_dispatch)
+        replica = self.replica
+        if replica is None:
+            self.store.add_dispatch_listener(self.holds.on_dispatch)
+        else:
+            # Consumers read below the replicated high-water mark only, and their long polls
+            # are woken for a record once it is below it.
+            self.store.visible_end = replica.high_water
+            on_dispatch = self.holds.on_dispatch
+            self.store.add_dispatch_listener(
+                lambda topic, queue_id, offset, tags: replica.defer(
+                    functools.partial(on_dispatch, topic, queue_id, offset, tags)))
         self.store.add_dispatch_listener(self.schedule.on_dispatch)
         if self.metadata is not None:
             self.metadata.attach()
@@ -381,13 +399,14 @@ class Broker:
     # remoting handler -------------------------------------------------------------------------
     def handle(self, conn: Connection, cmd: RemotingCommand) -> Answer:
         # Hot path (bench/hot_path.py): without replication, one attribute read.
-        if self.replica is not None and cmd.code in WRITE_CODES and not self.replica.may_write():
+        if self.replica is not None and cmd.code in WRITE_CODES:
             # RocketMQ answers a send to a slave SERVICE_NOT_AVAILABLE (its store's putMessage
             # refuses on BrokerRole.SLAVE); clients then refresh the route and retry the master.
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                f"broker {self.config.broker_name} replica {self.replica.config.replica_id} "
-                                f"is not the master of its group ({self.replica.role.kind.value}): "
-                                "refresh the route and send to brokerId 0")
+            # Too few replicas in sync: a send is stored and answered SLAVE_NOT_AVAILABLE at once
+            # (RocketMQ's answer, with the header its clients decode); other writes are refused.
+            refusal = self.replica.master_refusal() if cmd.code in SEND_CODES else self.replica.write_refusal()
+            if refusal is not None:
+                return cmd.response(refusal[0], f"broker {self.config.broker_name}: {refusal[1]}")
         return self.dispatcher.handle(conn, cmd)
 
     def connection_lost(self, conn: Connection) -> None:

@@ -107,7 +107,8 @@ class MetadataApplier:
         n = 0
         while self.applied < end:
             res = self.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, self.applied,
-                                          min(APPLY_BATCH, end - self.applied), None, MAX_READ_BYTES)
+                                          min(APPLY_BATCH, end - self.applied), None, MAX_READ_BYTES,
+                                          everything=True)  # applied as replicated, ahead of the mark
             if not res.records:
                 if res.status is GetStatus.OFFSET_TOO_SMALL and res.next_begin_offset > self.applied:
                     # Retention removed records before they were applied (a replica down for days).

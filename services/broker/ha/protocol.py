@@ -65,8 +65,8 @@ MAX_EPOCHS = 4096  # a history longer than this is refused (an epoch per failove
 DATA = struct.Struct(
     ">q"  # EPOCH: the master's epoch (a follower refuses a lower one)
     "q"  # OFFSET: CommitLog offset of the first record
-    "I"  # RECORDSCRC: zlib.crc32 of the records (a record's BODYCRC leaves its header uncovered),
-    # followed by whole records back to back
+    "I"  # RECORDSCRC: zlib.crc32 of the records (a record's BODYCRC leaves its header uncovered)
+    "q"  # HIGHWATER: the master's high-water mark (-1: none), followed by whole records back to back
 )
 ACK = struct.Struct(
     ">q"  # OFFSET: the follower's CommitLog end that is durable (flushed) on its disk
@@ -74,6 +74,7 @@ ACK = struct.Struct(
 HEARTBEAT = struct.Struct(
     ">q"  # EPOCH: the master's epoch
     "q"  # LOGEND: the master's CommitLog end (the follower's lag is this minus its own end)
+    "q"  # HIGHWATER: the master's high-water mark (-1: none): a follower serves reads below it
 )
 _NAME_LEN = struct.Struct(">B")
 _REASON_LEN = struct.Struct(">H")
@@ -122,6 +123,7 @@ class Data:
     epoch: int
     offset: int
     records: bytes
+    high_water: int = -1  # the master's, when sent: what a follower lets consumers read
 
     @property
     def end(self) -> int:
@@ -137,6 +139,7 @@ class Ack:
 class Heartbeat:
     epoch: int
     log_end: int
+    high_water: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +172,11 @@ def _frame(kind: FrameKind, body: bytes) -> bytes:
 def encode(frame: Frame) -> bytes:
     """The frame's bytes, FRAME_HEAD included."""
     if isinstance(frame, Data):
-        return _frame(FrameKind.DATA, DATA.pack(frame.epoch, frame.offset, zlib.crc32(frame.records)) + frame.records)
+        return _frame(FrameKind.DATA, DATA.pack(frame.epoch, frame.offset, zlib.crc32(frame.records), frame.high_water) + frame.records)
     if isinstance(frame, Ack):
         return _frame(FrameKind.ACK, ACK.pack(frame.offset))
     if isinstance(frame, Heartbeat):
-        return _frame(FrameKind.HEARTBEAT, HEARTBEAT.pack(frame.epoch, frame.log_end))
+        return _frame(FrameKind.HEARTBEAT, HEARTBEAT.pack(frame.epoch, frame.log_end, frame.high_water))
     if isinstance(frame, Welcome):
         if len(frame.history) > MAX_EPOCHS:
             raise ValueError(f"an epoch history of {len(frame.history)} entries exceeds {MAX_EPOCHS}")
@@ -237,20 +240,20 @@ def check_whole_records(records: bytes) -> None:
 def decode_body(kind: FrameKind, body: bytes) -> Frame:
     """The frame of ``kind`` whose fields (after FRAME_HEAD) are ``body``."""
     if kind is FrameKind.DATA:
-        epoch, offset, crc = _fixed(body, DATA, kind, exact=False)
+        epoch, offset, crc, high_water = _fixed(body, DATA, kind, exact=False)
         records = body[DATA.size :]
         if offset < 0 or not records:
             raise ReplicationCodecError(f"data frame at offset {offset} with {len(records)} bytes of records")
         if zlib.crc32(records) != crc:
             raise ReplicationCodecError(f"data frame at offset {offset}: its records do not match their CRC")
         check_whole_records(records)
-        return Data(epoch, offset, records)
+        return Data(epoch, offset, records, high_water)
     if kind is FrameKind.ACK:
         (offset,) = _fixed(body, ACK, kind)
         return Ack(offset)
     if kind is FrameKind.HEARTBEAT:
-        epoch, end = _fixed(body, HEARTBEAT, kind)
-        return Heartbeat(epoch, end)
+        epoch, end, high_water = _fixed(body, HEARTBEAT, kind)
+        return Heartbeat(epoch, end, high_water)
     if kind is FrameKind.WELCOME:
         epoch, cut, start, n = _fixed(body, WELCOME, kind, exact=False)
         if n > MAX_EPOCHS or len(body) != WELCOME.size + n * EPOCH_START.size:

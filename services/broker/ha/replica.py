@@ -225,7 +225,11 @@ class ReplicaService:
             fut.set_result(_FLUSH_SLAVE_TIMEOUT)
             return fut
         master.wake()
-        if not self._sync or (end_offset <= self._high_water and self._acknowledging()):
+        if not self._sync:
+            return None
+        if end_offset > self._high_water and self._solo():
+            self._advance()  # alone in sync: its own write is the mark
+        if end_offset <= self._high_water and self._acknowledging():
             return None
         fut = loop.create_future()
         known = self.elector.known
@@ -237,22 +241,45 @@ class ReplicaService:
 
     def high_water(self) -> int:
         """CommitLog offset below which every record is acknowledged by the group's rule; consumers
-        read below it only. As follower or without sync replication: this log's end."""
-        if self._sync and self.master is not None:
-            return self._high_water
-        return self.store.commitlog_max_offset
+        read below it only. A master computes it, a follower learns its master's from the
+        replication frames (a follower serves reads below it), a replica between roles keeps the
+        last it knew. Without sync replication: this log's end."""
+        end = self.store.commitlog_max_offset
+        if not self._sync:
+            return end
+        if self.master is not None and end > self._high_water and self._solo():
+            self._advance()
+        return min(self._high_water, end)
 
     def defer(self, wake: Callable[[], None]) -> None:
         """Run ``wake`` (a long-poll notification of the record just stored) once that record is
-        below the high-water mark: at once unless this replica is a sync master."""
-        if not self._sync or self.master is None:
+        below the high-water mark: at once without sync replication."""
+        if not self._sync:
             wake()
             return
         end = self.store.commitlog_max_offset
+        if end > self._high_water and self.master is not None and self._solo():
+            self._advance()
         if end <= self._high_water:
             wake()
         else:
             self._deferred.append((end, wake))
+
+    def _solo(self) -> bool:
+        known = self.elector.known
+        return known is not None and known.in_sync == (self.config.replica_id,)
+
+    def _raise_mark(self, mark: int) -> None:
+        """The high-water mark moved up to ``mark``: wake the long polls waiting below it."""
+        if mark > self._high_water:
+            self._high_water = mark
+            deferred = self._deferred
+            while deferred and deferred[0][0] <= mark:
+                deferred.popleft()[1]()
+
+    def _learn_mark(self, mark: int) -> None:
+        """As follower: the master's mark, as far as this log holds it."""
+        self._raise_mark(min(mark, self.store.commitlog_max_offset))
 
     def status(self) -> ReplicaStatus:
         known = self.elector.known
@@ -331,11 +358,7 @@ class ReplicaService:
             if r != me:
                 state = followers.get(r)
                 hw = min(hw, state.acked if state is not None else -1)
-        if hw > self._high_water:
-            self._high_water = hw
-            deferred = self._deferred
-            while deferred and deferred[0][0] <= hw:
-                deferred.popleft()[1]()
+        self._raise_mark(hw)
         waiters = self._waiters
         if not waiters:
             return
@@ -429,13 +452,13 @@ class ReplicaService:
             if role.epoch > self.history.last_epoch:  # on disk before any write of the epoch
                 self.history.begin(role.epoch, start)
             master = ReplicationMaster(self.store, self._replication, role.epoch, self.history.entries,
-                                       on_change=self._advance)
+                                       on_change=self._advance, high_water=self.high_water)
             await master.start(cfg.ha_host, cfg.ha_port)
             self.master = master
-            # The mark is not known after an election (the tail of this log may be missing on
-            # other in-sync replicas): it starts at 0 and the in-sync followers' first acks raise
-            # it (at once when this replica is alone in sync). Kafka's leader does the same.
-            self._high_water = 0
+            # The mark stays what this replica last knew (its old master's, learnt as follower):
+            # the tail of its log past it may be missing on other in-sync replicas, so the
+            # in-sync followers' acks raise it from there (at once when alone in sync).
+            self._high_water = min(self._high_water, start)
             self._caught_up_at = {r: asyncio.get_running_loop().time() for r in range(MAX_REPLICAS)}
             self.role = role
             log.warning("replica %d is MASTER of epoch %d (log end %d); registering as brokerId 0",
@@ -470,7 +493,8 @@ class ReplicaService:
                     await self.follower.close()
                 self.follower = ReplicationFollower(
                     self.store, self._replication, self.config.replica_id, max(role.epoch, self.epoch), target,
-                    history=self.history, ack_flushed=self.store.config.flush_mode is FlushMode.SYNC)
+                    history=self.history, ack_flushed=self.store.config.flush_mode is FlushMode.SYNC,
+                    on_high_water=self._learn_mark)
                 self.follower.start()
                 following = addr
                 log.info("replica %d replicates from the master's HA address %s (epoch %d)",

@@ -104,7 +104,8 @@ class ReplicationMaster:
     """Serves the CommitLog of ``store`` to followers on the HA port, in epoch ``epoch``."""
 
     def __init__(self, store: MessageStore, config: ReplicationConfig, epoch: int,
-                 history: Sequence[EpochStart], on_change: Callable[[], None] | None = None) -> None:
+                 history: Sequence[EpochStart], on_change: Callable[[], None] | None = None,
+                 high_water: Callable[[], int] | None = None) -> None:
         self.store = store
         self.config = config
         self.epoch = epoch
@@ -112,6 +113,7 @@ class ReplicationMaster:
         # Called after every ack and when a follower's session ends: the acknowledgement gate
         # re-reads acked offsets then (ha/replica.py).
         self._on_change = on_change
+        self._high_water = high_water  # sent in every frame: followers serve reads below it
         self._server: asyncio.Server | None = None
         self._sessions: set[asyncio.Task[None]] = set()
         self._followers: dict[int, FollowerState] = {}  # connected followers only
@@ -125,6 +127,9 @@ class ReplicationMaster:
         log.info("replication master of %s/%s (epoch %d) listening on %s:%d",
                  self.config.cluster, self.config.broker_name, self.epoch, host, bound)
         return bound
+
+    def _mark(self) -> int:
+        return self._high_water() if self._high_water is not None else -1
 
     def wake(self) -> None:
         """New records were stored: stream them now rather than at the next poll."""
@@ -220,6 +225,7 @@ class ReplicationMaster:
         cfg = self.config
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
+        sent_mark = -1
         while True:
             state = self._followers[replica]
             if pos - state.acked >= cfg.max_unacked_bytes:
@@ -229,14 +235,19 @@ class ReplicationMaster:
                 continue
             at, data = self.store.read_commitlog(pos, min(cfg.frame_bytes, cfg.max_unacked_bytes))
             if data:
-                await _send(writer, Data(self.epoch, at, data), cfg.timeout)
+                sent_mark = self._mark()
+                await _send(writer, Data(self.epoch, at, data, self._mark()), cfg.timeout)
                 pos = at + len(data)
                 self._followers[replica] = FollowerState(replica, state.acked, pos)
                 idle_since = loop.time()
                 continue
             pos = at
-            if loop.time() - idle_since >= cfg.heartbeat_interval:
-                await _send(writer, Heartbeat(self.epoch, self.store.commitlog_max_offset), cfg.timeout)
+            mark = self._mark()
+            if loop.time() - idle_since >= cfg.heartbeat_interval or mark > sent_mark:
+                # Idle, or the mark moved since this follower last heard it (acks from the
+                # others): a heartbeat, so its consumers see what is now acknowledged.
+                await _send(writer, Heartbeat(self.epoch, self.store.commitlog_max_offset, mark), cfg.timeout)
+                sent_mark = mark
                 idle_since = loop.time()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -265,7 +276,7 @@ class ReplicationFollower:
 
     def __init__(self, store: MessageStore, config: ReplicationConfig, replica_id: int, epoch: int,
                  master: tuple[str, int], history: EpochHistory | None = None,
-                 ack_flushed: bool = True) -> None:
+                 ack_flushed: bool = True, on_high_water: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.config = config
         self.replica_id = replica_id
@@ -278,6 +289,8 @@ class ReplicationFollower:
         # cache survives a killed process, as Kafka's followers count on.
         self.ack_flushed = ack_flushed
         self.acked = -1  # the last offset acked to the master
+        self.high_water = -1  # the master's high-water mark, as last heard (-1: not yet)
+        self.on_high_water = on_high_water
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -350,5 +363,9 @@ class ReplicationFollower:
                     raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
             else:
                 raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
+            if frame.high_water > self.high_water:
+                self.high_water = frame.high_water
+                if self.on_high_water is not None:
+                    self.on_high_water(frame.high_water)
             self.acked = await self.store.flush_commitlog() if self.ack_flushed else self.store.commitlog_max_offset
             await _send(writer, Ack(self.acked), cfg.timeout)

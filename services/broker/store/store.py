@@ -424,9 +424,12 @@ class MessageStore:
 
     # ================================================================== reading
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int,
-                     tag_codes: frozenset[int] | None, max_bytes: int = 256 * 1024) -> GetResult:
+                     tag_codes: frozenset[int] | None, max_bytes: int = 256 * 1024,
+                     everything: bool = False) -> GetResult:
+        """Messages of a queue from ``offset``, below ``visible_end`` unless ``everything`` (the
+        broker's own readers that must see what is stored, e.g. a follower applying metadata)."""
         cq = self._queues.get(topic, queue_id)
-        visible = self.visible_end
+        visible = None if everything else self.visible_end
         return reader.get_messages(cq, self._commitlog, offset, max_msgs, tag_codes, max_bytes,
                                    visible() if visible is not None else None)
 

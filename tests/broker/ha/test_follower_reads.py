@@ -17,6 +17,7 @@ import pytest
 from tests.cli.clirun import tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd
 from tidemq.client import ClientConfig, LitePullConsumer, PullConsumer
+from tidemq.client.admin import Admin
 from tidemq.client.pull import PullStatus
 from tidemq.client.push.types import ConsumeFromWhere
 from tidemq.client.route import MessageQueue
@@ -124,6 +125,18 @@ async def test_a_consumer_reads_replicated_messages_from_a_follower_while_its_gr
         for _bid, addr in followers:
             store = replicas[addr][1]
             await _until(f"follower {addr} holding the master's log", lambda s=store: _commitlog(s) == expected, 15)
+        # A follower serves what it knows to be acknowledged: below the high-water mark its master
+        # sends in every replication frame. Wait until each has heard the mark past the last send.
+        async with Admin(namesrv) as admin:
+            end = (await admin.get_broker_runtime_info(master))["haLogEnd"]
+
+            async def heard(addr: str) -> bool:
+                return (await admin.get_broker_runtime_info(addr)).get("haHighWater") == end
+            for _bid, addr in followers:
+                deadline = time.monotonic() + 10
+                while not await heard(addr):
+                    assert time.monotonic() < deadline, f"follower {addr} did not hear the mark {end}"
+                    await asyncio.sleep(0.05)
 
         replicas[master][0].kill()
         killed = time.monotonic()
