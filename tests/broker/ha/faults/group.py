@@ -1,6 +1,7 @@
 """A replicated broker group on real processes for fault injection (issue 17): a name server and
-N `tidemq broker --coordination etcd://... --replica-id I` replicas of one group on loopback, and
-the faults the suite injects into them (SIGKILL, SIGSTOP/SIGCONT, a lost store directory).
+N `tidemq broker --coordination etcd://... --replica-id I` replicas of one group (on loopback, or
+each in a network namespace: :class:`Placement`), and the faults the suite injects into them
+(SIGKILL, SIGSTOP/SIGCONT, a lost store directory).
 
 The group learns roles only from outside, as a client does: the master is the replica whose
 address the name server routes as brokerId 0. CommitLogs are read straight from the replicas'
@@ -25,10 +26,9 @@ import signal
 import struct
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Awaitable
 from typing import TypeVar
 
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
@@ -273,8 +273,11 @@ class ReplicaGroup:
         key = base64.b64encode(group_key(self.cluster, self.name).encode()).decode()
         req = urllib.request.Request(f"http://{self.etcd_endpoint}/v3/kv/range", json.dumps({"key": key}).encode(),
                                      {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=3) as resp:
-            kvs = json.load(resp).get("kvs") or []
+        try:
+            with urllib.request.urlopen(req, timeout=3) as resp:
+                kvs = json.load(resp).get("kvs") or []
+        except OSError:  # etcd unreachable for a moment: as good as no record; callers poll
+            return None
         return decode_record(base64.b64decode(kvs[0]["value"])) if kvs else None
 
     def wait_in_sync(self, timeout: float) -> GroupRecord:

@@ -4,6 +4,7 @@ Replicas, etcd and the name server with the clients each run in their own networ
 (tests/broker/ha/faults/netns.py). Round after round the master's links to etcd and to its
 followers are cut while clients still reach it:
 
+- what it stores alone is not acknowledged, and it says so within a client's 3 s send timeout;
 - it must stop acknowledging within its lease: no SEND_OK stored by it ends later than the cut +
   lease, and sends made straight to it after that are refused, while
 - another replica is elected and acknowledges within lease + 5 s;
@@ -114,6 +115,9 @@ def _partition_rounds(net: Network, root: Path) -> None:
 def _one_round(net: Network, g: ReplicaGroup, producer: OurProducer, meta: list[str], i: int) -> list[Attempt]:
     g.wait_in_sync(30)
     producer.wait_acks(10, 15)
+    g.switch_to(i % g.size)  # each replica is cut off as master in turn
+    g.wait_in_sync(30)
+    producer.wait_acks(10, 15)
     topic = f"Cut{i}"
     g.create_topic(topic, 1)
     meta.append(topic)
@@ -123,8 +127,10 @@ def _one_round(net: Network, g: ReplicaGroup, producer: OurProducer, meta: list[
     net.cut(ns)
     cut = time.monotonic()
     try:
-        # Clients still reach it: what it stores now it stores alone and must not acknowledge.
-        alone = [direct_send(old.addr, TOPIC, f"alone-{i}-{k}", LEASE + 3) for k in range(2)]
+        # Clients still reach it: what it stores now it stores alone and must not acknowledge,
+        # and it must say so within a client's send timeout (FLUSH_SLAVE_TIMEOUT after 2.5 s, or
+        # a refusal once its lease is gone). Waited for longer, to measure when it does answer.
+        alone = [direct_send(old.addr, TOPIC, f"alone-{i}-{k}", 20) for k in range(2)]
         new = g.wait_master(FAILOVER_BOUND + 5, other_than=old.rid)
         producer.wait_acks(1, FAILOVER_BOUND + 5)
         took = first_ack_after(producer.attempts, cut)
@@ -133,10 +139,13 @@ def _one_round(net: Network, g: ReplicaGroup, producer: OurProducer, meta: list[
         stale = [direct_send(old.addr, TOPIC, f"cut-{i}-{k}", SEND_TIMEOUT) for k in range(5)]
         late = [a for a in producer.attempts if a.acked and a.store == old.addr and a.ended > cut + LEASE + 0.3]
         print(f"round {i}: cut master {old.rid} -> replica {new.rid} master, first new ack {took:.2f} s; "
-              f"within its lease it answered {[a.outcome.split(':')[0] for a in alone]}, after it "
+              f"within its lease it answered {[(a.outcome[:90], round(a.ended - a.started, 2)) for a in alone]}, after it "
               f"{[a.outcome.split(':')[0] for a in stale]}")
         assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the cut"
         assert not any(a.acked for a in alone), f"the cut-off master acknowledged alone: {alone}"
+        slow = [(a.outcome[:60], round(a.ended - a.started, 2)) for a in alone if a.ended - a.started > SEND_TIMEOUT]
+        assert not slow, (f"the cut-off master answered a send only after the clients' {SEND_TIMEOUT:g} s send "
+                          f"timeout (outcome, seconds): {slow}")
         assert not late, f"the cut-off master acknowledged after its lease: {late[:5]}"
         assert not any(a.acked for a in stale), f"the cut-off master acknowledged after its lease: {stale}"
         diverged = old.commitlog()
