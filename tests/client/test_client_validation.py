@@ -117,3 +117,10 @@ def test_make_config_lets_name_servers_override():
     c = make_config("b:2", base)
     assert c.name_servers == ("b:2",) and c.request_timeout == 5
     assert make_config(None, base) is base
+
+
+def test_the_replicated_metadata_topic_is_refused_before_it_leaves_the_client() -> None:
+    from tidemq.broker.topics import METADATA_TOPIC  # noqa: PLC0415 (the broker's name, checked once here)
+
+    with pytest.raises(ClientError, match="system topic"):
+        check_send_topic(METADATA_TOPIC)

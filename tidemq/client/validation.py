@@ -35,6 +35,7 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
         "TRANS_CHECK_MAX_TIME_TOPIC",
         "SELF_TEST_TOPIC",
         "OFFSET_MOVED_EVENT",
+        "rmq_sys_TIDEMQ_METADATA",  # a replicated group's metadata log (tidemq.broker.topics.METADATA_TOPIC)
         AUTO_CREATE_TOPIC,
     }
 )
