@@ -50,9 +50,11 @@ class EndTransactionService:
         self._stored_access = stored_access  # None: ACL off
         self._sync_flush = sync_flush
 
-    def end(self, caller: Caller, req: EndTransaction) -> Awaitable[bool] | None:
-        """Commit or roll back. None when answered; in SYNC_FLUSH mode, for an awaited commit,
-        an awaitable telling whether the committed message became durable in time."""
+    def end(self, caller: Caller, req: EndTransaction) -> Awaitable[int] | None:
+        """Commit or roll back. None when answered; for an awaited commit in SYNC_FLUSH mode or in
+        a sync replicated group, an awaitable of the answer's code: SUCCESS once the committed
+        message is durable and acknowledged, else FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE (stored, not confirmed)."""
         try:
             kind = EndType(req.kind)
         except ValueError:
@@ -84,8 +86,8 @@ class EndTransactionService:
             return None
         return self._confirmed(end, acked)
 
-    async def _confirmed(self, end: int, acked: "asyncio.Future[int] | None") -> bool:
-        """Whether the commit's message is durable (SYNC_FLUSH) and acknowledged by the group."""
+    async def _confirmed(self, end: int, acked: "asyncio.Future[int] | None") -> int:
+        """The commit's answer: durable (SYNC_FLUSH), then acknowledged by the group."""
         if self._sync_flush and not await self._store.wait_durable(end):
-            return False
-        return acked is None or await acked == ResponseCode.SUCCESS
+            return int(ResponseCode.FLUSH_DISK_TIMEOUT)
+        return int(ResponseCode.SUCCESS) if acked is None else await acked

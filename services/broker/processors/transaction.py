@@ -5,7 +5,8 @@ check-backs to producers (:func:`ask_transaction_state`, the checker's ``ask``).
 Decodes the header (tidemq.remoting.headers.transaction) and calls
 :class:`tidemq.broker.messaging.transaction.EndTransactionService`. A sync request is answered
 SUCCESS or SYSTEM_ERROR (in SYNC_FLUSH mode once the committed message is durable, else
-FLUSH_DISK_TIMEOUT); a oneway one gets nothing.
+FLUSH_DISK_TIMEOUT; in a sync replicated group once acknowledged, else FLUSH_SLAVE_TIMEOUT or
+SLAVE_NOT_AVAILABLE); a oneway one gets nothing.
 """
 
 from __future__ import annotations
@@ -37,10 +38,20 @@ class EndTransactionProcessor:
         return _answer_when_durable(cmd, durable)
 
 
-async def _answer_when_durable(cmd: RemotingCommand, durable: Awaitable[bool]) -> RemotingCommand:
-    if await durable:
+_NOT_CONFIRMED = {
+    ResponseCode.FLUSH_DISK_TIMEOUT: "flush to disk timed out; the committed message is stored",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "the committed message is stored on the master; its in-sync replicas did "
+                                      "not confirm it in time",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "the committed message is stored on the master; fewer replicas than "
+                                      "minInSync are in sync",
+}
+
+
+async def _answer_when_durable(cmd: RemotingCommand, durable: Awaitable[int]) -> RemotingCommand:
+    code = await durable
+    if code == ResponseCode.SUCCESS:
         return cmd.response(ResponseCode.SUCCESS)
-    return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the committed message is stored")
+    return cmd.response(code, _NOT_CONFIRMED.get(ResponseCode(code), "the committed message is not confirmed"))
 
 
 def check_request(half: MessageExt, record: bytes) -> RemotingCommand:

@@ -92,7 +92,7 @@ async def test_in_sync_flush_an_awaited_commit_answers_once_durable():
     store = Durability()
     service = EndTransactionService(transactions=Book(), store=store, sync_flush=True)
     durable = service.end(CALLER, req(8))
-    assert await durable is True and store.waited == [777]
+    assert await durable == ResponseCode.SUCCESS and store.waited == [777]
     assert service.end(CALLER, req(8, awaited=False)) is None  # oneway: nobody waits
     assert service.end(CALLER, req(12)) is None  # a rollback stores no message
 

@@ -18,7 +18,7 @@ FIELDS = {"producerGroup": "pg", "tranStateTableOffset": 3, "commitLogOffset": 4
 
 
 class FakeService:
-    def __init__(self, durable: bool | None = None) -> None:
+    def __init__(self, durable: int | None = None) -> None:
         self.durable = durable
         self.calls: list[tuple] = []
 
@@ -30,7 +30,7 @@ class FakeService:
             return None
         return self._durable()
 
-    async def _durable(self) -> bool:
+    async def _durable(self) -> int:
         return self.durable
 
 
@@ -52,8 +52,10 @@ def test_the_header_is_decoded_into_the_services_request():
         "missing header field 'commitLogOffset'")
 
 
-async def test_a_sync_flush_commit_is_answered_when_durable_or_flush_timeout():
-    assert (await end(FakeService(durable=True))).code == ResponseCode.SUCCESS
-    late = await end(FakeService(durable=False))
+async def test_an_awaited_commit_is_answered_when_durable_and_acknowledged_or_says_why_not():
+    assert (await end(FakeService(durable=ResponseCode.SUCCESS))).code == ResponseCode.SUCCESS
+    late = await end(FakeService(durable=ResponseCode.FLUSH_DISK_TIMEOUT))
     assert (late.code, late.remark) == (ResponseCode.FLUSH_DISK_TIMEOUT,
                                         "flush to disk timed out; the committed message is stored")
+    alone = await end(FakeService(durable=ResponseCode.SLAVE_NOT_AVAILABLE))
+    assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE and "minInSync" in alone.remark
