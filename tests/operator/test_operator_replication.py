@@ -199,3 +199,13 @@ def test_chart_default_cluster_has_lone_brokers(request):
     assert cluster["spec"]["brokers"]["replicas"] == 1 and "minInSync" not in cluster["spec"]["brokers"]
     policy = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-broker"))
     assert len(policy["spec"]["ingress"]) == 2  # remoting and metrics only
+
+
+def test_the_replicated_example_is_admitted_and_renders_valid_objects():
+    example = yaml.safe_load((ROOT / "crds" / "examples" / "cluster-replicated.yaml").read_text())
+    admitted, errors = crds.admit(example)
+    assert errors == []
+    objs = w.desired_objects({**admitted, "metadata": {**admitted["metadata"], "namespace": "mq", "uid": UID}})
+    for o in objs:
+        kubernetes_validate.validate(o, "1.30", strict=True)
+    assert sum(o["kind"] == "StatefulSet" and "--coordination" in _container(o)["args"] for o in objs) == 2
