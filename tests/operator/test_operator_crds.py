@@ -93,6 +93,7 @@ def test_short_names_and_printer_columns():
     group = columns("ConsumerGroup")
     assert group["Lag"] == ".status.totalLag" and "Consumers" in group
     assert columns("Cluster")["Name Servers"] == ".status.nameServerAddress"
+    assert columns("Cluster")["Replication"] == ".status.replication"  # "2/2 groups in sync" (issue 17)
 
 
 def _walk(schema, path=""):
