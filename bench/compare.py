@@ -504,7 +504,8 @@ def main() -> int:
     load0 = os.getloadavg()
     desc = machine(tmp)
     head = git("rev-parse", "HEAD")
-    dirty = len([ln for ln in git("status", "--porcelain", "--", "tidemq", "services").splitlines() if ln])
+    dirty_files = [ln[3:] for ln in git("status", "--porcelain", "--", "tidemq", "services").splitlines() if ln]
+    dirty = len(dirty_files)
     try:
         ensure_python_deps(systems, args.write and not only)
         ensure_servers(systems)
@@ -557,7 +558,8 @@ def main() -> int:
             write(args, sizes, flushes, systems, results, weaker, durability, text, desc, head, dirty,
                   wall, load0, load1)
         if replicated_systems:
-            write_replicated(args, replicated_systems, rdurability, rtext, desc, head, dirty, wall, load0, load1)
+            write_replicated(args, replicated_systems, rdurability, rtext, desc, head, dirty_files, wall,
+                             load0, load1)
     return 0
 
 
@@ -593,15 +595,17 @@ Backlog {args.backlog:,} messages; timed phases {args.seconds:g} s; fetch batche
     say(f"wrote docs/benchmarks.md and {png.relative_to(ROOT)}")
 
 
-def write_replicated(args, systems, durability, text, desc, head, dirty, wall, load0, load1) -> None:  # noqa: ANN001
+def write_replicated(args, systems, durability, text, desc, head, dirty_files, wall, load0, load1) -> None:  # noqa: ANN001
     cmd = "bench/compare.py " + " ".join(a for a in sys.argv[1:])
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     dur = "\n".join(f"| {report.SYSTEMS[s]} | {durability.get(s, '-')} |" for s in systems)
     busy = " (the machine was busy: figures are noisy)" if max(load0[0], load1[0]) >= 1.5 else ""
+    dirty_note = (" plus uncommitted changes (other work in progress) in " + ", ".join(f"`{f}`" for f in dirty_files)
+                  if dirty_files else "")
     block = f"""### {stamp}: `.venv/bin/python {cmd.strip()}`
 
 Machine: {desc}. {versions(systems)}. Load average {load0[0]:.1f} at the start, {load1[0]:.1f} at
-the end{busy}; wall time {wall / 60:.1f} min. TideMQ at commit `{head}`{f' plus uncommitted changes in {dirty} file(s) under tidemq/ and services/' if dirty else ''}.
+the end{busy}; wall time {wall / 60:.1f} min. TideMQ at commit `{head}`{dirty_note}.
 Backlog {args.backlog:,} messages; timed phases {args.seconds:g} s; latency at {RATE:,} msg/s after {WARM:g} s of warm-up; TideMQ lease {args.lease_seconds:g} s.
 
 | system | replicated as |
