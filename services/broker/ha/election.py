@@ -105,11 +105,13 @@ def backoff(position: int, step: float) -> float:
 def winner_record(known: GroupRecord | None, replica: int, in_sync: bool, log_end: int,
                   epoch_floor: int, min_in_sync: int) -> GroupRecord:
     """The record ``replica`` writes when it wins: one more than any epoch it knows, itself as
-    master from ``log_end``. A clean winner keeps the in-sync set it knew (its master shrinks it
-    when followers fall behind); an unclean or first winner starts one of itself alone."""
+    master from ``log_end``. A clean winner keeps the in-sync set it knew without the master it
+    replaces (whose lease lapsed: it follows no one, and a write waiting for it would wait until
+    the new master drops it; Kafka's controller removes a failed leader from the ISR the same
+    way; it rejoins once caught up); an unclean or first winner starts one of itself alone."""
     epoch = max(known.epoch if known is not None else 0, epoch_floor) + 1
-    members = known.in_sync if known is not None and in_sync and replica in known.in_sync \
-        else (replica,)
+    members = tuple(r for r in known.in_sync if r == replica or r != known.master) \
+        if known is not None and in_sync and replica in known.in_sync else (replica,)
     return GroupRecord(epoch=epoch, master=replica, in_sync=members,
                        min_in_sync=known.min_in_sync if known is not None else min_in_sync,
                        master_log_end=log_end)

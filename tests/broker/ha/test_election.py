@@ -94,8 +94,9 @@ def test_rank_puts_in_sync_then_highest_log_end_then_lowest_id_first() -> None:
 
 def test_a_winner_writes_the_next_epoch_with_itself_as_master() -> None:
     known = rec(epoch=4, master=0, in_sync=(0, 1, 2))
+    # The replaced master (its lease lapsed) leaves the in-sync set: it rejoins once caught up.
     assert winner_record(known, 1, True, 700, 0, 1) == \
-        GroupRecord(epoch=5, master=1, in_sync=(0, 1, 2), min_in_sync=2, master_log_end=700)
+        GroupRecord(epoch=5, master=1, in_sync=(1, 2), min_in_sync=2, master_log_end=700)
     assert winner_record(known, 1, True, 7, 9, 1).epoch == 10  # its log knows a later epoch
     # An unclean winner, or the first one, starts an in-sync set of itself.
     assert winner_record(known, 3, False, 7, 0, 1).in_sync == (3,)
