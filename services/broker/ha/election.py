@@ -322,6 +322,11 @@ class Elector:
         """As master, add the caught-up ``replica`` to the in-sync set; False if no longer master."""
         return await self._rewrite(lambda r: grow_record(r, replica))
 
+    async def set_min_in_sync(self, n: int) -> bool:
+        """As master, write ``n`` as the group's minInSync (a changed ``--min-in-sync`` takes
+        effect once a replica started with it is master); False if no longer master."""
+        return await self._rewrite(lambda r: replace(r, min_in_sync=n))
+
     async def hand_over(self, to: int) -> bool:
         """As master, move mastership to in-sync ``to`` at epoch + 1 (a planned switchover).
 

@@ -525,6 +525,8 @@ class ReplicaService:
             for r, state in followers.items():
                 if r not in in_sync and state.acked >= end:
                     await self._change_in_sync(self.elector.grow, r, f"is in sync at offset {state.acked}")
+            if known is not None and known.min_in_sync != self.config.min_in_sync:
+                await self._adopt_min_in_sync(known.min_in_sync)
             self._advance()
             end = self.store.commitlog_max_offset
 
@@ -536,6 +538,16 @@ class ReplicaService:
         except (CoordinationError, TimeoutError) as exc:
             log.warning("replica %d could not record that replica %d %s (%s); retrying",
                         self.config.replica_id, replica, what, exc)
+
+    async def _adopt_min_in_sync(self, was: int) -> None:
+        """Write this replica's ``--min-in-sync`` into the record (an operator changed it)."""
+        n = self.config.min_in_sync
+        try:
+            if await self.elector.set_min_in_sync(n):
+                log.warning("the group's minInSync is now %d (was %d): --min-in-sync of its master", n, was)
+                self._advance()
+        except (CoordinationError, TimeoutError) as exc:
+            log.warning("replica %d could not write minInSync %d (%s); retrying", self.config.replica_id, n, exc)
 
     async def _leave_role(self) -> None:
         await cancel_and_wait(self._resolve_task, self._in_sync_task)

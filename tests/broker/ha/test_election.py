@@ -513,3 +513,16 @@ async def test_a_hand_over_is_taken_once(group: Group) -> None:
     # Taken by the target under its own lease, the record no longer names a hand-over.
     assert second.master == to and current is not None and current.record.handed_over_by is None
     assert second.epoch == first.epoch + 1
+
+
+async def test_the_master_writes_a_changed_min_in_sync(group: Group) -> None:
+    await group.seed((0, 1))
+    group.make(0)
+    group.make(1)
+    await group.start(0, 1)
+    role = await group.settled(within=10)
+    assert role.master is not None
+    assert await group.electors[role.master].set_min_in_sync(2)
+    current = await group.backend().get(group.key)
+    assert current is not None and current.record.min_in_sync == 2 and current.record.epoch == role.epoch
+    assert not await group.electors[1 - role.master].set_min_in_sync(1)  # a follower cannot
