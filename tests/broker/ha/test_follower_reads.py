@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests.cli.clirun import tidemq
-from tests.procs import ServerProcess, free_port, tidemq_cmd
 from tidemq.client import ClientConfig, LitePullConsumer, PullConsumer
 from tidemq.client.admin import Admin
 from tidemq.client.pull import PullStatus
@@ -54,31 +53,9 @@ async def _until(what: str, check: Callable[[], object], timeout: float) -> obje
 
 
 @pytest.fixture
-def group(etcd, tmp_path, monkeypatch):
-    monkeypatch.setenv("TIDEMQ_BROKER_SEGMENT_SIZE", str(1 << 20))
-    ns_port, ns_metrics = free_port(), free_port()
-    procs: list[ServerProcess] = [ServerProcess(
-        tidemq_cmd("namesrv", "--listen", f"127.0.0.1:{ns_port}", "--metrics-listen", f"127.0.0.1:{ns_metrics}"),
-        tmp_path / "namesrv.log", f"http://127.0.0.1:{ns_metrics}/readyz")]
-    namesrv = f"127.0.0.1:{ns_port}"
-    replicas = {}
-    for rid in range(3):
-        port, ha, metrics = free_port(), free_port(), free_port()
-        store = tmp_path / f"store-{rid}"
-        procs.append(ServerProcess(tidemq_cmd(
-            "broker", "-n", namesrv, "--listen", f"127.0.0.1:{port}", "--store", str(store),
-            "--cluster", "FR", "--broker-name", GROUP, "--coordination", f"etcd://{etcd.endpoint}",
-            "--replica-id", str(rid), "--ha-listen", f"127.0.0.1:{ha}", "--lease-seconds", str(LEASE),
-            "--metrics-listen", f"127.0.0.1:{metrics}"),
-            tmp_path / f"broker-{rid}.log", f"http://127.0.0.1:{metrics}/readyz"))
-        replicas[f"127.0.0.1:{port}"] = (procs[-1], store)
-    try:
-        for p in procs:
-            p.start()
-        yield namesrv, replicas
-    finally:
-        for p in procs:
-            p.stop()
+def group(replica_group):
+    g = replica_group(GROUP, 3, LEASE)
+    return g.namesrv, g.replicas
 
 
 def _send(namesrv: str, bodies: list[bytes]) -> None:
