@@ -12,15 +12,16 @@ docs/metrics.md's tidemq_replica_* table both ways."""
 from __future__ import annotations
 
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cli.clirun import assert_clean_failure, tidemq
-from tests.procs import ServerProcess, free_port, tidemq_cmd
+from tests.broker.ha.conftest import wait_for
+from tests.procs import ServerProcess
 from tests.test_metrics_doc import differences, doc_section, scrape
 
 LEASE = 3.0  # s: short, so the failover at the end fits the suite's budget
@@ -37,17 +38,6 @@ class Replica:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
-
-
-def _wait(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.2)
 
 
 def _rows(namesrv: str) -> dict[str, list[str]]:
@@ -72,38 +62,18 @@ def _value(url: str, name: str, **labels: str) -> float | None:
 
 
 @pytest.fixture
-def group(etcd, tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("TIDEMQ_BROKER_SEGMENT_SIZE", str(1 << 20))
-    ns_port, ns_metrics = free_port(), free_port()
-    namesrv = ServerProcess(
-        tidemq_cmd("namesrv", "--listen", f"127.0.0.1:{ns_port}", "--metrics-listen", f"127.0.0.1:{ns_metrics}"),
-        tmp_path / "namesrv.log", f"http://127.0.0.1:{ns_metrics}/readyz")
-    replicas: dict[int, Replica] = {}
-    for rid in range(3):
-        port, ha, metrics = free_port(), free_port(), free_port()
-        proc = ServerProcess(tidemq_cmd(
-            "broker", "-n", f"127.0.0.1:{ns_port}", "--listen", f"127.0.0.1:{port}",
-            "--store", str(tmp_path / f"store-{rid}"), "--cluster", "SW", "--broker-name", GROUP,
-            "--coordination", f"etcd://{etcd.endpoint}", "--replica-id", str(rid),
-            "--ha-listen", f"127.0.0.1:{ha}", "--lease-seconds", str(LEASE),
-            "--metrics-listen", f"127.0.0.1:{metrics}"),
-            tmp_path / f"broker-{rid}.log", f"http://127.0.0.1:{metrics}/readyz")
-        replicas[rid] = Replica(rid, f"127.0.0.1:{port}", metrics, proc)
-    try:
-        namesrv.start()
-        for r in replicas.values():
-            r.proc.start()
-        yield f"127.0.0.1:{ns_port}", replicas
-    finally:
-        for r in replicas.values():
-            r.proc.stop()
-        namesrv.stop()
+def group(replica_group):
+    g = replica_group(GROUP, 3, LEASE)
+    # replica ids in start order; each replica's metrics port is the one its readiness URL names
+    replicas = {rid: Replica(rid, addr, int(urllib.parse.urlsplit(proc.ready_url or "").port or 0), proc)
+                for rid, (addr, (proc, _store)) in enumerate(g.replicas.items())}
+    return g.namesrv, replicas
 
 
 def test_switchover_moves_mastership_and_clusterlist_and_metrics_follow(group):
     namesrv, replicas = group
     by_addr = {r.addr: r for r in replicas.values()}
-    rows = _wait("a master with all three replicas in its in-sync set, shown by clusterList",
+    rows = wait_for("a master with all three replicas in its in-sync set, shown by clusterList",
                  lambda: (rs if "0" in (rs := _rows(namesrv)) and len(rs) == 3 and len(rs["0"]) == 7
                           and rs["0"][6] == "0,1,2" else None), 30)
     master = by_addr[rows["0"][3]]
@@ -126,7 +96,7 @@ def test_switchover_moves_mastership_and_clusterlist_and_metrics_follow(group):
     assert f"replica {target.rid} at {target.addr} is master (brokerId 0), was {master.addr}" in run.out
     assert _rows(namesrv)["0"][3] == target.addr
 
-    after = _wait("clusterList showing the new master of the next epoch with the in-sync set",
+    after = wait_for("clusterList showing the new master of the next epoch with the in-sync set",
                   lambda: (rs if (row := (rs := _rows(namesrv)).get("0")) and len(row) == 7
                            and row[4] == f"master/{target.rid}" and int(row[5]) > epoch and row[6] != "-"
                            else None), 15)
@@ -135,17 +105,17 @@ def test_switchover_moves_mastership_and_clusterlist_and_metrics_follow(group):
     assert _value(target.metrics_url, "tidemq_replica_role", role="master") == 1
     assert _value(target.metrics_url, "tidemq_replica_epoch") == new_epoch
     assert _value(master.metrics_url, "tidemq_replica_switchovers_total") == 1
-    _wait("the old master following the new one", lambda: _value(master.metrics_url, "tidemq_replica_role",
+    wait_for("the old master following the new one", lambda: _value(master.metrics_url, "tidemq_replica_role",
                                                                   role="follower") == 1, 15)
 
     # A failover: the replica elected after SIGKILL of the new master exports what the doc lists.
-    _wait("every replica back in the in-sync set",
+    wait_for("every replica back in the in-sync set",
           lambda: (row := _rows(namesrv).get("0")) and len(row) == 7 and row[6] == "0,1,2", 20)
     target.proc.kill()
-    survivor = _wait("another replica registered as brokerId 0",
+    survivor = wait_for("another replica registered as brokerId 0",
                      lambda: (a := (_rows(namesrv).get("0") or [None] * 4)[3]) not in (None, target.addr)
                      and by_addr[a], LEASE + 5)
-    assert _wait("a failover duration", lambda: _value(survivor.metrics_url, "tidemq_replica_failover_seconds"),
+    assert wait_for("a failover duration", lambda: _value(survivor.metrics_url, "tidemq_replica_failover_seconds"),
                  10) < LEASE + 5
     gone = tidemq("admin", "switchover", "-n", namesrv, "-b", GROUP, "--to", str(target.rid))
     assert_clean_failure(gone, f"replica {target.rid} is not an in-sync follower")
