@@ -7,13 +7,14 @@ compares :func:`spec_hash` values to decide what changed. For a Cluster named ``
 - name servers: Service ``c-namesrv-headless`` (headless, publishes not-ready pods so brokers can
   resolve every name server while they start), Service ``c-namesrv`` (ClusterIP, for clients that
   want one address), PodDisruptionBudget ``c-namesrv``, StatefulSet ``c-namesrv``;
-- only when spec.brokers.replicas > 1: ServiceAccount ``c-broker``, Role and RoleBinding
+- when spec.brokers.replicas > 1: ServiceAccount ``c-broker``, Role and RoleBinding
   ``c-broker-leases`` (the election's Leases; :mod:`tidemq.operator.replication` says what else a
-  replicated group changes);
+  replicated group changes); otherwise PodDisruptionBudget ``c-broker`` over every broker pod
+  (maxUnavailable 1);
 - per broker group ``i`` (0 .. spec.brokers.groups-1): ConfigMap ``c-broker-i-config`` (the
   ``broker.conf`` that ``tidemq broker --config`` reads), Service ``c-broker-i-headless``,
-  PodDisruptionBudget ``c-broker-i``, StatefulSet ``c-broker-i`` (broker name ``c-broker-i``, one
-  PVC ``data`` per pod).
+  PodDisruptionBudget ``c-broker-i`` (replicated groups only: replicas - minInSync), StatefulSet
+  ``c-broker-i`` (broker name ``c-broker-i``, one PVC ``data`` per pod).
 
 Invariants:
 - An external Cluster (spec.external) yields no objects.
@@ -26,6 +27,12 @@ Invariants:
   ``tidemq.io/config-hash``), so the StatefulSet rolls its pods one at a time (RollingUpdate,
   OrderedReady, each pod only after the previous is ready again). Rolling one broker group after
   another is the operator's job: apply a group's StatefulSet after the previous group is ready.
+- No pod is covered by two PodDisruptionBudgets (the eviction API refuses such a pod): lone
+  brokers share the Cluster-wide budget, a replicated group's pods only their group's.
+- Placement (spec.placement): name servers keep apart from each other, lone brokers from every
+  broker of the Cluster, a replicated group's replicas from each other (preferred or required
+  anti-affinity on one topology key), and every pod gets the topology spread constraints over
+  the same pods.
 - The HTTP endpoint (/metrics, /healthz, /readyz) always runs because the probes use it;
   spec.metrics.enabled only adds the Prometheus scrape annotations.
 - Some StatefulSet fields cannot be patched (selector, serviceName, podManagementPolicy, volume
@@ -118,7 +125,7 @@ def _defaulted(cluster: dict[str, Any]) -> dict[str, Any]:
     spec = obj.setdefault("spec", {})
     if not spec.get("external"):
         # a managed cluster: absent sections mean "all defaults" (the CRD defaults only fields)
-        for section in ("nameServers", "brokers", "metrics"):
+        for section in ("nameServers", "brokers", "metrics", "placement"):
             spec.setdefault(section, {})
         spec["brokers"].setdefault("storage", {})
     return apply_defaults(openapi_schema("Cluster"), obj)
@@ -232,19 +239,31 @@ def _resources(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: dict(res[k]) for k in ("requests", "limits") if res.get(k)}
 
 
-def _anti_affinity(cluster_name: str, component: str) -> dict[str, Any]:
-    """Prefer one pod of a component per node (preferred, so a one-node cluster still schedules)."""
-    return {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{
-                "weight": 100,
-                "podAffinityTerm": {
-                    "labelSelector": {"matchLabels": _selector(cluster_name, component)},
-                    "topologyKey": "kubernetes.io/hostname",
-                },
-            }],
-        },
-    }
+def _placement(spec: dict[str, Any], apart: dict[str, str], spread: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pod-spec fields of spec.placement: anti-affinity among the pods ``apart`` selects, and
+    topology spread constraints over the same pods. ``spread`` (a replicated group's component)
+    adds a weaker preference that keeps different groups apart too.
+
+    Preferred anti-affinity still lets a one-node cluster schedule every pod; required keeps a
+    pod Pending instead, so one node never holds two pods ``apart`` selects."""
+    p = spec["placement"]
+    term = {"labelSelector": {"matchLabels": dict(apart)}, "topologyKey": p["antiAffinityTopologyKey"]}
+    preferred = [] if p["antiAffinity"] == "required" else [{"weight": 100, "podAffinityTerm": term}]
+    if spread is not None:
+        preferred.append({"weight": 50, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": dict(spread)}, "topologyKey": p["antiAffinityTopologyKey"]}})
+    anti: dict[str, Any] = {}
+    if p["antiAffinity"] == "required":
+        anti["requiredDuringSchedulingIgnoredDuringExecution"] = [term]
+    if preferred:
+        anti["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    out: dict[str, Any] = {"affinity": {"podAntiAffinity": anti}}
+    if p["topologySpread"]:
+        out["topologySpreadConstraints"] = [
+            {"maxSkew": t["maxSkew"], "topologyKey": t["topologyKey"], "whenUnsatisfiable": t["whenUnsatisfiable"],
+             "labelSelector": {"matchLabels": dict(apart)}}
+            for t in p["topologySpread"]]
+    return out
 
 
 def _downward_env() -> list[dict[str, Any]]:
@@ -346,7 +365,8 @@ def _service(cluster: dict[str, Any], name: str, labels: dict[str, str], selecto
 def _pdb(cluster: dict[str, Any], name: str, labels: dict[str, str], selector: dict[str, str],
          max_unavailable: int = 1) -> dict[str, Any]:
     # maxUnavailable, not minAvailable: a one-pod StatefulSet must not block node drains forever.
-    # A replicated group passes replicas - minInSync (tidemq.operator.replication).
+    # A replicated group passes replicas - minInSync (tidemq.operator.replication); lone brokers
+    # share one budget of 1 over the Cluster's brokers.
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -450,7 +470,7 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
                 "spec": {
                     "terminationGracePeriodSeconds": NAMESRV_GRACE_SECONDS,
                     "enableServiceLinks": False,
-                    "affinity": _anti_affinity(name, "namesrv"),
+                    **_placement(spec, selector),
                     **_pod_security(),
                     "containers": [container],
                     "volumes": [dict(TMP_VOLUME)],
@@ -548,7 +568,7 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: b
                 "spec": {
                     "terminationGracePeriodSeconds": BROKER_GRACE_SECONDS,
                     "enableServiceLinks": False,
-                    "affinity": _anti_affinity(name, "broker"),
+                    **_placement(spec, *_broker_apart(name, group, b)),
                     **_pod_security(),
                     "containers": [container],
                     "volumes": [{"name": "config", "configMap": {"name": cm["metadata"]["name"]}},
@@ -572,13 +592,23 @@ def _broker_objects(c: dict[str, Any], group: int, namesrv_addr: str, signing: b
     service = _service(c, headless, labels, selector, ports, headless=True)
     rspec = replication.replication_spec(b)
     replication.apply_to_broker(rspec, name, port, container, sts["spec"]["template"]["spec"], sts["spec"], service)
-    budget = rspec.max_unavailable if rspec.replicated else 1
-    return [
-        cm,
-        service,
-        _pdb(c, broker_name(name, group), labels, selector, budget),
-        sts,
-    ]
+    # a lone broker's disruption budget spans the Cluster's brokers (brokers_budget)
+    budget = [_pdb(c, broker_name(name, group), labels, selector, rspec.max_unavailable)] if rspec.replicated else []
+    return [cm, service, *budget, sts]
+
+
+def _broker_apart(cluster_name: str, group: int, brokers: dict[str, Any]) -> tuple[dict[str, str], dict[str, str] | None]:
+    """(the pods a broker keeps apart from, the pods it prefers to be apart from as well): a
+    replicated group's replicas from each other (then the other groups, more weakly), a lone
+    broker from every other broker of the Cluster."""
+    if replication.replication_spec(brokers).replicated:
+        return _selector(cluster_name, "broker", group), _selector(cluster_name, "broker")
+    return _selector(cluster_name, "broker"), None
+
+
+def brokers_budget_name(cluster_name: str) -> str:
+    """Name of the one PodDisruptionBudget over every broker pod of a Cluster of lone brokers."""
+    return f"{cluster_name}-broker"
 
 
 def desired_objects(cluster: dict[str, Any], namesrv_acl: bool = True, broker_signing: bool = True) -> list[dict[str, Any]]:
@@ -600,6 +630,10 @@ def desired_objects(cluster: dict[str, Any], namesrv_acl: bool = True, broker_si
     name = _meta(c)[0]
     if replication.replication_spec(spec["brokers"]).replicated:  # before the first broker group
         objs += replication.rbac_objects(lambda n: _metadata(c, n, _labels(name, "broker")), name)
+    else:
+        # Lone brokers: one budget over all of them, so a node drain evicts one broker of the
+        # Cluster at a time (a budget per group let it evict every group's only pod at once).
+        objs.append(_pdb(c, brokers_budget_name(name), _labels(name, "broker"), _selector(name, "broker")))
     for group in range(spec["brokers"]["groups"]):
         objs += _broker_objects(c, group, addr, broker_signing)
     return [_stamp(o) for o in objs]

@@ -58,7 +58,7 @@ def test_lone_broker_groups_stay_as_they_were():
     assert sts["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in sts["spec"]["template"]["spec"]
     assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
-    assert _by(objs, "PodDisruptionBudget", "demo-broker-0")["spec"]["maxUnavailable"] == 1
+    assert _by(objs, "PodDisruptionBudget", "demo-broker")["spec"]["maxUnavailable"] == 1  # issue 18: one over all lone brokers
 
 
 def test_replicated_objects_validate_and_rbac_comes_before_the_brokers(objs):

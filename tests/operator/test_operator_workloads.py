@@ -16,6 +16,7 @@ import yaml
 from tidemq.cli.config import load_config_file
 from tidemq.cli.servers import broker_cmd
 from tidemq.errors import ConfigError
+from tidemq.operator import crds
 from tidemq.operator import workloads as w
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,11 +55,12 @@ def test_the_expected_objects_in_apply_order(objs):
     expected = [
         ("Service", "demo-namesrv-headless"), ("Service", "demo-namesrv"),
         ("PodDisruptionBudget", "demo-namesrv"), ("StatefulSet", "demo-namesrv"),
+        ("PodDisruptionBudget", "demo-broker"),  # lone brokers: one budget over all of them
     ]
     for g in (0, 1):
         expected += [
             ("ConfigMap", f"demo-broker-{g}-config"), ("Service", f"demo-broker-{g}-headless"),
-            ("PodDisruptionBudget", f"demo-broker-{g}"), ("StatefulSet", f"demo-broker-{g}"),
+            ("StatefulSet", f"demo-broker-{g}"),
         ]
     assert got == expected
 
@@ -94,10 +96,6 @@ def test_selectors_match_pods_and_are_distinct_per_group(objs):
         sel = sts["spec"]["selector"]["matchLabels"]
         assert sel.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
         selectors.add(tuple(sorted(sel.items())))
-        name = sts["metadata"]["name"]
-        pdb = _by(objs, "PodDisruptionBudget", name)
-        assert pdb["spec"]["selector"]["matchLabels"] == sel
-        assert pdb["spec"]["maxUnavailable"] == 1
         svc = _by(objs, "Service", sts["spec"]["serviceName"])
         assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
         assert svc["spec"]["selector"] == sel
@@ -166,12 +164,127 @@ def test_graceful_stop_and_anti_affinity(objs):
         sleep = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
         assert c["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
         assert pod["terminationGracePeriodSeconds"] >= sleep + 20  # time left to flush and unregister
-        [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        anti = pod["affinity"]["podAntiAffinity"]
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti  # preferred by default
+        [term] = anti["preferredDuringSchedulingIgnoredDuringExecution"]
         component = sts["metadata"]["labels"]["app.kubernetes.io/component"]
         assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
-        assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {
-            "app.kubernetes.io/name": "tidemq", "app.kubernetes.io/instance": "demo",
-            "app.kubernetes.io/component": component}
+        selector = {"app.kubernetes.io/name": "tidemq", "app.kubernetes.io/instance": "demo",
+                    "app.kubernetes.io/component": component}
+        assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+        # by default spread over zones, as a preference (nodes without the zone label change nothing)
+        assert pod["topologySpreadConstraints"] == [{
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector}}]
+
+
+# -- disruption budgets and placement (issue 18, item 11) ----------------------------------------
+
+def _budgets_of(objs, pod_labels):
+    return [p["metadata"]["name"] for p in _by(objs, "PodDisruptionBudget")
+            if p["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()]
+
+
+@pytest.mark.parametrize("brokers", [{"groups": 3}, {"groups": 3, "replicas": 3}, {"groups": 2, "replicas": 2}])
+def test_every_pod_has_exactly_one_disruption_budget(brokers):
+    """The eviction API refuses a pod that two budgets select, so a drain could not move it."""
+    objs = w.desired_objects(_cluster(brokers=brokers))
+    for sts in _by(objs, "StatefulSet"):
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert len(_budgets_of(objs, labels)) == 1, (sts["metadata"]["name"], _budgets_of(objs, labels))
+
+
+def test_lone_brokers_share_one_budget_so_a_drain_evicts_one_at_a_time():
+    objs = w.desired_objects(_cluster(brokers={"groups": 3}))
+    brokers = [s for s in _by(objs, "StatefulSet") if s["metadata"]["name"].startswith("demo-broker-")]
+    assert len(brokers) == 3
+    for sts in brokers:
+        assert _budgets_of(objs, sts["spec"]["template"]["metadata"]["labels"]) == ["demo-broker"]
+    pdb = _by(objs, "PodDisruptionBudget", "demo-broker")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert [p["metadata"]["name"] for p in _by(objs, "PodDisruptionBudget")] == ["demo-namesrv", "demo-broker"]
+
+
+def test_replicated_groups_keep_a_budget_each_and_no_cluster_wide_one():
+    objs = w.desired_objects(_cluster(brokers={"groups": 2, "replicas": 3}))
+    names = [p["metadata"]["name"] for p in _by(objs, "PodDisruptionBudget")]
+    assert names == ["demo-namesrv", "demo-broker-0", "demo-broker-1"]
+    for g in (0, 1):
+        pdb = _by(objs, "PodDisruptionBudget", f"demo-broker-{g}")
+        assert pdb["spec"]["maxUnavailable"] == 1  # replicas 3 - minInSync 2
+        assert pdb["spec"]["selector"]["matchLabels"][w.BROKER_GROUP_LABEL] == str(g)
+
+
+def test_required_anti_affinity_keeps_replicas_of_a_group_on_different_nodes():
+    objs = w.desired_objects(_cluster(brokers={"groups": 2, "replicas": 3},
+                                      placement={"antiAffinity": "required", "topologySpread": []}))
+    for g in (0, 1):
+        pod = _by(objs, "StatefulSet", f"demo-broker-{g}")["spec"]["template"]["spec"]
+        anti = pod["affinity"]["podAntiAffinity"]
+        [term] = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"] == w.broker_selector("demo", g)  # its own group only
+        # different groups only prefer to be apart: 2 groups x 3 replicas fit on 3 nodes
+        [weak] = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert weak["weight"] < 100 and w.BROKER_GROUP_LABEL not in weak["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert "topologySpreadConstraints" not in pod  # [] turns spreading off
+    ns = _by(objs, "StatefulSet", "demo-namesrv")["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert list(ns) == ["requiredDuringSchedulingIgnoredDuringExecution"]
+    for o in objs:
+        kubernetes_validate.validate(o, "1.30", strict=True)
+
+
+def test_lone_brokers_keep_apart_from_every_broker_and_spread_as_configured():
+    spread = [{"topologyKey": "topology.kubernetes.io/zone", "maxSkew": 2, "whenUnsatisfiable": "DoNotSchedule"},
+              {"topologyKey": "kubernetes.io/hostname"}]
+    objs = w.desired_objects(_cluster(brokers={"groups": 2}, placement={
+        "antiAffinity": "required", "antiAffinityTopologyKey": "topology.kubernetes.io/zone", "topologySpread": spread}))
+    pod = _by(objs, "StatefulSet", "demo-broker-1")["spec"]["template"]["spec"]
+    [term] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    all_brokers = {"app.kubernetes.io/name": "tidemq", "app.kubernetes.io/instance": "demo",
+                   "app.kubernetes.io/component": "broker"}
+    assert term == {"labelSelector": {"matchLabels": all_brokers}, "topologyKey": "topology.kubernetes.io/zone"}
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+    assert [(t["topologyKey"], t["maxSkew"], t["whenUnsatisfiable"]) for t in pod["topologySpreadConstraints"]] == [
+        ("topology.kubernetes.io/zone", 2, "DoNotSchedule"), ("kubernetes.io/hostname", 1, "ScheduleAnyway")]
+    assert all(t["labelSelector"]["matchLabels"] == all_brokers for t in pod["topologySpreadConstraints"])
+    for o in objs:
+        kubernetes_validate.validate(o, "1.30", strict=True)
+
+
+def test_a_placement_change_rolls_the_pods(objs):
+    changed = w.desired_objects(_cluster(placement={"antiAffinity": "required"}))
+    for name in ("demo-namesrv", "demo-broker-0"):
+        assert w.spec_hash(_by(changed, "StatefulSet", name)) != w.spec_hash(_by(objs, "StatefulSet", name))
+
+
+def _admit(**spec):
+    c = _cluster(**spec)
+    del c["metadata"]["uid"]
+    return crds.admit(c)
+
+
+@pytest.mark.parametrize("placement, where", [
+    ({"antiAffinity": "sometimes"}, "antiAffinity"),
+    ({"antiAffinityTopologyKey": ""}, "antiAffinityTopologyKey"),
+    ({"topologySpread": [{"maxSkew": 1}]}, "topologyKey"),
+    ({"topologySpread": [{"topologyKey": "zone", "maxSkew": 0}]}, "maxSkew"),
+    ({"topologySpread": [{"topologyKey": "zone", "whenUnsatisfiable": "Never"}]}, "whenUnsatisfiable"),
+    ({"topologySpread": {"topologyKey": "zone"}}, "topologySpread"),
+])
+def test_the_crd_refuses_bad_placement(placement, where):
+    _obj, problems = _admit(placement=placement)
+    assert problems and any(where in p for p in problems), problems
+
+
+def test_the_crd_defaults_placement():
+    obj, problems = _admit(placement={"topologySpread": [{"topologyKey": "kubernetes.io/hostname"}]})
+    assert problems == []
+    assert obj["spec"]["placement"] == {
+        "antiAffinity": "preferred", "antiAffinityTopologyKey": "kubernetes.io/hostname",
+        "topologySpread": [{"topologyKey": "kubernetes.io/hostname", "maxSkew": 1, "whenUnsatisfiable": "ScheduleAnyway"}]}
+    assert _admit()[1] == []
 
 
 def test_prometheus_annotations_follow_spec_metrics(objs):
