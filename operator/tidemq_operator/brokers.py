@@ -6,7 +6,8 @@ Invariants:
 - "The cluster" is every master broker the name servers know (``mqadmin -c`` semantics for each
   cluster they report), so an external cluster needs only its name-server addresses.
 - Topic reconciliation is one pass of the pure state machine in :mod:`tidemq.operator.topics` per
-  broker: idempotent, safe to repeat, never lowers read queues before they are drained.
+  broker: idempotent, safe to repeat, never lowers read queues before they are drained. Every
+  UPDATE_AND_CREATE_TOPIC carries the topic attribute ``message.type`` of the spec's messageType.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from tidemq.errors import TideMQError
 from tidemq.operator import workloads
 from tidemq.operator.groups import GroupSpec
 from tidemq.operator.topics import (
+    DEFAULT_MESSAGE_TYPE,
+    MESSAGE_TYPE_ATTRIBUTE,
     Action,
     BrokerQueues,
     InvalidSpec,
@@ -66,10 +69,6 @@ class TopicReport:
     def draining(self) -> dict[str, tuple[int, ...]]:
         return {b: s.draining for b, s in self.steps.items() if s.is_draining}
 
-    @property
-    def ready(self) -> bool:
-        return bool(self.steps) and all(s.action is Action.READY for s in self.steps.values())
-
 
 async def masters(admin: Admin) -> dict[str, str]:
     """broker name -> master address, over every cluster the name servers know."""
@@ -89,8 +88,10 @@ async def broker_queues(admin: Admin, addr: str, topic: str) -> BrokerQueues | N
     tc = (await admin.broker_topic_configs(addr)).get(topic)
     if tc is None:
         return None
+    attributes = tc.get("attributes") or {}
     return BrokerQueues(int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)),
-                        int(tc.get("perm", 6)) & 6, bool(tc.get("order", False)))
+                        int(tc.get("perm", 6)) & 6, bool(tc.get("order", False)),
+                        str(attributes.get(MESSAGE_TYPE_ATTRIBUTE) or DEFAULT_MESSAGE_TYPE))
 
 
 async def _drain_state(admin: Admin, topic: str, broker: str, addr: str,
@@ -122,8 +123,9 @@ async def reconcile_topic(admin: Admin, spec: TopicSpec) -> TopicReport:
             log.info("topic %s on %s (%s): %s read=%d write=%d perm=%s", spec.topic_name, name,
                      addr, step.action.value, step.read, step.write, perm_name(step.perm))
             await admin.create_topic(spec.topic_name, step.read, step.write, step.perm,
-                                     spec.order, broker_addr=addr)
-            after = BrokerQueues(step.read, step.write, step.perm, spec.order)
+                                     spec.order, broker_addr=addr,
+                                     attributes={MESSAGE_TYPE_ATTRIBUTE: spec.message_type})
+            after = BrokerQueues(step.read, step.write, step.perm, spec.order, spec.message_type)
         else:
             after = have if have is not None else BrokerQueues(0, 0, 0)
         report.steps[name] = step

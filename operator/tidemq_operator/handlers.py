@@ -10,8 +10,12 @@ Invariants:
 - Broker calls are async (tidemq.client.Admin) and bounded by ``admin_timeout``; Kubernetes API
   calls of the Cluster handler run in a worker thread. Nothing blocks the event loop.
 - Status is written only through kopf's ``patch`` (never a separate PATCH of the object).
-- Invalid specs raise kopf.PermanentError after a Ready=False/Error=True condition and a Warning
+- Status tells the truth: Ready=False always carries a reason (InvalidSpec, ClusterNotFound,
+  BrokerUnavailable, Draining, Unreachable ...); there is no separate Error condition (one written
+  by an older operator is dropped). Every condition carries the metadata.generation it was set for.
+- Invalid specs raise kopf.PermanentError after a Ready=False (InvalidSpec) condition and a Warning
   Event; an unreachable or unknown cluster raises kopf.TemporaryError(delay).
+- An external Cluster is Ready only while its name servers answer and know a broker.
 - Topic deletion holds kopf's finalizer until the topic is gone from brokers and name servers,
   but at most ``delete_retries`` retries when the cluster is gone: then it is released with a
   Warning Event, so a Topic never hangs in Terminating forever.
@@ -55,7 +59,7 @@ from tidemq.operator import brokers, clusterkey, groupops, grouproll, rollout, w
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
-from tidemq.operator.topics import InvalidSpec, topic_spec
+from tidemq.operator.topics import InvalidSpec, readiness, topic_spec
 
 log = logging.getLogger(__name__)
 
@@ -115,33 +119,46 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Conditions this operator once wrote and no longer does: dropped from any status it rewrites.
+_RETIRED_CONDITIONS = frozenset({"Error"})  # Ready=False with a reason says the same
+
+
 def set_condition(conditions: list[dict] | None, ctype: str, status: bool, reason: str,
-                  message: str = "", now: str | None = None) -> list[dict]:
-    """A new conditions list with ``ctype`` set; lastTransitionTime moves only on a change."""
+                  message: str = "", now: str | None = None, generation: int | None = None) -> list[dict]:
+    """A new conditions list with ``ctype`` set; lastTransitionTime moves only on a change.
+    ``generation`` is the metadata.generation the condition describes (observedGeneration)."""
     value = "True" if status else "False"
-    out = [dict(c) for c in conditions or [] if c.get("type") != ctype]
+    out = [dict(c) for c in conditions or []
+           if c.get("type") != ctype and c.get("type") not in _RETIRED_CONDITIONS]
     old = next((c for c in conditions or [] if c.get("type") == ctype), None)
     since = now or _now()
     if old is not None and old.get("status") == value:
         since = old.get("lastTransitionTime", since)
-    out.append({"type": ctype, "status": value, "reason": reason, "message": message,
-                "lastTransitionTime": since})
+    cond: dict[str, Any] = {"type": ctype, "status": value, "reason": reason, "message": message,
+            "lastTransitionTime": since}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    out.append(cond)
     return sorted(out, key=lambda c: c["type"])
 
 
-def _conditions(patch: kopf.Patch, status: Mapping, *items: tuple[str, bool, str, str]) -> None:
-    conds = list(status.get("conditions") or [])
+def _conditions(patch: kopf.Patch, body: kopf.Body, *items: tuple[str, bool, str, str]) -> None:
+    """Set ``items`` on the body's conditions, each stamped with the body's generation (the
+    generation of every condition is rewritten: the pass judged them all for this spec)."""
+    gen = body.metadata.get("generation")
+    conds = list(body.status.get("conditions") or [])
     now = _now()
     for ctype, ok, reason, message in items:
-        conds = set_condition(conds, ctype, ok, reason, message, now)
+        conds = set_condition(conds, ctype, ok, reason, message, now, gen)
+    if gen is not None:
+        conds = [{**c, "observedGeneration": gen} for c in conds]
     patch.status["conditions"] = conds
 
 
-def _invalid(kind: str, body: kopf.Body, patch: kopf.Patch, status: Mapping, exc: Exception,
+def _invalid(kind: str, body: kopf.Body, patch: kopf.Patch, exc: Exception,
              metrics: OperatorMetrics) -> kopf.PermanentError:
     message = str(exc)
-    _conditions(patch, status, ("Ready", False, "InvalidSpec", message),
-                ("Error", True, "InvalidSpec", message))
+    _conditions(patch, body, ("Ready", False, "InvalidSpec", message))
     kopf.warn(body, reason="InvalidSpec", message=message)
     metrics.result(kind, "invalid", "InvalidSpec")
     return kopf.PermanentError(f"invalid {kind} spec: {message}")
@@ -181,50 +198,46 @@ async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
         except InvalidSpec as exc:
             if timer:
                 return
-            raise _invalid(kind, body, patch, status, exc, metrics) from None
+            raise _invalid(kind, body, patch, exc, metrics) from None
         cluster = _cluster(clusters, meta.namespace, tspec.cluster)
         if cluster is None:
-            return _not_ready(kind, patch, status, config, metrics, "ClusterNotFound",
+            return _not_ready(kind, patch, body, config, metrics, "ClusterNotFound",
                               f"Cluster {tspec.cluster!r} not found in namespace {meta.namespace}")
         try:
             servers = brokers.name_servers_of(cluster)
         except InvalidSpec as exc:
-            return _not_ready(kind, patch, status, config, metrics, "ClusterInvalid", str(exc))
+            return _not_ready(kind, patch, body, config, metrics, "ClusterInvalid", str(exc))
         if not servers:
-            return _not_ready(kind, patch, status, config, metrics, "ClusterNotReady",
+            return _not_ready(kind, patch, body, config, metrics, "ClusterNotReady",
                               f"Cluster {tspec.cluster!r} has no name-server address yet")
         try:
             async with _lock(meta.uid or meta.name or ""), Admin(servers, config.client_config) as admin:
                 report = await asyncio.wait_for(brokers.reconcile_topic(admin, tspec),
                                                 config.admin_timeout)
         except (TideMQError, TimeoutError) as exc:
-            return _not_ready(kind, patch, status, config, metrics, "BrokerUnavailable",
+            return _not_ready(kind, patch, body, config, metrics, "BrokerUnavailable",
                               f"cluster {tspec.cluster!r}: {exc or 'timed out'}")
-        draining = report.draining
         patch.status["topicName"] = tspec.topic_name
         patch.status["observedGeneration"] = meta.get("generation")
         patch.status["brokers"] = report.brokers
         patch.status["readQueueNums"] = min((b["readQueueNums"] for b in report.brokers), default=0)
         patch.status["writeQueueNums"] = min((b["writeQueueNums"] for b in report.brokers), default=0)
-        if draining:
+        ready, reason, message = readiness(report.steps)
+        if draining := report.draining:
             msg = "; ".join(f"{b}: queues {list(q)} still hold unconsumed messages" if q else
                             f"{b}: writes moved off the queues that go away"
                             for b, q in sorted(draining.items()))
-            _conditions(patch, status, ("Ready", False, "Draining", msg),
-                        ("Draining", True, "Draining", msg), ("Error", False, "None", ""))
+            _conditions(patch, body, ("Ready", False, "Draining", msg), ("Draining", True, "Draining", msg))
             metrics.result(kind, "draining")
         else:
-            ok = report.ready or all(s.writes for s in report.steps.values())
-            _conditions(patch, status, ("Ready", ok, "Reconciled", f"{len(report.brokers)} broker(s)"),
-                        ("Draining", False, "None", ""), ("Error", False, "None", ""))
-            metrics.result(kind, "ok")
+            _conditions(patch, body, ("Ready", ready, reason, message), ("Draining", False, "None", ""))
+            metrics.result(kind, "ok" if ready else "retry", None if ready else reason)
         metrics.track(kind, meta.uid or meta.name or "")
 
 
-def _not_ready(kind: str, patch: kopf.Patch, status: Mapping, config: OperatorConfig,
+def _not_ready(kind: str, patch: kopf.Patch, body: kopf.Body, config: OperatorConfig,
                metrics: OperatorMetrics, reason: str, message: str) -> None:
-    _conditions(patch, status, ("Ready", False, reason, message),
-                ("Error", True, reason, message))
+    _conditions(patch, body, ("Ready", False, reason, message))
     metrics.result(kind, "retry", reason)
     raise kopf.TemporaryError(message, delay=config.retry_delay)
 
@@ -274,7 +287,7 @@ async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: k
 
 async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
                      patch: kopf.Patch, clusters: kopf.Index, timer: bool = False) -> None:
-    meta, spec, status = body.metadata, body.spec, body.status
+    meta, spec = body.metadata, body.spec
     kind = "ConsumerGroup"
     with metrics.timed(kind):
         try:
@@ -282,10 +295,10 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
         except InvalidSpec as exc:
             if timer:
                 return
-            raise _invalid(kind, body, patch, status, exc, metrics) from None
+            raise _invalid(kind, body, patch, exc, metrics) from None
         cluster = _cluster(clusters, meta.namespace, gspec.cluster)
         if cluster is None:
-            return _not_ready(kind, patch, status, config, metrics, "ClusterNotFound",
+            return _not_ready(kind, patch, body, config, metrics, "ClusterNotFound",
                               f"Cluster {gspec.cluster!r} not found in namespace {meta.namespace}")
         servers = brokers.name_servers_of(cluster)
         try:
@@ -295,7 +308,7 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
                     return done, await brokers.group_lag(admin, gspec.group_name)
                 done, (lag, online) = await asyncio.wait_for(both(), config.admin_timeout)
         except (TideMQError, TimeoutError) as exc:
-            return _not_ready(kind, patch, status, config, metrics, "BrokerUnavailable",
+            return _not_ready(kind, patch, body, config, metrics, "BrokerUnavailable",
                               f"cluster {gspec.cluster!r}: {exc or 'timed out'}")
         patch.status["groupName"] = gspec.group_name
         patch.status["observedGeneration"] = meta.get("generation")
@@ -303,8 +316,7 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
         patch.status["totalLag"] = sum(lag.values())
         patch.status["consumersOnline"] = len(online)
         patch.status["lastLagTime"] = _now()
-        _conditions(patch, status, ("Ready", True, "Reconciled", f"{len(done)} broker(s)"),
-                    ("Error", False, "None", ""))
+        _conditions(patch, body, ("Ready", True, "Reconciled", f"{len(done)} broker(s)"))
         metrics.result(kind, "ok")
         metrics.track(kind, meta.uid or meta.name or "")
 
@@ -370,29 +382,34 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             try:
                 servers = brokers.name_servers_of(cluster)
             except InvalidSpec as exc:
-                raise _invalid(kind, body, patch, status, exc, metrics) from None
+                raise _invalid(kind, body, patch, exc, metrics) from None
             patch.status["nameServerAddress"] = ";".join(servers)
             patch.status["observedGeneration"] = meta.get("generation")
             try:
                 async with Admin(servers, config.client_config) as admin:
                     info = await asyncio.wait_for(admin.cluster_info(), config.admin_timeout)
+            except (TideMQError, TimeoutError) as exc:
+                log.info("external cluster %s not reachable: %s", meta.name, exc)
+                patch.status["brokers"], patch.status["readyBrokers"] = [], 0
+                ready = (False, "Unreachable", f"no name server of {', '.join(servers)} answered "
+                         f"({exc or 'timed out'}); check spec.external.nameServers and the network")
+            else:
                 patch.status["brokers"] = [
                     {"name": n, "brokerId": bid, "address": addr}
                     for n, bd in sorted(info.broker_addr_table.items())
                     for bid, addr in sorted(bd.broker_addrs.items())
                 ]
                 patch.status["readyBrokers"] = len(patch.status["brokers"])
-            except (TideMQError, TimeoutError) as exc:
-                log.info("external cluster %s not reachable yet: %s", meta.name, exc)
-                patch.status["brokers"] = []
-            _conditions(patch, status, ("Ready", True, "External",
-                                        "external cluster: topics and groups only"),
-                        ("Progressing", False, "None", ""), ("Degraded", False, "None", ""))
-            metrics.result(kind, "ok")
+                ready = ((True, "External", "external cluster: topics and groups only")
+                         if info.all_master_addrs() else
+                         (False, "NoBroker", "the name servers answer but know no master broker yet"))
+            _conditions(patch, body, ("Ready", *ready), ("Progressing", False, "None", ""),
+                        ("Degraded", False, "None", ""))
+            metrics.result(kind, "ok" if ready[0] else "retry", None if ready[0] else ready[1])
             metrics.track(kind, meta.uid or meta.name or "")
             return
         if not config.apply_workloads:
-            _conditions(patch, status, ("Ready", False, "NotManaged",
+            _conditions(patch, body, ("Ready", False, "NotManaged",
                                         "this operator build does not create workloads"))
             metrics.result(kind, "error", "NotManaged")
             return
@@ -401,7 +418,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
         if config.cluster_key_file and creds is None:
             msg = (f"waiting for the operator's master key at {config.cluster_key_file} (the Secret "
                    f"{config.cluster_key_secret or '?'} mounted by the chart; it appears within a minute or two)")
-            _conditions(patch, status, ("Ready", False, "WaitingForClusterKey", msg))
+            _conditions(patch, body, ("Ready", False, "WaitingForClusterKey", msg))
             metrics.result(kind, "retry", "WaitingForClusterKey")
             raise kopf.TemporaryError(msg, delay=config.retry_delay)
         signing = creds is not None
@@ -419,7 +436,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             address = workloads.name_server_address(cluster)
             secret = clusterkey.cluster_key_secret(cluster, creds) if creds else None
         except (ConfigError, ValueError, KeyError, TypeError) as exc:
-            raise _invalid(kind, body, patch, status, exc, metrics) from None
+            raise _invalid(kind, body, patch, exc, metrics) from None
         sts_names = [o["metadata"]["name"] for o in objs if o["kind"] == "StatefulSet"]
         try:
             if secret is not None and await asyncio.to_thread(_create_once, secret, namespace):
@@ -480,11 +497,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
                     for c in conditions]
         elif repl is not None and (status.get("groups") or status.get("replication")):
             patch.status["groups"] = patch.status["replication"] = None  # no replicated group any more
-        gen = meta.get("generation")
-        _conditions(patch, status, *conditions)
-        if gen is not None:
-            for c in patch.status["conditions"]:
-                c["observedGeneration"] = gen
+        _conditions(patch, body, *conditions)
         if decision.blocked:
             metrics.result(kind, "error", "ImmutableFieldChange")
         else:

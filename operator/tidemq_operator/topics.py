@@ -10,6 +10,11 @@ Invariants:
   keeps feeding a queue that is about to disappear; the final step applies the desired counts.
 - A queue with retained messages that no consumer group has offsets for counts as undrained:
   the operator cannot know nobody will read it, so it waits (deleting the Topic is the escape).
+- ``messageType`` is the topic attribute ``message.type`` (RocketMQ 5) on every broker; a broker
+  that reports none has NORMAL (RocketMQ's default), so a broker without attributes (RocketMQ 4)
+  is in sync for NORMAL topics and gets the attribute re-sent, harmlessly, for the others.
+- A Topic is Ready when, after the pass, every broker has it as specified: a broker found ready
+  and one just updated to the desired counts count alike (:func:`readiness`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ MAX_QUEUES = 1024
 DEFAULT_QUEUES = 8
 PERMS = {"R": 4, "W": 2, "RW": 6}
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+MESSAGE_TYPE_ATTRIBUTE = "message.type"  # RocketMQ 5's topic attribute name
+DEFAULT_MESSAGE_TYPE = "NORMAL"           # what RocketMQ reads when a topic has no message.type
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789%|-_")
 MAX_TOPIC_LENGTH = 127
 
@@ -54,6 +61,7 @@ class BrokerQueues:
     write: int
     perm: int = 6
     order: bool = False
+    message_type: str = DEFAULT_MESSAGE_TYPE
 
 
 class Action(enum.Enum):
@@ -174,17 +182,33 @@ def plan(desired: TopicSpec, current: BrokerQueues | None,
     if current is None:
         return Step(Action.APPLY, r, w, p)
     if r >= current.read:
-        if (current.read, current.write, current.perm, current.order) == (r, w, p, desired.order):
+        if (current.read, current.write, current.perm, current.order, current.message_type) == \
+                (r, w, p, desired.order, desired.message_type):
             return Step(Action.READY, r, w, p)
         return Step(Action.APPLY, r, w, p)
     # Read shrinks: steer writes away first, keep every readable queue until drained.
     draining_write = min(w, r)
-    if current.write > draining_write or current.perm != p or current.order != desired.order:
+    if (current.write > draining_write or current.perm != p or current.order != desired.order
+            or current.message_type != desired.message_type):
         return Step(Action.SHRINK_WRITE, current.read, draining_write, p,
                     tuple(range(r, current.read)))
     if undrained:
         return Step(Action.WAIT_DRAIN, current.read, current.write, p, tuple(undrained))
     return Step(Action.SHRINK_READ, r, w, p)
+
+
+def readiness(steps: Mapping[str, Step]) -> tuple[bool, str, str]:
+    """The Ready condition (status, reason, message) of a pass that took ``steps`` (broker name ->
+    step). A broker that was ready and one the pass updated to the desired counts are both done;
+    a draining broker is not (nor is a pass that saw no broker)."""
+    if not steps:
+        return False, "NoBroker", "the cluster has no master broker"
+    draining = sorted(b for b, s in steps.items() if s.is_draining)
+    if draining:
+        return False, "Draining", f"waiting for consumers on {', '.join(draining)}"
+    updated = sorted(b for b, s in steps.items() if s.writes)
+    message = f"{len(steps)} broker(s)" + (f", updated {', '.join(updated)}" if updated else "")
+    return True, "Reconciled", message
 
 
 def perm_name(perm: int) -> str:

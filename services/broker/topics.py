@@ -105,6 +105,32 @@ def is_system_topic(name: str) -> bool:
     return name in NOT_ALLOWED_SEND or name.startswith("rmq_sys_") or name == DEFAULT_TOPIC
 
 
+# Topic attributes a broker accepts (RocketMQ 5's TopicAttributes), each with its allowed values.
+# message.type says what a topic carries; absent, RocketMQ reads it as NORMAL.
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+TOPIC_ATTRIBUTES: dict[str, frozenset[str]] = {
+    MESSAGE_TYPE_ATTRIBUTE: frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}),
+}
+
+
+def alter_attributes(current: tuple[tuple[str, str], ...],
+                     changes: tuple[tuple[str, str | None], ...]) -> tuple[tuple[str, str], ...]:
+    """``current`` with ``changes`` applied ((key, None) removes), sorted by key; ValueError with a
+    sentence for a key this broker does not know or a value outside the key's allowed set."""
+    out = dict(current)
+    for key, value in changes:
+        allowed = TOPIC_ATTRIBUTES.get(key)
+        if allowed is None:
+            raise ValueError(f"unsupported topic attribute {key!r}; supported: {', '.join(sorted(TOPIC_ATTRIBUTES))}")
+        if value is None:
+            out.pop(key, None)
+        elif value not in allowed:
+            raise ValueError(f"topic attribute {key}={value!r} is invalid; use one of {', '.join(sorted(allowed))}")
+        else:
+            out[key] = value
+    return tuple(sorted(out.items()))
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     topic_name: str
@@ -114,9 +140,10 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: hashable, comparable
 
     def to_json(self) -> dict[str, object]:
-        return {
+        d: dict[str, object] = {
             "topicName": self.topic_name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
@@ -125,6 +152,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "order": self.order,
         }
+        if self.attributes:  # written only when set, as bodies without attributes were before
+            d["attributes"] = dict(self.attributes)
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "TopicConfig":
@@ -136,6 +166,7 @@ class TopicConfig:
             topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
             topic_sys_flag=int(d.get("topicSysFlag", 0)),
             order=bool(d.get("order", False)),
+            attributes=tuple(sorted((str(k), str(v)) for k, v in (d.get("attributes") or {}).items())),
         )
 
     @property

@@ -428,9 +428,10 @@ def test_invalid_spec_gets_a_permanent_error_condition(kube, operator, external,
     create(kube, "Topic", name, spec, validate=False)
     obj = operator.wait("InvalidSpec condition",
                         lambda: (o := get(kube, "Topic", name)) and
-                        condition(o, "Error").get("reason") == "InvalidSpec" and o)
+                        condition(o, "Ready").get("reason") == "InvalidSpec" and o)
     assert condition(obj, "Ready")["status"] == "False"
-    assert next(iter(bad)) in condition(obj, "Error")["message"]
+    assert next(iter(bad)) in condition(obj, "Ready")["message"]
+    assert condition(obj, "Error") == {}  # Ready=False with a reason, no separate Error condition
     events = kubernetes.client.CoreV1Api(kube[1]).list_namespaced_event(NS).items
     expect(operator, any(e.reason == "InvalidSpec" and e.involved_object.name == name
                          for e in events), "an InvalidSpec event")

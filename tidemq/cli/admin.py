@@ -87,7 +87,8 @@ def update_topic(namesrv, cluster, broker, topic, read, write, perm, order) -> N
     """Create or update a topic."""
     target = _target(cluster, broker)
     is_order = _bool(order, "-o") or False
-    done = _with_admin(namesrv, lambda a: a.create_topic(topic, read_queues=read, write_queues=write, perm=int(perm), order=is_order, **target))
+    done = _with_admin(namesrv, lambda a: a.create_topic(topic, read_queues=read, write_queues=write, perm=int(perm), order=is_order,
+                                                          cluster=target["cluster"], broker_addr=target["broker_addr"]))
     for addr in done:
         click.echo(f"create topic to {addr} success.")
     click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, perm={perm}, order={is_order}]")

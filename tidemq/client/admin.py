@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -160,11 +160,13 @@ class Admin(ClientBase):
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        attributes: Mapping[str, str | None] | None = None,
     ) -> list[str]:
         """Create or update ``topic`` on one broker or on every master of ``cluster``.
 
         Returns the broker addresses updated. The brokers register the topic with the name
-        servers themselves.
+        servers themselves. ``attributes`` sets topic attributes (None as a value removes one),
+        e.g. ``{"message.type": "FIFO"}``; those not named keep their value.
         """
         check_topic_name(topic)
         if read_queues < 0 or write_queues < 0 or read_queues + write_queues == 0:
@@ -174,7 +176,7 @@ class Admin(ClientBase):
         addrs = await self._targets(cluster, broker_addr)
 
         async def one(addr: str) -> str:
-            cmd = create_topic_request(topic, read_queues, write_queues, perm, order)
+            cmd = create_topic_request(topic, read_queues, write_queues, perm, order, attributes)
             await self._broker(addr, cmd, f"create topic {topic}")
             return addr
 

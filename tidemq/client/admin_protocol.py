@@ -12,14 +12,15 @@ JSON string holding that object is accepted too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
-
 
 from tidemq.client.route import MessageQueue, Perm
 from tidemq.client.validation import AUTO_CREATE_TOPIC
 from tidemq.errors import CodecError, FrameError
 from tidemq.remoting import RemotingCommand, RequestCode, fastjson
+from tidemq.remoting.headers.admin import encode_attributes
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
@@ -66,21 +67,22 @@ class ConsumerProgress:
 
 
 def create_topic_request(
-    topic: str, read_queues: int, write_queues: int, perm: int, order: bool
+    topic: str, read_queues: int, write_queues: int, perm: int, order: bool,
+    attributes: Mapping[str, str | None] | None = None,
 ) -> RemotingCommand:
-    return RemotingCommand.request(
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": topic,
-            "defaultTopic": AUTO_CREATE_TOPIC,
-            "readQueueNums": read_queues,
-            "writeQueueNums": write_queues,
-            "perm": int(Perm(perm)),
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": bool(order),
-        },
-    )
+    fields: dict[str, object] = {
+        "topic": topic,
+        "defaultTopic": AUTO_CREATE_TOPIC,
+        "readQueueNums": read_queues,
+        "writeQueueNums": write_queues,
+        "perm": int(Perm(perm)),
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": bool(order),
+    }
+    if attributes:  # RocketMQ 5's modification list; brokers before 5 ignore the field
+        fields["attributes"] = encode_attributes(attributes)
+    return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
 
 
 def query_message_request(

@@ -13,13 +13,14 @@ holds it by the group's rule (or with the code the rule gave: FLUSH_SLAVE_TIMEOU
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.broker.messaging.context import refused
 from tidemq.broker.topics import (
     TopicConfig,
+    alter_attributes,
     is_system_topic,
     validate_group_name,
     validate_topic_name,
@@ -87,8 +88,12 @@ class AdminService:
         self._metadata = metadata  # None: not replicated
 
     # topics -----------------------------------------------------------------------------------
-    def update_topic(self, tc: TopicConfig) -> Awaitable[None]:
-        """Create or replace a topic's configuration; await the result before answering."""
+    def update_topic(self, tc: TopicConfig,
+                     attributes: tuple[tuple[str, str | None], ...] = ()) -> Awaitable[None]:
+        """Create or replace a topic's configuration; await the result before answering.
+
+        ``attributes`` are changes to the topic's current attributes ((key, None) removes one), as
+        RocketMQ 5 applies them: an update that names none keeps what the topic has."""
         topic = tc.topic_name
         problem = validate_topic_name(topic)
         if problem:
@@ -99,7 +104,12 @@ class AdminService:
             raise refused(ResponseCode.SYSTEM_ERROR, f"queue counts read={read} write={write} are out of range")
         if perm not in (0, 2, 4, 6) and perm & ~0xF:
             raise refused(ResponseCode.SYSTEM_ERROR, f"perm {perm} is invalid; use 2 (W), 4 (R) or 6 (RW)")
-        if self._topics.get(topic) is None:
+        current = self._topics.get(topic)
+        try:
+            tc = replace(tc, attributes=alter_attributes(current.attributes if current else (), attributes))
+        except ValueError as exc:
+            raise refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        if current is None:
             full = self._quota.check_total("topic", len(self._topics.topics))
             if full is not None:
                 raise refused(ResponseCode.SYSTEM_ERROR, f"topic {topic} was not created: {full}")

@@ -64,7 +64,7 @@ class AdminProcessor:
             topic_sys_flag=h.topic_sys_flag,
             order=h.order,
         )
-        done = self.service.update_topic(tc)
+        done = self.service.update_topic(tc, h.attributes)
         return _success_after(cmd, done)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:

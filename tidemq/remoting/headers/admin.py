@@ -3,6 +3,8 @@ DELETE_SUBSCRIPTIONGROUP (207), GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS
 
 Queue counts, perm and topicSysFlag are Java ints (defaults as RocketMQ's mqadmin: 8 queues each
 way, perm 6); the broker checks their ranges. An absent name is the empty string.
+``attributes`` of UPDATE_AND_CREATE_TOPIC is RocketMQ 5's modification list, ``+key=value`` to
+set and ``-key`` to remove, comma-separated (e.g. ``+message.type=FIFO``); absent, it changes none.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class CreateTopicHeader:
     topic_sys_flag: int
     topic_filter_type: str
     order: bool
+    # (key, value) to set, (key, None) to remove; empty: leave the topic's attributes as they are
+    attributes: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,38 @@ def decode_create_topic_header(fields: Mapping[str, str]) -> CreateTopicHeader:
         field_int(fields.get("topicSysFlag"), "topicSysFlag", 0, INT),
         fields.get("topicFilterType") or "SINGLE_TAG",
         field_bool(fields.get("order")),
+        decode_attributes(fields.get("attributes") or ""),
     )
+
+
+MAX_ATTRIBUTES_LENGTH = 4096  # a handful of short keys; far above what RocketMQ defines
+
+
+def decode_attributes(text: str) -> tuple[tuple[str, str | None], ...]:
+    """``+k=v,-k2`` -> ((k, v), (k2, None)); ValueError naming the bad item (as RocketMQ's
+    AttributeParser refuses it: no sign, a set without a value, a key twice)."""
+    if not text:
+        return ()
+    if len(text) > MAX_ATTRIBUTES_LENGTH:
+        raise ValueError(f"header field 'attributes' is longer than {MAX_ATTRIBUTES_LENGTH} characters")
+    out: dict[str, str | None] = {}
+    for item in text.split(","):
+        key, eq, value = item.partition("=")
+        if key.startswith("+") and len(key) > 1 and eq and value:
+            name, new = key[1:], value
+        elif key.startswith("-") and len(key) > 1 and not eq:
+            name, new = key[1:], None
+        else:
+            raise ValueError(f"attribute {item!r} is neither +key=value (set) nor -key (remove)")
+        if name in out:
+            raise ValueError(f"attribute {name!r} appears twice")
+        out[name] = new
+    return tuple(out.items())
+
+
+def encode_attributes(changes: Mapping[str, str | None]) -> str:
+    """The inverse of :func:`decode_attributes` (None removes the key)."""
+    return ",".join(f"+{k}={v}" if v is not None else f"-{k}" for k, v in changes.items())
 
 
 def decode_topic_header(fields: Mapping[str, str]) -> TopicHeader:
