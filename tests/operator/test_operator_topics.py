@@ -146,8 +146,8 @@ def test_perm_change_without_shrink_applies():
 
 def test_order_change_applies():
     desired = TopicSpec("c1", "T", 8, 8, 6, True, "FIFO")
-    assert plan(desired, BrokerQueues(8, 8, 6, False)).action is Action.APPLY
-    assert plan(desired, BrokerQueues(8, 8, 6, True)).action is Action.READY
+    assert plan(desired, BrokerQueues(8, 8, 6, False, "FIFO")).action is Action.APPLY
+    assert plan(desired, BrokerQueues(8, 8, 6, True, "FIFO")).action is Action.READY
 
 
 def test_shrinking_write_only_is_immediate():
