@@ -246,6 +246,63 @@ def test_cluster_values_are_crd_fields() -> None:
             node = node["properties"][key]
 
 
+# Keywords that bound a value; the values schema must bound each cluster value as the CRD does, so
+# `helm install` refuses what the API server would (with the chart's message, before anything exists).
+_BOUNDS = ("enum", "minimum", "maximum", "exclusiveMinimum", "pattern", "minLength", "maxLength",
+           "minItems", "maxItems", "maxProperties")
+# Values where "" means "leave it out" (the template drops it or fills in a default): no minLength,
+# and the CRD's pattern may also match the empty string.
+_EMPTY_MEANS_UNSET = {"image", "brokers.storage.storageClassName", "tls.secretName"}
+
+
+def schema_disagreements(values_cluster: dict, crd_spec: dict) -> list[str]:
+    """Where the values schema of `cluster` bounds a field differently from the Cluster CRD."""
+    out: list[str] = []
+
+    def walk(v: dict, c: dict, path: str) -> None:
+        for key in _BOUNDS:
+            want = c.get(key)
+            if path in _EMPTY_MEANS_UNSET and key == "minLength":
+                want = None
+            if path in _EMPTY_MEANS_UNSET and key == "pattern" and want:
+                want = f"^({want[1:-1]})?$"
+            if v.get(key) != want:
+                out.append(f"cluster.{path}: {key} is {v.get(key)!r} in values.schema.json, {want!r} in the CRD")
+        for name, sub in (v.get("properties") or {}).items():
+            if name == "resources":  # quantities: the CRD's pattern, the values' string|number
+                continue
+            crd_sub = (c.get("properties") or {}).get(name)
+            if crd_sub is None:
+                out.append(f"cluster.{path}.{name}: not a field of the Cluster CRD")
+                continue
+            walk(sub, crd_sub, f"{path}.{name}".lstrip("."))
+        for nested in ("items", "additionalProperties"):
+            if isinstance(v.get(nested), dict):
+                walk(v[nested], c.get(nested) or {}, f"{path}[]")
+
+    for name, sub in values_cluster["properties"].items():
+        if name in ("enabled", "name"):  # the chart's own switches, metadata.name
+            continue
+        walk(sub, crd_spec["properties"].get(name) or {}, name)
+    return out
+
+
+def test_values_schema_bounds_cluster_values_as_the_crd_does() -> None:
+    """brokers.replicas 1-5 (and minInSync) in both; every other bound too (issue 18, item 14:
+    before, nameServers.replicas, groups, retentionHours, storageClassName and tls.secretName
+    had bounds only in the CRD, so the chart accepted values the API server then refused)."""
+    spec = _crd_spec_schema("Cluster")
+    vals = values_schema()["properties"]["cluster"]
+    assert schema_disagreements(vals, spec) == []
+    brokers = vals["properties"]["brokers"]["properties"]
+    assert (brokers["replicas"]["minimum"], brokers["replicas"]["maximum"]) == (1, replication.MAX_REPLICAS)
+    # the comparison itself can fail
+    broken = copy.deepcopy(vals)
+    broken["properties"]["brokers"]["properties"]["replicas"]["maximum"] = 9
+    broken["properties"]["placement"]["properties"]["antiAffinity"]["enum"] = ["preferred"]
+    assert len(schema_disagreements(broken, spec)) == 2
+
+
 def test_default_cluster_is_reliable_and_admitted() -> None:
     """The default Cluster flushes synchronously; a Cluster made from the values is admitted."""
     values = load_values()
@@ -659,29 +716,175 @@ def test_master_key_role_where_the_release_namespace_is_not_watched(helm_python,
     assert all(v["name"] != "cluster-key" for v in _operator(off)["volumes"])
 
 
-def test_cluster_pods_get_network_policies_for_exactly_their_ports(rendered) -> None:
+def _allows(rule: dict, labels: dict) -> bool:
+    """Whether an ingress rule admits a pod of the release namespace with ``labels``."""
+    if "from" not in rule:
+        return True
+    return any(set(peer) == {"podSelector"} and peer["podSelector"].get("matchLabels", {}).items() <= labels.items()
+               for peer in rule["from"])
+
+
+def check_network_policies(objs: list[dict], values: dict) -> None:
     """Every name-server and broker pod the operator makes from the chart's Cluster is selected by
-    one of the chart's NetworkPolicies, which opens exactly that pod's container ports."""
-    objs = rendered["all"]
-    values = load_values(VALUES_ALL)
+    one of the chart's NetworkPolicies, which opens exactly that pod's container ports: remoting
+    to networkPolicy.clientsFrom (any source when empty) plus, always, the Cluster's own pods and
+    the operator (brokers register with the name servers; the operator manages both)."""
+    np = values["networkPolicy"]
     cluster = next(o for o in objs if o["kind"] == "Cluster")
     cluster = {**cluster, "metadata": {**cluster["metadata"], "uid": "0000-test"}}
     policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    operator_labels = _operator_deployment(objs)["spec"]["template"]["metadata"]["labels"]
     sets = [o for o in workloads.desired_objects(cluster) if o["kind"] == "StatefulSet"]
     assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in sets} == {"namesrv", "broker"}
+    remoting = {}
     for sts in sets:
         template = sts["spec"]["template"]
         labels = template["metadata"]["labels"]
-        chosen = [p for p in policies
-                  if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+        chosen = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
         assert len(chosen) == 1, (sts["metadata"]["name"], [p["metadata"]["name"] for p in chosen])
         spec = chosen[0]["spec"]
         assert spec["policyTypes"] == ["Ingress"]
         opened = {port["port"] for rule in spec["ingress"] for port in rule["ports"]}
-        container_ports = {p["containerPort"] for c in template["spec"]["containers"] for p in c["ports"]}
-        assert opened == container_ports
-        remoting, metrics = spec["ingress"]
-        assert remoting["from"] == values["networkPolicy"]["clientsFrom"]
-        assert metrics["from"] == values["networkPolicy"]["metricsFrom"]
+        container_ports = {p["containerPort"]: p["name"] for c in template["spec"]["containers"] for p in c["ports"]}
+        assert opened == set(container_ports)
+        rules = {container_ports[rule["ports"][0]["port"]]: rule for rule in spec["ingress"]}
+        if np["clientsFrom"]:
+            assert rules["remoting"]["from"][:len(np["clientsFrom"])] == np["clientsFrom"]
+        else:
+            assert "from" not in rules["remoting"]  # RocketMQ clients connect from anywhere
+        assert rules["metrics"]["from"] == (np["metricsFrom"] or [{"podSelector": {}}])
+        if "ha" in rules:  # followers stream from the master; nobody else needs the HA port
+            assert _allows(rules["ha"], labels) and not _allows(rules["ha"], operator_labels)
+        remoting[labels["app.kubernetes.io/component"]] = (rules["remoting"], labels)
+    namesrv_rule, _ = remoting["namesrv"]
+    broker_rule, broker_labels = remoting["broker"]
+    assert _allows(namesrv_rule, broker_labels), "brokers cannot register with the name servers"
+    assert _allows(namesrv_rule, operator_labels) and _allows(broker_rule, operator_labels), \
+        "the operator cannot reach the name servers and brokers"
+    if np["clientsFrom"]:  # and nobody else from inside the namespace
+        assert not _allows(broker_rule, {"app.kubernetes.io/name": "other"})
+
+
+def _operator_deployment(objs: list[dict]) -> dict:
+    return next(o for o in objs if o["kind"] == "Deployment")
+
+
+def test_cluster_pods_get_network_policies_for_exactly_their_ports(rendered) -> None:
+    check_network_policies(rendered["all"], values_all())
     default = [o for o in rendered["default"] if o["kind"] == "NetworkPolicy"]
     assert default == []  # off unless networkPolicy.enabled
+
+
+def test_the_network_policy_check_sees_a_cut_off_name_server(rendered) -> None:
+    """What issue 18 found: clientsFrom replacing the allow-list cut the brokers off the name servers."""
+    objs = copy.deepcopy(rendered["all"])
+    ns_policy = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "prod-namesrv")
+    ns_policy["spec"]["ingress"][0]["from"] = values_all()["networkPolicy"]["clientsFrom"]
+    with pytest.raises(AssertionError, match="cannot register"):
+        check_network_policies(objs, values_all())
+
+
+# Value combinations rendered by Helm besides the defaults and values-all.yaml: together they give
+# every documented choice of values.yaml (each enum value and each switch; test below) at least once.
+COMBOS = {
+    "replicated": {
+        "cluster": {"name": "repl", "brokers": {"groups": 2, "replicas": 3, "minInSync": 2, "replication": "async",
+                                                "leaseSeconds": 5, "flushMode": "async"},
+                    "placement": {"antiAffinity": "required", "antiAffinityTopologyKey": "topology.kubernetes.io/zone",
+                                  "topologySpread": []},
+                    "tls": {"mode": "enforcing", "secretName": "repl-tls"}, "metrics": {"enabled": False}},
+        "networkPolicy": {"enabled": True, "clientsFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+        "operator": {"clusterKey": {"enabled": False}, "peering": {"enabled": False}, "logLevel": "error"},
+        "metrics": {"podAnnotations": False, "podMonitor": {"enabled": True}},
+    },
+    "open": {
+        "cluster": {"name": "open", "brokers": {"replicas": 2, "replication": "sync"},
+                    "placement": {"topologySpread": [{"topologyKey": "kubernetes.io/hostname",
+                                                      "whenUnsatisfiable": "DoNotSchedule", "maxSkew": 2}]}},
+        "networkPolicy": {"enabled": True},
+        "image": {"pullPolicy": "Never"},
+        "serviceAccount": {"create": False, "name": "existing"},
+        "rbac": {"create": False},
+        "operator": {"logLevel": "critical"},
+        "topics": [{"name": "plain", "perm": "R", "messageType": "NORMAL", "order": False},
+                   {"name": "later", "perm": "W", "messageType": "DELAY"},
+                   {"name": "tx", "messageType": "TRANSACTION"}],
+        "consumerGroups": [{"name": "all-of-it", "consumeEnable": True, "consumeBroadcastEnable": True,
+                            "consumeFromMinEnable": True},
+                           {"name": "paused", "consumeEnable": False, "consumeFromMinEnable": False}],
+    },
+    "no-cluster": {"cluster": {"enabled": False}, "networkPolicy": {"enabled": True},
+                   "operator": {"watchNamespaces": ["apps"], "logLevel": "warning"}},
+}
+
+
+@pytest.fixture(scope="module")
+def combos(helm_python, kubeconfig) -> dict[str, list[dict]]:
+    return {name: render(helm_python, kubeconfig, f"combo-{name}", override) for name, override in COMBOS.items()}
+
+
+def _choices(schema: dict, path: str = "") -> set[tuple[str, object]]:
+    """(path, value) of every documented choice: each enum value and both sides of each switch
+    (list items count under the list's path)."""
+    out: set[tuple[str, object]] = set()
+    if isinstance(schema.get("items"), dict):
+        return _choices(schema["items"], path)
+    for name, sub in (schema.get("properties") or {}).items():
+        where = f"{path}{name}"
+        if "enum" in sub:
+            out |= {(where, v) for v in sub["enum"]}
+        elif sub.get("type") == "boolean":
+            out |= {(where, True), (where, False)}
+        out |= _choices(sub, f"{where}.")
+    return out
+
+
+def _values_at(values: object, path: str) -> list:
+    """The values at a dotted path; a list on the way yields each of its items' values."""
+    if isinstance(values, list):
+        return [v for item in values for v in _values_at(item, path)]
+    if not path:
+        return [values]
+    key, _, rest = path.partition(".")
+    return _values_at(values[key], rest) if isinstance(values, dict) and key in values else []
+
+
+def test_the_combinations_cover_every_documented_choice() -> None:
+    variants = [load_values(), values_all(), *(merged(load_values(), o) for o in COMBOS.values())]
+    wanted = _choices(values_schema())
+    assert ("cluster.placement.topologySpread.whenUnsatisfiable", "DoNotSchedule") in wanted
+    seen = {(path, value) for v in variants for path, _ in wanted for value in _values_at(v, path)
+            if not isinstance(value, (dict, list))}
+    assert wanted - seen == set()
+    replicas = {r for v in variants for r in _values_at(v, "cluster.brokers.replicas")}
+    assert replicas >= {1, 2, 3}  # lone and replicated groups
+
+
+@pytest.mark.parametrize("name", sorted(COMBOS))
+def test_every_combination_renders_valid_objects(combos, name) -> None:
+    objs, values = combos[name], merged(load_values(), COMBOS[name])
+    for obj in objs:
+        validate_object(obj)
+    clusters = [o for o in objs if o["kind"] == "Cluster"]
+    assert len(clusters) == int(values["cluster"]["enabled"])
+    for cluster in clusters:  # what the operator makes of it is valid too
+        cluster = {**cluster, "metadata": {**cluster["metadata"], "uid": "0000-test"}}
+        for obj in workloads.desired_objects(crds.admit(cluster)[0]):
+            validate_object(obj)
+        assert cluster["spec"]["placement"] == values["cluster"]["placement"]
+        if values["networkPolicy"]["enabled"]:
+            check_network_policies(objs, values)
+    assert any(o["kind"] == "NetworkPolicy" for o in objs) == values["networkPolicy"]["enabled"]
+
+
+def test_the_chart_placement_reaches_the_pods(combos) -> None:
+    cluster = next(o for o in combos["replicated"] if o["kind"] == "Cluster")
+    objs = workloads.desired_objects({**cluster, "metadata": {**cluster["metadata"], "uid": "0000-test"}})
+    pod = next(o for o in objs if o["metadata"]["name"] == "repl-broker-1" and o["kind"] == "StatefulSet")["spec"]["template"]["spec"]
+    [term] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "topology.kubernetes.io/zone" and "topologySpreadConstraints" not in pod
+    budgets = {o["metadata"]["name"] for o in objs if o["kind"] == "PodDisruptionBudget"}
+    assert budgets == {"repl-namesrv", "repl-broker-0", "repl-broker-1"}
+    cluster = next(o for o in combos["open"] if o["kind"] == "Cluster")
+    assert cluster["spec"]["placement"]["topologySpread"] == [
+        {"topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule", "maxSkew": 2}]
