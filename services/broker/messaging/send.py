@@ -5,7 +5,10 @@ SendMessageProcessor does:
 
 - check: the broker and the topic are writable, the name is valid and not a system topic, the
   topic exists (or is created: from the default topic with auto-creation on, a ``%RETRY%``/``%DLQ%``
-  topic of a known group), the queue id is in range (-1: a random writable queue); a plain send into
+  topic of a known group), the queue id is a write queue, below writeQueueNums (-1: a random one);
+  a queue that is only readable (the queues a shrink drains, between writeQueueNums and
+  readQueueNums) is refused with NO_PERMISSION, after which producers re-read the route, where
+  RocketMQ 4.x accepts any queue below max(read, write); a plain send into
   ``%RETRY%<group>`` that has used up the group's retries goes to ``%DLQ%<group>`` instead (the
   send-back rule, :mod:`tidemq.broker.messaging.sendback`).
 - put: a single message is stored as is, as a half message (transactions) or redirected to the
@@ -118,6 +121,26 @@ def _namesrv_arg(addrs: tuple[str, ...]) -> str:
     return f'"{joined}"' if ";" in joined else joined
 
 
+def _queue_refusal(tc: TopicConfig, queue_id: int, broker: str) -> BrokerError:
+    """The refusal of a send to ``queue_id`` at or above the topic's writeQueueNums. A readable
+    queue is being drained (a shrink lowered writeQueueNums first): writing there after its
+    consumers moved on would lose the message, and NO_PERMISSION makes the producer re-read the
+    route (tidemq.client.send.ROUTE_FAULT_CODES) and retry on a write queue."""
+    topic, write = tc.topic_name, tc.write_queue_nums
+    if queue_id < tc.read_queue_nums:
+        return refused(
+            ResponseCode.NO_PERMISSION,
+            f"queue {queue_id} of topic[{topic}] on broker[{broker}] takes no new messages: writeQueueNums is "
+            f"{write}, readQueueNums {tc.read_queue_nums} (queues {write}-{tc.read_queue_nums - 1} are only "
+            f"read, as while a shrink drains them); refresh the topic's route and send to a queue below {write}",
+        )
+    return refused(
+        ResponseCode.SYSTEM_ERROR,
+        f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues "
+        f"({write} writable); refresh the topic's route",
+    )
+
+
 class SendService:
     def __init__(self, *, settings: Callable[[], "BrokerConfig"], store: "MessageStore",
                  topics: "TopicConfigManager", groups: "SubscriptionGroupManager",
@@ -171,11 +194,8 @@ class SendService:
         if not tc.writable:
             raise refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = req.queue_id
-        if queue_id >= tc.queue_nums:
-            raise refused(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues",
-            )
+        if queue_id >= tc.write_queue_nums:
+            raise _queue_refusal(tc, queue_id, cfg.broker_name)
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
         props = decode_properties(req.properties)

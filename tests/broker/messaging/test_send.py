@@ -13,6 +13,7 @@ from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from tidemq.broker.messaging.send import BATCH_SLICE, SendRequest, SendResult, SendService
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.results import PutStatus
+from tidemq.broker.topics import TopicConfig
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
 from tidemq.errors import BrokerError
 from tidemq.message import Prop, SysFlag, decode_record, encode_batch, encode_properties
@@ -95,6 +96,26 @@ def test_a_read_only_broker_or_topic_refuses_sends(parts):
     parts.config = dataclasses.replace(parts.config, broker_permission=4)  # read settings per request
     assert refusal(svc, request()) == (ResponseCode.NO_PERMISSION,
                                        "the broker[broker-a] sending message is forbidden")
+
+
+def test_a_queue_at_or_above_write_queue_nums_takes_no_send(parts):
+    """A shrink lowers writeQueueNums first and keeps the queues above readable until consumers
+    drained them: a producer with a stale route must not add to them (issue 18). RocketMQ 4.x
+    accepted any queue below max(read, write)."""
+    parts.topics.put(TopicConfig("Shrinking", 8, 2, 6))  # read 8, write 2
+    svc = service(parts)
+    assert svc.send(request("Shrinking", queue_id=1)).queue_id == 1
+    code, remark = refusal(svc, request("Shrinking", queue_id=2))
+    assert code == ResponseCode.NO_PERMISSION  # in the client's ROUTE_FAULT_CODES: it re-reads the route
+    assert remark == ("queue 2 of topic[Shrinking] on broker[broker-a] takes no new messages: writeQueueNums is 2, "
+                      "readQueueNums 8 (queues 2-7 are only read, as while a shrink drains them); refresh the "
+                      "topic's route and send to a queue below 2")
+    assert refusal(svc, request("Shrinking", queue_id=7))[0] == ResponseCode.NO_PERMISSION
+    assert refusal(svc, request("Shrinking", queue_id=8))[0] == ResponseCode.SYSTEM_ERROR  # no such queue
+    batch = encode_batch([(0, b"x", encode_properties({"UNIQ_KEY": "K"}))])
+    assert refusal(svc, request("Shrinking", queue_id=5, body=batch, batch=True))[0] == ResponseCode.NO_PERMISSION
+    assert [p.queue_id for p in parts.store.puts] == [1]
+    assert {svc.send(request("Shrinking", queue_id=-1)).queue_id for _ in range(40)} == {0, 1}
 
 
 def test_a_store_refusal_is_answered_with_its_code(parts):
