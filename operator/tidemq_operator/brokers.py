@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,8 +28,11 @@ from tidemq.operator.topics import (
     Action,
     BrokerQueues,
     InvalidSpec,
+    QuietPeriod,
     Step,
     TopicSpec,
+    format_since,
+    hold_for_routes,
     perm_name,
     plan,
     undrained_queues,
@@ -108,8 +112,10 @@ async def _drain_state(admin: Admin, topic: str, broker: str, addr: str,
     return undrained_queues(going, lo, hi, committed)
 
 
-async def reconcile_topic(admin: Admin, spec: TopicSpec) -> TopicReport:
-    """One pass: create/grow immediately, shrink write first, lower read once drained."""
+async def reconcile_topic(admin: Admin, spec: TopicSpec, quiet: QuietPeriod | None = None) -> TopicReport:
+    """One pass: create/grow immediately, shrink write first, lower read once drained and the
+    quiet period (``quiet``; default: ROUTE_GRACE from now) has passed."""
+    quiet = quiet if quiet is not None else QuietPeriod(time.time())
     brokers = await masters(admin)
     report = TopicReport()
     for name, addr in sorted(brokers.items()):
@@ -119,6 +125,7 @@ async def reconcile_topic(admin: Admin, spec: TopicSpec) -> TopicReport:
             undrained = await _drain_state(admin, spec.topic_name, name, addr,
                                            range(spec.read_queues, have.read))
             step = plan(spec, have, undrained)
+        step = hold_for_routes(step, name, have, quiet)
         if step.writes:
             log.info("topic %s on %s (%s): %s read=%d write=%d perm=%s", spec.topic_name, name,
                      addr, step.action.value, step.read, step.write, perm_name(step.perm))
@@ -133,6 +140,8 @@ async def reconcile_topic(admin: Admin, spec: TopicSpec) -> TopicReport:
             "name": name, "address": addr, "readQueueNums": after.read,
             "writeQueueNums": after.write, "perm": perm_name(after.perm),
         })
+        if step.is_draining and step.quiet_since is not None:  # the next pass's QuietPeriod.since
+            report.brokers[-1]["drainingSince"] = format_since(step.quiet_since)
     return report
 
 

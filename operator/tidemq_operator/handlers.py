@@ -45,6 +45,7 @@ import asyncio
 import datetime
 import json
 import logging
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -59,7 +60,7 @@ from tidemq.operator import brokers, clusterkey, groupops, grouproll, rollout, w
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec
 from tidemq.operator.metrics import METRICS, OperatorMetrics
-from tidemq.operator.topics import InvalidSpec, readiness, topic_spec
+from tidemq.operator.topics import ROUTE_GRACE, InvalidSpec, QuietPeriod, readiness, since_from_status, topic_spec
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ CLUSTER_INDEX = "cluster_index"
 @dataclass(frozen=True, slots=True)
 class OperatorConfig:
     timer_interval: float = 30.0   # seconds between periodic reconciles of every resource
+    drain_grace: float = ROUTE_GRACE  # Topic shrink: seconds from steering writes away to lowering reads
     admin_timeout: float = 30.0    # bound of one pass of broker calls
     retry_delay: float = 10.0      # TemporaryError delay when the cluster is not ready
     delete_retries: int = 5        # Topic deletion retries while the cluster is gone
@@ -212,7 +214,8 @@ async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
                               f"Cluster {tspec.cluster!r} has no name-server address yet")
         try:
             async with _lock(meta.uid or meta.name or ""), Admin(servers, config.client_config) as admin:
-                report = await asyncio.wait_for(brokers.reconcile_topic(admin, tspec),
+                quiet = QuietPeriod(time.time(), config.drain_grace, since_from_status(body.status.get("brokers")))
+                report = await asyncio.wait_for(brokers.reconcile_topic(admin, tspec, quiet),
                                                 config.admin_timeout)
         except (TideMQError, TimeoutError) as exc:
             return _not_ready(kind, patch, body, config, metrics, "BrokerUnavailable",

@@ -10,6 +10,12 @@ Invariants:
   keeps feeding a queue that is about to disappear; the final step applies the desired counts.
 - A queue with retained messages that no consumer group has offsets for counts as undrained:
   the operator cannot know nobody will read it, so it waits (deleting the Topic is the escape).
+- Read queues are lowered only after a quiet period (:func:`hold_for_routes`): at least
+  ``QuietPeriod.grace`` seconds (ROUTE_GRACE, longer than a client's 30 s route refresh) since the
+  broker's writes were steered away, and with the queues found drained in that same pass. Until
+  then a producer with a stale route may still write to a queue that goes away (RocketMQ 4.x
+  brokers accept any queue below max(read, write); ours refuse it), and a consumer may not have
+  seen that message yet. Without a record of when writes were steered away the period starts now.
 - ``messageType`` is the topic attribute ``message.type`` (RocketMQ 5) on every broker; a broker
   that reports none has NORMAL (RocketMQ's default), so a broker without attributes (RocketMQ 4)
   is in sync for NORMAL topics and gets the attribute re-sent, harmlessly, for the others.
@@ -19,9 +25,11 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime
 import enum
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from tidemq.errors import ConfigError
 
@@ -69,6 +77,7 @@ class Action(enum.Enum):
     APPLY = "Apply"              # create or update with read/write as planned
     SHRINK_WRITE = "ShrinkWrite"  # lower write first, keep read: Draining
     WAIT_DRAIN = "WaitDrain"      # writes already steered away, queues still hold messages
+    WAIT_QUIET = "WaitQuiet"      # drained, but stale client routes may still write: Draining
     SHRINK_READ = "ShrinkRead"    # drained: apply the desired (smaller) read count
 
 
@@ -81,6 +90,10 @@ class Step:
     write: int
     perm: int
     draining: tuple[int, ...] = ()  # queue ids that go away and still hold messages
+    # While draining: when this broker's writes were steered off the queues that go away (epoch
+    # seconds), for the caller to keep until the next pass (QuietPeriod.since).
+    quiet_since: float | None = None
+    quiet_until: float | None = None  # WAIT_QUIET: when read queues may be lowered (epoch seconds)
 
     @property
     def writes(self) -> bool:
@@ -88,7 +101,7 @@ class Step:
 
     @property
     def is_draining(self) -> bool:
-        return self.action in (Action.SHRINK_WRITE, Action.WAIT_DRAIN)
+        return self.action in (Action.SHRINK_WRITE, Action.WAIT_DRAIN, Action.WAIT_QUIET)
 
 
 def _int(spec: Mapping, key: str, default: int) -> int:
@@ -209,6 +222,75 @@ def readiness(steps: Mapping[str, Step]) -> tuple[bool, str, str]:
     updated = sorted(b for b, s in steps.items() if s.writes)
     message = f"{len(steps)} broker(s)" + (f", updated {', '.join(updated)}" if updated else "")
     return True, "Reconciled", message
+
+
+# Seconds between steering writes away and lowering read queues: longer than a client's route
+# refresh (RocketMQ's pollNameServerInterval, ours route_refresh_interval: 30 s).
+ROUTE_GRACE = 35.0
+
+
+@dataclass(frozen=True, slots=True)
+class QuietPeriod:
+    """The quiet period of one reconcile pass: the pass's clock, the grace, and what earlier
+    passes recorded (broker name -> when its writes were steered away, epoch seconds)."""
+
+    now: float
+    grace: float = ROUTE_GRACE
+    since: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.grace >= 0:
+            raise ConfigError(f"the drain grace must be 0 or more seconds, got {self.grace!r}")
+
+
+def hold_for_routes(step: Step, broker: str, current: BrokerQueues | None,
+                    quiet: QuietPeriod) -> Step:
+    """``step`` (what :func:`plan` says for ``broker``) under the quiet period.
+
+    SHRINK_WRITE starts the period now; WAIT_DRAIN keeps the recorded start; SHRINK_READ becomes
+    WAIT_QUIET until ``quiet.grace`` seconds have passed since the start (a start in the future,
+    another replica's clock, counts as now). Since the caller computes ``undrained`` afresh every
+    pass, the SHRINK_READ that passes is always based on a consumption check made after the
+    grace. Other steps are returned unchanged."""
+    now = quiet.now
+    if step.action is Action.SHRINK_WRITE:
+        return replace(step, quiet_since=now)
+    if step.action not in (Action.WAIT_DRAIN, Action.SHRINK_READ) or current is None:
+        return step
+    since = min(quiet.since.get(broker, now), now)
+    if step.action is Action.WAIT_DRAIN:
+        return replace(step, quiet_since=since)
+    if now - since >= quiet.grace:
+        return step
+    return Step(Action.WAIT_QUIET, current.read, current.write, current.perm,
+                quiet_since=since, quiet_until=since + quiet.grace)
+
+
+def format_since(t: float) -> str:
+    """``t`` (epoch seconds) as a status timestamp, rounded up to the second: a period read back
+    from it never ends early."""
+    return datetime.datetime.fromtimestamp(math.ceil(t), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def since_from_status(rows: object) -> dict[str, float]:
+    """broker name -> drainingSince (epoch seconds) of a Topic's status.brokers rows, as written
+    from :attr:`Step.quiet_since`. A row without a readable time is left out: its period starts
+    again, which only waits longer."""
+    out: dict[str, float] = {}
+    if not isinstance(rows, list):
+        return out
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        name, since = row.get("name"), row.get("drainingSince")
+        if not isinstance(name, str) or not isinstance(since, str):
+            continue
+        try:
+            out[name] = datetime.datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(
+                tzinfo=datetime.UTC).timestamp()
+        except ValueError:
+            continue
+    return out
 
 
 def perm_name(perm: int) -> str:

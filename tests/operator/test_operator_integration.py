@@ -181,6 +181,7 @@ class Operator:
                 "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
                 "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
                 "--timer-interval", "1", "--retry-delay", "1", "--delete-retries", "2",
+                "--drain-grace", "1",  # a Topic shrink's quiet period (35 s by default)
                 "--admin-timeout", "10",
                 "--cluster-key-file", str(self.master_key_file), "--cluster-key-secret", MASTER_SECRET,
             ), stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -385,6 +386,7 @@ def test_topic_create_grow_shrink_with_draining_then_delete(kube, operator, clus
                             lambda: (o := get(kube, "Topic", "op-topic")) and
                             condition(o, "Draining").get("status") == "True" and o)
         assert condition(obj, "Ready")["status"] == "False"
+        assert obj["status"]["brokers"][0]["drainingSince"]  # the quiet period's start, kept across passes
         time.sleep(3)  # three timer passes: still draining, nothing dropped
         expect(operator, counts(cluster, topic) == (6, 4), "read kept at 6 while undrained")
         expect(operator, condition(get(kube, "Topic", "op-topic"), "Draining")["status"] == "True",

@@ -7,16 +7,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidemq.errors import ConfigError
 from tidemq.operator.groups import GroupSpec, group_spec
 from tidemq.operator.handlers import set_condition
 from tidemq.operator.metrics import OperatorMetrics
 from tidemq.operator.topics import (
+    ROUTE_GRACE,
     Action,
     BrokerQueues,
     InvalidSpec,
+    QuietPeriod,
+    Step,
     TopicSpec,
+    format_since,
+    hold_for_routes,
     perm_name,
     plan,
+    readiness,
+    since_from_status,
     topic_spec,
     undrained_queues,
 )
@@ -187,6 +195,101 @@ def test_final_write_above_read_is_applied_after_draining():
 def test_perm_change_during_shrink_goes_with_the_write_step():
     step = plan(spec(2, 2, 4), BrokerQueues(8, 2, 6), undrained=(3,))
     assert (step.action, step.perm, step.read) == (Action.SHRINK_WRITE, 4, 8)
+
+
+# the quiet period before read queues drop (issue 18) ----------------------------------------------
+def drive(desired: TopicSpec, have: BrokerQueues, quiet: QuietPeriod, undrained: tuple[int, ...] = ()) -> Step:
+    """plan() then hold_for_routes(), as one broker's pass does."""
+    return hold_for_routes(plan(desired, have, undrained), "broker-a", have, quiet)
+
+
+def test_read_drops_only_a_grace_after_writes_were_steered_away():
+    desired = spec(2, 2)
+    step = drive(desired, BrokerQueues(8, 8, 6), QuietPeriod(1000.0, 35.0))
+    assert (step.action, step.write, step.quiet_since) == (Action.SHRINK_WRITE, 2, 1000.0)
+    since = {"broker-a": step.quiet_since}
+    have = BrokerQueues(8, 2, 6)
+    # Drained at once, but a producer whose route is up to 30 s old may still send to queues 2-7.
+    for now in (1000.5, 1010.0, 1034.9):
+        step = drive(desired, have, QuietPeriod(now, 35.0, since))
+        assert (step.action, step.read, step.write) == (Action.WAIT_QUIET, 8, 2), now
+        assert (step.quiet_since, step.quiet_until) == (1000.0, 1035.0)
+        assert step.is_draining and not step.writes
+    step = drive(desired, have, QuietPeriod(1035.0, 35.0, since))
+    assert (step.action, step.read, step.write) == (Action.SHRINK_READ, 2, 2)
+
+
+def test_a_queue_found_undrained_after_the_grace_still_holds_read():
+    """The consumption check that lets read drop is the one made after the grace: messages a
+    stale producer wrote during the period keep the queue until consumed."""
+    desired, have, since = spec(2, 2), BrokerQueues(8, 2, 6), {"broker-a": 1000.0}
+    assert drive(desired, have, QuietPeriod(1020.0, 35.0, since)).action is Action.WAIT_QUIET
+    step = drive(desired, have, QuietPeriod(1040.0, 35.0, since), undrained=(6,))
+    assert (step.action, step.draining, step.quiet_since) == (Action.WAIT_DRAIN, (6,), 1000.0)
+    assert drive(desired, have, QuietPeriod(1070.0, 35.0, since)).action is Action.SHRINK_READ
+
+
+def test_without_a_record_the_period_starts_at_the_first_pass_that_sees_writes_away():
+    """Writes lowered by an earlier operator (or a status lost): no record, so the period starts
+    now; a recorded start in the future (another replica's clock) counts as now."""
+    desired, have = spec(2, 2), BrokerQueues(8, 2, 6)
+    step = drive(desired, have, QuietPeriod(500.0, 35.0))
+    assert (step.action, step.quiet_since, step.quiet_until) == (Action.WAIT_QUIET, 500.0, 535.0)
+    step = drive(desired, have, QuietPeriod(500.0, 35.0, {"broker-a": 9000.0}))
+    assert (step.action, step.quiet_since) == (Action.WAIT_QUIET, 500.0)
+    assert drive(desired, have, QuietPeriod(500.0, 35.0, {"broker-b": 0.0})).action is Action.WAIT_QUIET
+
+
+def test_steps_outside_a_shrink_are_not_held():
+    quiet = QuietPeriod(100.0, 35.0, {"broker-a": 99.0})
+    assert drive(spec(8, 8), BrokerQueues(8, 8, 6), quiet).action is Action.READY
+    assert drive(spec(16, 16), BrokerQueues(8, 8, 6), quiet).action is Action.APPLY
+    assert hold_for_routes(plan(spec(4, 4), None), "broker-a", None, quiet).action is Action.APPLY
+    assert drive(spec(2, 2), BrokerQueues(8, 2, 6), QuietPeriod(100.0, 0.0)).action is Action.SHRINK_READ
+
+
+def test_a_quiet_wait_is_draining_for_the_topics_status():
+    step = drive(spec(2, 2), BrokerQueues(8, 2, 6), QuietPeriod(0.0, 35.0))
+    assert readiness({"broker-a": step})[:2] == (False, "Draining")
+
+
+def test_the_period_start_survives_the_status_round_trip_rounded_up():
+    rows = [{"name": "broker-a", "drainingSince": format_since(1_700_000_000.2)},
+            {"name": "broker-b", "drainingSince": "yesterday"}, {"name": "broker-c"}, "junk",
+            {"drainingSince": format_since(5.0)}]
+    assert rows[0]["drainingSince"] == "2023-11-14T22:13:21Z"
+    assert since_from_status(rows) == {"broker-a": 1_700_000_001.0}
+    assert since_from_status(None) == {} and since_from_status({"broker-a": 1}) == {}
+
+
+def test_a_negative_grace_is_refused():
+    with pytest.raises(ConfigError, match="grace"):
+        QuietPeriod(0.0, -1.0)
+
+
+REFRESH = 30.0  # a client's route refresh (ClientConfig.route_refresh_interval, RocketMQ's default)
+
+
+@given(st.lists(st.floats(min_value=0.5, max_value=20.0), min_size=1, max_size=30),
+       st.sets(st.integers(0, 29)))
+def test_read_never_drops_while_a_stale_route_may_still_write(gaps, restarts):
+    """Passes at random intervals, an operator that loses its record at random passes (a
+    restart, a new leader): read queues drop only once every producer re-read the route after
+    writes were steered away, and from a check made after that."""
+    desired, have = spec(2, 2), BrokerQueues(8, 8, 6)
+    now, since, lowered = 0.0, {}, None
+    for i, gap in enumerate(gaps):
+        now += gap
+        step = drive(desired, have, QuietPeriod(now, ROUTE_GRACE, {} if i in restarts else since))
+        if step.action is Action.SHRINK_WRITE:
+            lowered = now
+        if step.action is Action.SHRINK_READ:
+            assert lowered is not None and now - lowered >= ROUTE_GRACE > REFRESH
+        if step.writes:
+            have = BrokerQueues(step.read, step.write, step.perm)
+        since = {"broker-a": step.quiet_since} if step.is_draining and step.quiet_since is not None else {}
+    if now - (lowered or 0.0) < ROUTE_GRACE:
+        assert have.read == 8
 
 
 counts = st.integers(min_value=1, max_value=32)

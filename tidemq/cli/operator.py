@@ -42,6 +42,10 @@ log = logging.getLogger("tidemq.cli")
 @click.option("--timer-interval", type=float, default=30.0, show_default=True,
               envvar="TIDEMQ_OPERATOR_TIMER_INTERVAL",
               help="Seconds between periodic reconciles (drift, draining, lag).")
+@click.option("--drain-grace", type=click.FloatRange(min=0), default=35.0, show_default=True,
+              envvar="TIDEMQ_OPERATOR_DRAIN_GRACE",
+              help="Topic shrink: seconds between lowering write queues and lowering read queues "
+                   "(longer than the clients' 30 s route refresh).")
 @click.option("--retry-delay", type=float, default=10.0, show_default=True,
               envvar="TIDEMQ_OPERATOR_RETRY_DELAY", help="Delay before retrying a not-ready cluster.")
 @click.option("--delete-retries", type=int, default=5, show_default=True,
@@ -71,7 +75,7 @@ log = logging.getLogger("tidemq.cli")
               help="Secret (in $POD_NAMESPACE) the operator creates with a new master key when "
                    "--cluster-key-file is missing: mount it at that path (the chart does).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, api_wait: float,
-                 metrics_listen: str, timer_interval: float, retry_delay: float,
+                 metrics_listen: str, timer_interval: float, drain_grace: float, retry_delay: float,
                  delete_retries: int, admin_timeout: float, standalone: bool,
                  peering: str | None, priority: int, log_level: str,
                  access_key: str | None = None, secret_key: str | None = None,
@@ -97,7 +101,7 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, liveness: st
                                      tls=bool(tls_ca_file), tls_ca_file=tls_ca_file or None)
     except ConfigError as exc:
         raise click.UsageError(f"--access-key/--secret-key: {exc}") from None
-    config = OperatorConfig(timer_interval=timer_interval, admin_timeout=admin_timeout,
+    config = OperatorConfig(timer_interval=timer_interval, drain_grace=drain_grace, admin_timeout=admin_timeout,
                             retry_delay=retry_delay, delete_retries=delete_retries,
                             client_config=client_config, cluster_key_file=cluster_key_file or None,
                             cluster_key_secret=cluster_key_secret or None,
