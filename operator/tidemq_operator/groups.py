@@ -1,15 +1,20 @@
-"""ConsumerGroup custom resources -> subscription group settings (pure).
+"""ConsumerGroup custom resources -> subscription group settings, and their status (pure).
 
-Invariant: ``group_spec`` returns validated settings whose defaults match RocketMQ's
-SubscriptionGroupConfig (consume enabled, broadcast enabled, 16 retries, 1 retry queue,
-consume from min enabled), or raises InvalidSpec naming the field.
+Invariants:
+- ``group_spec`` returns validated settings whose defaults match RocketMQ's
+  SubscriptionGroupConfig (consume enabled, broadcast enabled, 16 retries, 1 retry queue,
+  consume from min enabled), or raises InvalidSpec naming the field.
+- A pass writes only the status fields that changed (:func:`status_changes`): every pass
+  measures the lag, and with every timer pass of every group writing a fresh timestamp, the API
+  server's load grew with the number of groups for nothing. ``lastLagTime`` is therefore when
+  the lag last changed, not when it was last measured.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from tidemq.operator.topics import InvalidSpec, cluster_ref
 
@@ -88,3 +93,17 @@ def group_spec(name: str, spec: Mapping) -> GroupSpec:
         retry_queue_nums=_int(spec, "retryQueueNums", 1, 0, 1024),
         consume_from_min_enable=_bool(spec, "consumeFromMinEnable", True),
     )
+
+
+# The status fields that measure the lag: lastLagTime moves when one of them does.
+_LAG_FIELDS = ("lag", "totalLag")
+
+
+def status_changes(old: Mapping[str, Any], new: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The fields of ``new`` (a pass's ConsumerGroup status) that differ from ``old`` (the stored
+    status), with ``lastLagTime`` = ``now`` when the lag changed or none was written yet. Empty
+    when the pass changed nothing: then no status is written."""
+    changed = {k: v for k, v in new.items() if old.get(k) != v}
+    if any(k in changed for k in _LAG_FIELDS) or not old.get("lastLagTime"):
+        changed["lastLagTime"] = now
+    return changed

@@ -58,7 +58,7 @@ from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
 from tidemq.operator import brokers, clusterkey, groupops, grouproll, rollout, workloads
 from tidemq.operator.grouproll import FORCE_ANNOTATION
-from tidemq.operator.groups import group_spec
+from tidemq.operator.groups import group_spec, status_changes
 from tidemq.operator.metrics import METRICS, OperatorMetrics
 from tidemq.operator.topics import ROUTE_GRACE, InvalidSpec, QuietPeriod, readiness, since_from_status, topic_spec
 
@@ -318,8 +318,11 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
         patch.status["lag"] = [{"topic": t, "lag": n} for t, n in sorted(lag.items())]
         patch.status["totalLag"] = sum(lag.values())
         patch.status["consumersOnline"] = len(online)
-        patch.status["lastLagTime"] = _now()
         _conditions(patch, body, ("Ready", True, "Reconciled", f"{len(done)} broker(s)"))
+        # Only what changed is written (issue 18): a pass that found what is stored writes nothing.
+        changed = status_changes(body.status, patch.pop("status"), _now())
+        if changed:
+            patch["status"] = changed
         metrics.result(kind, "ok")
         metrics.track(kind, meta.uid or meta.name or "")
 
