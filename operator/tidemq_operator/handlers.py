@@ -56,7 +56,7 @@ import kopf
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers, clusterkey, groupops, grouproll, rollout, workloads
+from tidemq.operator import brokers, brokerstatus, clusterkey, groupops, grouproll, rollout, workloads
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec, status_changes
 from tidemq.operator.metrics import METRICS, OperatorMetrics
@@ -481,7 +481,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
         patch.status["observedGeneration"] = meta.get("generation")
         patch.status["readyNameServers"] = decision.ready_name_servers
         patch.status["readyBrokers"] = decision.ready_brokers
-        patch.status["brokers"] = workloads.broker_addresses(cluster, repl.masters if repl else None)
+        patch.status["brokers"] = brokerstatus.live_brokers(cluster, live, repl.masters if repl else None,
+                                                            status.get("brokers") or ())
         patch.status["statefulSets"] = [{"name": n, **c} for n, c in sorted(decision.counts.items())]
         group_blocked = {g.name: f"{g.step.reason}: {g.step.message}" for g in (repl.blocked if repl else [])}
         for name, message in sorted(group_blocked.items()):

@@ -8,6 +8,7 @@ without kopf (kopf.Body in, kopf.Patch out) against a real name server and two r
 - messageType reaches every broker as the topic attribute message.type and is read back: a broker
   whose message.type differs from the spec is updated.
 - An external Cluster whose name servers do not answer is Ready=False (Unreachable).
+- A managed Cluster's status.brokers lists the pods its live StatefulSets have, not the spec's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ kopf = pytest.importorskip("kopf")
 from tests.procs import Cluster, ServerProcess, free_port, tidemq_cmd  # noqa: E402
 from tests.support.waiting import wait_until_sync  # noqa: E402
 from tidemq.client.admin import Admin  # noqa: E402
-from tidemq.operator import brokers, handlers  # noqa: E402
+from tidemq.operator import brokers, brokerstatus, handlers  # noqa: E402
 from tidemq.operator.metrics import OperatorMetrics  # noqa: E402
 from tidemq.operator.topics import (  # noqa: E402
     Action,
@@ -58,6 +59,36 @@ def test_a_broker_with_another_message_type_is_updated():
     step = plan(topic_spec("t", {"clusterRef": {"name": "c"}, "readQueueNums": 2, "writeQueueNums": 2,
                                  "messageType": "DELAY"}), BrokerQueues(4, 2, 6, False, "NORMAL"))
     assert step.action is Action.SHRINK_WRITE
+
+
+def _sts(name: str, image: str, pods: int, updated: int, replicated: bool = False) -> dict:
+    args = ["broker", "--coordination", "kubernetes"] if replicated else ["broker"]
+    return {"metadata": {"name": name},
+            "spec": {"replicas": pods, "template": {"spec": {"containers": [
+                {"name": "broker", "image": image, "args": args}]}}},
+            "status": {"replicas": pods, "updatedReplicas": updated}}
+
+
+def _managed(groups: int) -> dict:
+    return {"metadata": {"name": "demo", "namespace": NS}, "spec": {"brokers": {"groups": groups}}}
+
+
+def test_managed_cluster_brokers_are_the_pods_that_exist():
+    addr = "demo-broker-{g}-{i}.demo-broker-{g}-headless.default.svc:10911"
+    # group 1 was never created, group 2 was scaled to 0 by hand: neither has a row
+    live = {"demo-broker-0": _sts("demo-broker-0", "reg/tidemq:2", 1, 1), "demo-broker-1": None,
+            "demo-broker-2": _sts("demo-broker-2", "reg/tidemq:2", 0, 0)}
+    assert brokerstatus.live_brokers(_managed(3), live) == [
+        {"name": "demo-broker-0", "brokerId": 0, "address": addr.format(g=0, i=0), "version": "2"}]
+    assert brokerstatus.live_brokers(_managed(3), {}) == []
+
+
+def test_pods_not_updated_yet_keep_the_version_they_run():
+    addr = "demo-broker-0-{i}.demo-broker-0-headless.default.svc:10911"
+    before = [{"address": addr.format(i=i), "version": "1"} for i in range(3)]
+    live = {"demo-broker-0": _sts("demo-broker-0", "tidemq:2", 3, 1, replicated=True)}  # ordinal 2 rolled
+    rows = brokerstatus.live_brokers(_managed(1), live, {"demo-broker-0": 1}, before)
+    assert [(r["brokerId"], r["version"]) for r in rows] == [(1, "1"), (0, "1"), (3, "2")]
 
 
 # real processes ---------------------------------------------------------------------------------
