@@ -108,13 +108,16 @@ def test_a_pass_that_measures_the_same_lag_writes_no_status(kube, operator, emul
         assert emulator.status_patches("consumergroups", "op-quiet") == patches
         assert get(kube, "ConsumerGroup", "op-quiet")["status"]["lastLagTime"] == first["lastLagTime"]
 
-        for i in range(3):  # the lag changes: one write, with a new lastLagTime
+        for i in range(3):  # the lag changes: written (once per value a pass saw), with a new lastLagTime
             producer.send(Message(topic, f"more-{i}".encode()), queue=q0)
         now = operator.wait("the new lag in the status",
                             lambda: (s := get(kube, "ConsumerGroup", "op-quiet")["status"])["totalLag"] == 3 and s)
         assert now["lastLagTime"] > first["lastLagTime"]
-        time.sleep(3)
-        assert emulator.status_patches("consumergroups", "op-quiet") == patches + 1
+        time.sleep(1.5)
+        written = emulator.status_patches("consumergroups", "op-quiet")
+        assert patches < written <= patches + 3
+        time.sleep(3)  # and nothing more while the lag stays
+        assert emulator.status_patches("consumergroups", "op-quiet") == written
 
 
 def test_status_changes_keep_only_what_differs_and_move_last_lag_time_with_the_lag():
