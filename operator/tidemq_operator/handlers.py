@@ -56,7 +56,7 @@ import kopf
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers, brokerstatus, clusterkey, groupops, grouproll, rollout, workloads
+from tidemq.operator import brokers, brokerstatus, budgets, clusterkey, groupops, grouproll, rollout, workloads
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec, status_changes
 from tidemq.operator.metrics import METRICS, OperatorMetrics
@@ -458,6 +458,9 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             if holds:  # the shrinking groups' stages wait; the others go on
                 to_apply = [o for st in rollout.stages(to_apply) if st.name not in holds for o in st.objects]
             applied = (await asyncio.to_thread(_apply_objects, to_apply, namespace) if to_apply else [])
+            # budgets are kept exact on every pass, not only with their stage (tidemq.operator.budgets)
+            applied += await asyncio.to_thread(budgets.reconcile, objs, namespace, meta.name or "",
+                                               meta.uid or "", tuple(holds))
         except Exception as exc:  # noqa: BLE001 (any API failure: retry with a delay)
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",

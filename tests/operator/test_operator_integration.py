@@ -511,6 +511,18 @@ def test_managed_cluster_reconcile_creates_workloads(kube, operator):
     obj = get(kube, "Cluster", "demo")
     assert condition(obj, "Progressing")["status"] == "True"
     assert condition(obj, "Ready")["reason"] == "WaitingForPods"
+    # issue 18: one budget over every lone broker; a per-group one (what older operators made)
+    # is deleted, since the eviction API refuses a pod that two budgets select
+    budget = api.sanitize_for_serialization(policy.read_namespaced_pod_disruption_budget("demo-broker", NS))
+    assert budget["spec"]["maxUnavailable"] == 1
+    selector = {**budget["spec"]["selector"]["matchLabels"], "tidemq.io/broker-group": "0"}
+    policy.create_namespaced_pod_disruption_budget(NS, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "demo-broker-0", "namespace": NS, "labels": budget["metadata"]["labels"],
+                     "ownerReferences": budget["metadata"]["ownerReferences"]},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}})
+    operator.wait("the per-group budget deleted",
+                  lambda: "demo-broker-0" not in names(policy.list_namespaced_pod_disruption_budget(NS).items))
 
 
 def test_managed_cluster_gets_its_key_once(kube, operator):

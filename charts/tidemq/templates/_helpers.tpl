@@ -101,9 +101,11 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["create", "patch"]
+# Budgets are listed on every pass and one no longer desired is deleted (a pod two budgets select
+# cannot be evicted): operator/tidemq_operator/budgets.py. Nothing else is ever deleted.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "create", "patch", "delete"]
 # Replicated broker groups (spec.brokers.replicas > 1, operator/tidemq_operator/replication.py):
 # the operator lists a group's pods (readiness, revision, IP) and patches its StatefulSet's
 # partition to roll it; it creates the brokers' ServiceAccount, and a Role + RoleBinding granting
