@@ -26,8 +26,8 @@ class FakeService:
     async def _persist(self) -> None:
         self.persisted += 1
 
-    def update_topic(self, tc):
-        self.calls.append(("update_topic", tc))
+    def update_topic(self, tc, attributes=()):
+        self.calls.append(("update_topic", tc) + ((attributes,) if attributes else ()))
         if tc.topic_name == "TBW102":
             raise refused(ResponseCode.SYSTEM_ERROR, "The topic[TBW102] is conflict with system topic.")
         return self._persist()
@@ -73,6 +73,11 @@ async def test_a_topic_update_is_decoded_with_rocketmq_defaults_and_answered_onc
     answer = p.update_topic(CONN, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC,
                                                           {"topic": "t", "readQueueNums": 2, "order": "true"}))
     assert service.calls == [("update_topic", TopicConfig("t", 2, 8, 6, "SINGLE_TAG", 0, True))]
+    changed = p.update_topic(CONN, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                                           {"topic": "t", "attributes": "+message.type=FIFO,-x"}))
+    assert service.calls.pop()[2] == (("message.type", "FIFO"), ("x", None))  # changes, for the service to merge
+    assert (await changed).code == ResponseCode.SUCCESS and service.persisted == 1
+    service.persisted = 0
     assert service.persisted == 0
     assert (await answer).code == ResponseCode.SUCCESS and service.persisted == 1
     refused_resp = p.update_topic(CONN, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC,
