@@ -35,6 +35,15 @@ def test_attributes_round_trip(changes):
     assert dict(decode_attributes(encode_attributes(changes))) == changes
 
 
+@given(st.text(alphabet="+-=,ab.", max_size=40) | st.text(max_size=40))
+def test_any_attributes_text_decodes_or_raises_value_error(text):
+    try:
+        decoded = decode_attributes(text)
+    except ValueError:
+        return
+    assert dict(decode_attributes(encode_attributes(dict(decoded)))) == dict(decoded)
+
+
 def test_changes_merge_into_the_current_attributes():
     current = (("message.type", "NORMAL"),)
     assert alter_attributes(current, ()) == current  # an update naming none keeps them
