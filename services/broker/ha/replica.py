@@ -163,6 +163,7 @@ class ReplicaService:
         self._roles_task: asyncio.Task[None] | None = None
         self._resolve_task: asyncio.Task[None] | None = None
         self._in_sync_task: asyncio.Task[None] | None = None
+        self._expire_task: asyncio.Task[None] | None = None
         self._sync = config.replication is ReplicationMode.SYNC
         # Acknowledgement (master, sync): writes waiting for acks, by end offset; the high-water
         # mark; long-poll wake-ups held until their record is below it.
@@ -464,6 +465,7 @@ class ReplicaService:
             log.warning("replica %d is MASTER of epoch %d (log end %d); registering as brokerId 0",
                         cfg.replica_id, role.epoch, start)
             self._in_sync_task = asyncio.create_task(self._keep_in_sync(master), name="replica-in-sync")
+            self._expire_task = asyncio.create_task(self._expire_waiting(), name="replica-ack-deadlines")
             self._advance()
             await self._register()
         elif role.kind is RoleKind.FOLLOWER:
@@ -502,15 +504,25 @@ class ReplicaService:
             streaming = self.follower is not None and self.follower.acked >= 0
             await asyncio.sleep(RESOLVE_STREAMING_INTERVAL if streaming else RESOLVE_INTERVAL)
 
+    async def _expire_waiting(self) -> None:
+        """As master: answer waiting writes FLUSH_SLAVE_TIMEOUT at their deadline, and all of them
+        once this replica may no longer acknowledge (its lease renewal deadline passed). Its own
+        task: a shrink or grow waiting on an unreachable coordination store must not hold them."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(IN_SYNC_INTERVAL)
+            if self._waiters and not self.may_write():
+                self._answer_all(_FLUSH_SLAVE_TIMEOUT)
+            self._expire(loop.time())
+
     async def _keep_in_sync(self, master: ReplicationMaster) -> None:
-        """As master: grow and shrink the in-sync set (see the docstring), expire waiting writes."""
+        """As master: grow and shrink the in-sync set (see the docstring)."""
         loop = asyncio.get_running_loop()
         me = self.config.replica_id
         end = self.store.commitlog_max_offset
         while True:
             await asyncio.sleep(IN_SYNC_INTERVAL)
             now = loop.time()
-            self._expire(now)
             known = self.elector.known
             in_sync = known.in_sync if known is not None else ()
             followers = master.followers()
@@ -550,8 +562,8 @@ class ReplicaService:
             log.warning("replica %d could not write minInSync %d (%s); retrying", self.config.replica_id, n, exc)
 
     async def _leave_role(self) -> None:
-        await cancel_and_wait(self._resolve_task, self._in_sync_task)
-        self._resolve_task = self._in_sync_task = None
+        await cancel_and_wait(self._resolve_task, self._in_sync_task, self._expire_task)
+        self._resolve_task = self._in_sync_task = self._expire_task = None
         follower, self.follower = self.follower, None
         if follower is not None:
             self.epoch = max(self.epoch, follower.epoch)
