@@ -145,6 +145,11 @@ def handover_record(record: GroupRecord, to: int, log_end: int) -> GroupRecord:
                    handed_over_by=record.master)
 
 
+def _why(exc: BaseException) -> str:
+    """An exception as a log phrase: a bare TimeoutError's str() is empty."""
+    return str(exc) or f"{type(exc).__name__}: no answer within the request timeout"
+
+
 def last_key(key: str) -> str:
     """Where a master keeps a copy of the group record that outlives its lease (no lease): what a
     replica that lost its disk and its memory reads, so that it is not "in sync" with nothing."""
@@ -391,7 +396,7 @@ class Elector:
                 alive = await self._call(self.store.keep_alive(lease))
             except (CoordinationError, TimeoutError) as exc:
                 log.warning("replica %d: keep-alive of lease %s failed (%s); retrying",
-                            self.replica, lease.id, exc)
+                            self.replica, lease.id, _why(exc))
                 continue
             if alive:
                 self._renewed_before = before
@@ -403,7 +408,7 @@ class Elector:
                 await self._new_lease()
             except (CoordinationError, TimeoutError) as exc:
                 log.warning("replica %d: granting a new lease failed (%s); retrying",
-                            self.replica, exc)
+                            self.replica, _why(exc))
             self._wake.set()
 
     async def _watch_loop(self) -> None:
@@ -414,7 +419,7 @@ class Elector:
             except (CoordinationError, TimeoutError) as exc:
                 # The campaign loop still polls; the watch only makes it react sooner.
                 log.warning("replica %d: watch of %s failed (%s); reopening", self.replica,
-                            self.key, exc)
+                            self.key, _why(exc))
                 await self.clock.sleep(self.config.poll)
 
     async def _campaign_loop(self) -> None:
@@ -423,7 +428,7 @@ class Elector:
             try:
                 await self._step()
             except (CoordinationError, TimeoutError) as exc:
-                log.warning("replica %d: election step failed (%s); retrying", self.replica, exc)
+                log.warning("replica %d: election step failed (%s); retrying", self.replica, _why(exc))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.poll):
                     await self._wake.wait()
