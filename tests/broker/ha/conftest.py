@@ -16,11 +16,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from tests.cli.clirun import tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
+
+T = TypeVar("T")
 
 ETCD = shutil.which("etcd")
 NO_ETCD = ("etcd not found: install the Debian package etcd-server (`apt-get install etcd-server`; "
@@ -75,7 +78,7 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
     stop(server.proc)
 
 
-def wait_for(what: str, check: Callable[[], object], timeout: float, step: float = 0.2) -> object:
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, step: float = 0.1) -> T:
     """``check()`` once it is truthy; AssertionError naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

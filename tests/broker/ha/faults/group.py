@@ -24,13 +24,13 @@ import re
 import shutil
 import signal
 import struct
-import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from tests.broker.ha.conftest import wait_for
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
 from tidemq.broker.ha.coordination import GroupRecord, decode_record, group_key
 from tidemq.client import ClientConfig
@@ -46,18 +46,6 @@ SEGMENT_SIZE = 1 << 20  # small segments: a round's messages span a few, so fill
 _RECORD_START = struct.Struct(">iI")
 # What each replica logs when it takes a role (tidemq.broker.ha.replica): the epoch's master.
 MASTER_LINE = re.compile(r"replica (\d+) is MASTER of epoch (\d+)")
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
-    """Poll ``check`` until it returns something truthy; fail saying ``what`` did not happen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(interval)
 
 
 def log_end(data: bytes, segment_size: int = SEGMENT_SIZE) -> int:
@@ -285,7 +273,7 @@ class ReplicaGroup:
         self.wait_master(timeout)
         return wait_for(f"all {self.size} replicas in the group record's in-sync set",
                         lambda: (rec if (rec := self.record()) is not None and len(rec.in_sync) == self.size
-                                 else None), timeout, interval=0.2)
+                                 else None), timeout, step=0.2)
 
     # CommitLogs and logs -----------------------------------------------------------------------
     def wait_converged(self, timeout: float) -> int:
@@ -310,7 +298,7 @@ class ReplicaGroup:
             return end or None
 
         return wait_for(f"every replica's CommitLog byte-identical to the master's (replica {master.rid}) "
-                        "up to its high-water mark", same, timeout, interval=0.25)
+                        "up to its high-water mark", same, timeout, step=0.25)
 
     def masters_by_epoch(self) -> dict[int, set[int]]:
         """epoch -> the replicas that logged becoming its master (every run of each replica)."""
