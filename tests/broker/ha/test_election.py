@@ -205,6 +205,13 @@ class Group:
         self.electors[replica] = elector
         return elector
 
+    async def three(self) -> None:
+        """Replicas 0, 1 and 2, all in sync, started together."""
+        await self.seed((0, 1, 2))
+        for replica in range(3):
+            self.make(replica)
+        await self.start(0, 1, 2)
+
     async def start(self, *replicas: int) -> None:
         await asyncio.gather(*(self.electors[r].start() for r in replicas))
 
@@ -245,10 +252,7 @@ async def group(backend: Factory, key: str) -> AsyncIterator[Group]:  # noqa: F8
 
 
 async def test_three_electors_elect_exactly_one_master(group: Group) -> None:
-    await group.seed((0, 1, 2))
-    for replica in range(3):
-        group.make(replica)
-    await group.start(0, 1, 2)
+    await group.three()
     role = await group.settled(within=10)
     assert role.epoch == 1
     current = await group.backend().get(group.key)
@@ -258,10 +262,7 @@ async def test_three_electors_elect_exactly_one_master(group: Group) -> None:
 
 
 async def test_a_crashed_master_is_replaced_within_the_lease_with_the_next_epoch(group: Group) -> None:
-    await group.seed((0, 1, 2))
-    for replica in range(3):
-        group.make(replica)
-    await group.start(0, 1, 2)
+    await group.three()
     first = await group.settled(within=10)
     assert first.master is not None
     crash(group.electors[first.master])
@@ -325,10 +326,7 @@ async def test_a_stalled_master_stops_acknowledging_before_its_lease_runs_out(gr
 
 
 async def test_hand_over_moves_mastership_with_the_next_epoch(group: Group) -> None:
-    await group.seed((0, 1, 2))
-    for replica in range(3):
-        group.make(replica)
-    await group.start(0, 1, 2)
+    await group.three()
     first = await group.settled(within=10)
     assert first.master is not None
     old = group.electors[first.master]
@@ -345,10 +343,7 @@ async def test_hand_over_moves_mastership_with_the_next_epoch(group: Group) -> N
 
 
 async def test_the_master_shrinks_and_grows_the_in_sync_set(group: Group) -> None:
-    await group.seed((0, 1, 2))
-    for replica in range(3):
-        group.make(replica)
-    await group.start(0, 1, 2)
+    await group.three()
     role = await group.settled(within=10)
     assert role.master is not None
     master, other = group.electors[role.master], (role.master + 1) % 3

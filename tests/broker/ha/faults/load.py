@@ -55,8 +55,9 @@ class Attempt:
 
 
 def first_ack_after(attempts: list[Attempt], t: float) -> float | None:
-    """Seconds from ``t`` to the first acknowledgement that arrived after it."""
-    ends = [a.ended for a in attempts if a.acked and a.ended > t]
+    """Seconds from ``t`` to the first acknowledgement of a send started after it (an answer the
+    old master wrote just before the fault can arrive after ``t``: it is not a new one)."""
+    ends = [a.ended for a in attempts if a.acked and a.started > t]
     return min(ends) - t if ends else None
 
 

@@ -13,8 +13,8 @@ from tidemq.message import BLANK_MAGIC, encode_record
 SEGMENT = 1024
 
 
-def _attempt(body: str, outcome: str = "SEND_OK", ended: float = 1.0) -> Attempt:
-    return Attempt(body, 0.0, ended, outcome)
+def _attempt(body: str, outcome: str = "SEND_OK", ended: float = 1.0, started: float = 0.0) -> Attempt:
+    return Attempt(body, started, ended, outcome)
 
 
 def _record(body: bytes, offset: int) -> bytes:
@@ -49,10 +49,13 @@ def test_a_run_without_any_acknowledgement_proves_nothing() -> None:
     assert verdict([_attempt("a", "error: refused")], [], {}) == ["no send was acknowledged at all: the run proves nothing"]
 
 
-def test_first_ack_after_counts_only_acknowledgements_that_arrived_later() -> None:
-    attempts = [_attempt("a", ended=1.0), _attempt("b", "FLUSH_SLAVE_TIMEOUT", ended=2.0), _attempt("c", ended=4.5)]
+def test_first_ack_after_counts_only_sends_started_later() -> None:
+    attempts = [_attempt("a", ended=1.0), _attempt("b", "FLUSH_SLAVE_TIMEOUT", started=1.6, ended=2.0),
+                _attempt("c", started=2.0, ended=4.5)]
     assert first_ack_after(attempts, 1.5) == 3.0
     assert first_ack_after(attempts, 5.0) is None
+    # Answered by the old master just before the fault, arriving after it: not a new acknowledgement.
+    assert first_ack_after([_attempt("d", started=1.0, ended=1.7), *attempts], 1.5) == 3.0
 
 
 def test_log_end_steps_over_a_segment_filler_and_stops_at_a_torn_record() -> None:

@@ -91,19 +91,24 @@ class Run:
         self.ours.wait_acks(10, 15)
         self.commit_metadata()
 
+    def failed_over(self, old: int, since: float, what: str) -> tuple[int, float]:
+        """Another replica than ``old`` is master and our producer was acknowledged after ``since``
+        within FAILOVER_BOUND; the new master holds the metadata. (new master's id, seconds)"""
+        new = self.group.wait_master(FAILOVER_BOUND + 5, other_than=old)
+        self.ours.wait_acks(1, FAILOVER_BOUND + 5)
+        took = first_ack_after(self.ours.attempts, since)
+        assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the {what}"
+        self.check_metadata(new.rid)
+        return new.rid, took
+
 
 def _kill_master(run: Run, i: int) -> None:
     g = run.group
     run.steady(i)
     old = g.wait_master(5)
     g.kill(old.rid)
-    killed = time.monotonic()
-    new = g.wait_master(FAILOVER_BOUND + 5, other_than=old.rid)
-    run.ours.wait_acks(1, FAILOVER_BOUND + 5)
-    took = first_ack_after(run.ours.attempts, killed)
-    print(f"round {i}: SIGKILL master {old.rid} -> replica {new.rid} master, first new ack {took:.2f} s")
-    assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the kill"
-    run.check_metadata(new.rid)
+    new, took = run.failed_over(old.rid, time.monotonic(), "kill")
+    print(f"round {i}: SIGKILL master {old.rid} -> replica {new} master, first new ack {took:.2f} s")
     g.restart(old.rid)
 
 
@@ -113,18 +118,14 @@ def _stall_master(run: Run, i: int) -> None:
     old = g.wait_master(5)
     g.stop(old.rid)
     stopped = time.monotonic()
-    new = g.wait_master(FAILOVER_BOUND + 5, other_than=old.rid)
-    run.ours.wait_acks(1, FAILOVER_BOUND + 5)
-    took = first_ack_after(run.ours.attempts, stopped)
+    new, took = run.failed_over(old.rid, stopped, "stop")
     time.sleep(max(0.0, stopped + LEASE + 1 - time.monotonic()))  # past its lease for sure
     g.cont(old.rid)
     # A client whose route still names the old master sends to it the moment it runs again.
     stale = [direct_send(old.addr, TOPIC, f"stale-{i}-{k}", SEND_TIMEOUT) for k in range(5)]
     run.extra.extend(stale)
-    print(f"round {i}: SIGSTOP master {old.rid} -> replica {new.rid} master, first new ack {took:.2f} s; "
+    print(f"round {i}: SIGSTOP master {old.rid} -> replica {new} master, first new ack {took:.2f} s; "
              f"after SIGCONT it answered {[a.outcome.split(':')[0] for a in stale]}")
-    assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the stop"
-    run.check_metadata(new.rid)
 
 
 def _kill_follower(run: Run, i: int) -> None:
@@ -165,13 +166,9 @@ def _lose_master_disk(run: Run, i: int) -> None:
                 f"({now}): followers truncate to its empty log and every acknowledged message is gone") from None
         raise
     assert record.master != old.rid, f"the emptied replica {old.rid} won the election: {record}"
-    new = g.wait_master(FAILOVER_BOUND + 5, other_than=old.rid)
-    run.ours.wait_acks(1, FAILOVER_BOUND + 5)
-    took = first_ack_after(run.ours.attempts, killed)
-    print(f"round {i}: master {old.rid} lost its disk -> replica {new.rid} master of epoch {record.epoch}, "
+    new, took = run.failed_over(old.rid, killed, "kill")
+    print(f"round {i}: master {old.rid} lost its disk -> replica {new} master of epoch {record.epoch}, "
              f"first new ack {took:.2f} s")
-    assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the kill"
-    run.check_metadata(new.rid)
 
 
 def _two_down(run: Run, i: int) -> None:
