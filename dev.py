@@ -44,7 +44,9 @@ def ensure_venv(extras: str) -> None:
         say(f"creating a virtual environment in {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
     stamp = VENV / f".installed{extras or '-base'}"
-    sources = [ROOT / "pyproject.toml"]
+    # setup.py and the Cython sources too: an edited .pyx is rebuilt (the editable install compiles in place)
+    sources = [ROOT / "pyproject.toml", ROOT / "setup.py",
+               *(p for d in ("tidemq", "services", "spark", "operator") for p in (ROOT / d).rglob("*.pyx"))]
     if stamp.exists() and all(stamp.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)

@@ -20,6 +20,15 @@ COMMANDS = {
 }
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from tidemq import compiled  # noqa: PLC0415 (imports the hot modules: only when asked)
+
+    click.echo(f"tidemq, version {__version__}\nhot paths: {compiled.summary()}")
+    ctx.exit()
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -33,7 +42,8 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tidemq")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version and whether the compiled extensions run, then exit.")
 def cli() -> None:
     """TideMQ: a RocketMQ-compatible message queue for Kubernetes."""
 
