@@ -57,6 +57,8 @@ def test_random_and_mutated_bytes_raise_only_codec_errors(name):
     run()
 
 
+# ~40 s (an atheris process per target); the corpus replay above runs in the default suite.
+@pytest.mark.slow
 def test_short_atheris_run_of_every_target(tmp_path):
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris; Linux x86_64 wheels)")
     run = Path(__file__).parent / "run.py"

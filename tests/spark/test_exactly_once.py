@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.spark.support import send
 from tests.support.topics import create_topic_sync
 
@@ -28,6 +30,8 @@ def _start(cluster, topic, out, ck, mode, log):
                             start_new_session=True)
 
 
+# A kill-and-resume cycle of a Spark driver (~35 s): the slow set, with the crash tests.
+@pytest.mark.slow
 def test_killed_driver_resumes_from_checkpoint_with_each_message_once(spark, cluster, tmp_path):
     topic = create_topic_sync(cluster, "spark-exactly-once", 4)
     sent = send(cluster, topic, 1500)
