@@ -224,7 +224,8 @@ class Broker:
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Started and registered with a name server (the /readyz answer; see NamesrvRegistrar.announced)."""
+        return self._ready and self.registrar.announced
 
     # lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> tuple[str, int]:
@@ -266,7 +267,7 @@ class Broker:
         if self.replica is not None:
             await self.replica.start()
         self._tasks = [
-            asyncio.create_task(self._every(cfg.register_interval, self.registrar.register_all), name="register"),
+            asyncio.create_task(self.registrar.run(cfg.register_interval), name="register"),
             asyncio.create_task(self._every(cfg.offset_flush_interval, self.persist_offsets), name="offsets"),
             asyncio.create_task(self._every(10.0, self._scan_clients), name="clients"),
             asyncio.create_task(self.tx_checker.run(), name="transaction-check"),

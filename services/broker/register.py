@@ -25,6 +25,11 @@ Invariants:
   every round. If even one topic per part does not fit, nothing is sent and an error says so on
   every round: the broker is never dropped silently;
 * encoding runs in a worker thread, on a snapshot of the topic table taken on the event loop;
+* :attr:`NamesrvRegistrar.announced` (the broker's readiness) turns true when a name server first
+  accepts every part of a registration, and stays true: clients can find the broker from then on.
+  Until then :meth:`NamesrvRegistrar.run` retries with a backoff from :data:`RETRY_FIRST` seconds
+  up to the registration period, so a broker started before its name servers is ready soon after
+  one of them listens;
 * every request to a name server is signed when ``namesrv_access_key``/``namesrv_secret_key`` are
   set (name servers started with ``--acl-file`` refuse unsigned registrations).
 """
@@ -60,6 +65,9 @@ COMPRESS_ABOVE = 1024 * 1024
 MAX_INFLATED = 64 * 1024 * 1024
 ZLIB_LEVEL = 9  # RocketMQ: Deflater.BEST_COMPRESSION
 FILTER_SERVERS = b"[]"
+# Until a name server first accepts the broker, rounds are retried after this many seconds,
+# doubling up to the registration period.
+RETRY_FIRST = 1.0
 
 
 def _topic_line(name: str, cfg: Mapping[str, object]) -> bytes:
@@ -142,6 +150,13 @@ def plan_registration(
     return RegistrationPlan((), compress, len(topics), len(whole), len(first))
 
 
+def _masked(cfg: dict, broker_permission: int) -> dict:
+    """A topic's TopicConfig JSON as registered: its READ/WRITE bits only where the broker has them."""
+    if broker_permission & 6 == 6:
+        return cfg
+    return {**cfg, "perm": int(cfg.get("perm", 6)) & (broker_permission | ~6)}
+
+
 def _hint(max_body: int) -> str:
     """What an operator can do about a registration that needs splitting or does not fit."""
     return ("delete topics the broker no longer needs (retry topics of gone consumer groups, "
@@ -168,7 +183,9 @@ class NamesrvRegistrar:
             rpc_hook=AclSigner(ak, sk) if ak and sk else None,
         )
         self._lock = asyncio.Lock()
+        self._registered_permission = cfg.broker_permission  # what the last round registered
         self.registered: set[str] = set()
+        self._announced = False  # some name server accepted a whole registration since start
         # For metrics (tidemq.broker.metrics may read them): the last round's plan.
         self.body_bytes = 0          # bytes sent to each name server in the last round
         self.parts = 0               # requests per name server in the last round (0: nothing fit)
@@ -190,18 +207,44 @@ class NamesrvRegistrar:
     def max_body(self) -> int:
         return self._settings().register_max_body
 
+    @property
+    def announced(self) -> bool:
+        """Whether clients can find this broker: a name server accepted its registration since
+        start (or it is configured with none). Never false again once true: a name server lost
+        later is the name servers' outage, not a reason to take the broker out of service."""
+        return self._announced or not self._settings().namesrv_addrs
+
+    async def run(self, interval: float) -> None:
+        """Register every ``interval`` seconds (the caller registered once already); while no
+        name server has accepted yet, sooner (:data:`RETRY_FIRST`, doubling up to ``interval``)."""
+        delay = RETRY_FIRST
+        while True:
+            await asyncio.sleep(interval if self.announced else min(delay, interval))
+            delay = min(delay * 2, interval)
+            try:
+                await self.register_all()
+            except Exception:  # a bug in one round must not end registration
+                log.exception("registration round failed")
+
     async def register_all(self) -> int:
         """Register with every name server; return how many accepted every part."""
         async with self._lock:
             cfg = self._settings()
             topics = self._topics
             # Snapshot on the loop (TopicConfig values are frozen), encode in a worker thread.
+            # A broker read-only by brokerPermission (retiring: updateBrokerConfig brokerPermission=4)
+            # registers its topics without WRITE, so the name servers route producers elsewhere
+            # (RocketMQ's registerBrokerAll masks each topic's perm the same way).
+            mask = cfg.broker_permission
+            if mask != self._registered_permission:  # name servers rewrite routes for a new version only
+                topics.touch()
+                self._registered_permission = mask
             snapshot = dict(topics.topics)
             version = topics.data_version()
             compressed, max_body = cfg.compressed_register, self.max_body
             plan = await asyncio.to_thread(
-                lambda: plan_registration({n: tc.to_json() for n, tc in snapshot.items()}, version,
-                                          max_body, compressed))
+                lambda: plan_registration({n: _masked(tc.to_json(), mask) for n, tc in snapshot.items()},
+                                          version, max_body, compressed))
             self.body_bytes, self.parts = plan.sent_bytes, len(plan.bodies)
             self._log_plan(plan, max_body)
             if not plan.bodies:
@@ -267,6 +310,7 @@ class NamesrvRegistrar:
                 plan.topics, len(plan.bodies), plan.sent_bytes, "compressed" if plan.compressed else "JSON",
             )
         self.registered.add(addr)
+        self._announced = True
         return True
 
     async def unregister_all(self) -> None:

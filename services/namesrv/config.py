@@ -22,6 +22,8 @@ class NamesrvConfig:
     ``broker_expiry``: seconds after its last registration a silent broker is dropped (RocketMQ: 120).
     ``scan_interval``: seconds between expiry scans (RocketMQ: 10).
     ``max_frame``: largest frame accepted from a peer, in bytes.
+    ``ready_grace``: readiness (/readyz) waits for the first broker registration, at most this
+    many seconds after start (0: ready at once; see :attr:`NamesrvServer.ready`).
     """
 
     listen_host: str = "0.0.0.0"
@@ -30,6 +32,7 @@ class NamesrvConfig:
     scan_interval: float = 10.0
     max_frame: int = DEFAULT_MAX_FRAME
     tls: ServerTlsConfig = ServerTlsConfig()  # the remoting port (tidemq.remoting.tls)
+    ready_grace: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.listen_port, int) or not 0 <= self.listen_port <= 65535:
@@ -40,5 +43,7 @@ class NamesrvConfig:
             raise ConfigError(f"broker_expiry must be positive seconds, got {self.broker_expiry!r}")
         if not self.scan_interval > 0:
             raise ConfigError(f"scan_interval must be positive seconds, got {self.scan_interval!r}")
+        if not self.ready_grace >= 0:
+            raise ConfigError(f"ready_grace must be 0 or more seconds, got {self.ready_grace!r}")
         if not isinstance(self.max_frame, int) or self.max_frame < 1024:
             raise ConfigError(f"max_frame must be at least 1024 bytes, got {self.max_frame!r}")

@@ -11,6 +11,13 @@ closed meanwhile (the close already dropped the broker). The expiry scan (and th
 and cancelled by :meth:`NamesrvServer.stop`; a closed broker connection drops that broker's routes
 at once.
 
+Readiness (:attr:`NamesrvServer.ready`, the /readyz answer): a name server is useful once it
+holds routes. It is ready once a broker's registration was accepted since start, or once
+``ready_grace`` seconds passed without one (a new cluster, or every broker down: an empty table is
+then the truth); with ``ready_grace`` 0 it is ready as soon as it listens. Readiness never goes
+back to false while the server runs: brokers expiring later is not the name server's fault, and
+a rollout must not stall on it.
+
 Write protection (:mod:`tidemq.namesrv.acl`): given an account source, every handled request
 whose code is not in :data:`READ_CODES` must be signed by an admin account, before its handler
 runs; reads stay open.
@@ -92,8 +99,12 @@ class NamesrvServer:
     """
 
     def __init__(self, config: NamesrvConfig, clock: Callable[[], float] = time.time,
-                 write_acl: AccountSource | None = None) -> None:
+                 write_acl: AccountSource | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self._monotonic = monotonic  # the readiness grace (wall-clock jumps must not shorten it)
+        self._started_at: float | None = None
+        self._broker_seen = False  # a registration was accepted since start
         self._acl = WriteGuard(write_acl) if write_acl is not None else None
         self._acl_task: asyncio.Task | None = None
         self.routes = RouteInfoManager(clock, config.broker_expiry)
@@ -132,6 +143,7 @@ class NamesrvServer:
         if self.address is not None:
             raise RuntimeError("name server already started")
         self.address = await self._remoting.start(self.config.listen_host, self.config.listen_port)
+        self._started_at = self._monotonic()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
         if self._acl is not None:
             self._acl_task = asyncio.create_task(self._acl.source.watch(), name="namesrv-acl-reload")
@@ -153,6 +165,7 @@ class NamesrvServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._scan_task = self._acl_task = None
+        self._started_at = None
         await self._remoting.stop()
         if self.address is not None:
             log.info("name server on %s:%d stopped", *self.address)
@@ -165,6 +178,13 @@ class NamesrvServer:
                 self.brokers_expired += len(self.routes.scan_expired())
             except Exception:  # a bug in one scan must not end liveness checking
                 log.exception("broker expiry scan failed")
+
+    @property
+    def ready(self) -> bool:
+        """Listening, and a broker registered since start or ``ready_grace`` seconds passed."""
+        if self._started_at is None:
+            return False
+        return self._broker_seen or self._monotonic() - self._started_at >= self.config.ready_grace
 
     # metrics ------------------------------------------------------------------------------------
     @property
@@ -249,6 +269,7 @@ class NamesrvServer:
             ha_server_addr=cmd.get_str("haServerAddr") or "",
         )
         self.registrations += 1
+        self._broker_seen = True
         order_conf = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
         return cmd.response(
             ResponseCode.SUCCESS,

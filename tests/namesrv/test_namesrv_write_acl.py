@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 import zlib
 from pathlib import Path
@@ -60,7 +62,8 @@ class Procs:
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
 
-    def start_broker(self, monkeypatch: pytest.MonkeyPatch, creds: tuple[str, str] | None) -> ServerProcess:
+    def start_broker(self, monkeypatch: pytest.MonkeyPatch, creds: tuple[str, str] | None,
+                     wait: str = "readyz") -> ServerProcess:
         with monkeypatch.context() as m:  # the secret reaches the broker through its environment
             for var, value in zip(("TIDEMQ_BROKER_NAMESRV_ACCESS_KEY", "TIDEMQ_BROKER_NAMESRV_SECRET_KEY"),
                                   creds or (None, None)):
@@ -73,7 +76,7 @@ class Procs:
                            "--store", str(self.root / "store"), "--cluster", CLUSTER, "--broker-name", BROKER,
                            "--segment-size", str(4 << 20), "--register-interval", "0.5",
                            "--metrics-listen", f"127.0.0.1:{self.broker_metrics}"),
-                self.root / "broker.log", f"http://127.0.0.1:{self.broker_metrics}/readyz").start()
+                self.root / "broker.log", f"http://127.0.0.1:{self.broker_metrics}/{wait}").start()
         return self.broker
 
     def stop(self) -> None:
@@ -222,10 +225,13 @@ async def test_unsigned_broker_is_refused_and_says_so(procs: Procs, tmp_path, mo
     other = Procs.__new__(Procs)
     other.root, other.ns_port = tmp_path, procs.ns_port
     other.broker_port, other.broker_metrics = free_port(), free_port()
-    broker = other.start_broker(monkeypatch, None)
+    broker = other.start_broker(monkeypatch, None, wait="healthz")  # refused: alive, never ready
     try:
         await wait_until(lambda: "refused registration" in broker.log() and "AclException" in broker.log(),
                          "the refusal in the broker log", timeout=20, interval=0.1)
+        with pytest.raises(urllib.error.HTTPError) as not_ready:
+            urllib.request.urlopen(f"http://127.0.0.1:{other.broker_metrics}/readyz", timeout=5)
+        assert not_ready.value.code == 503
         cluster = json.loads((await call(procs.ns, RequestCode.GET_BROKER_CLUSTER_INFO)).body_bytes())
         assert other.broker_addr not in json.dumps(cluster)
     finally:

@@ -158,7 +158,8 @@ def test_generated_files_work_with_real_processes(tmp_path) -> None:
                     tidemq_cmd("broker", "--namesrv", f"127.0.0.1:{ns_port}", "--listen", f"127.0.0.1:{port}",
                                "--store", str(tmp_path / name), "--broker-name", name, "--segment-size", str(4 << 20),
                                "--metrics-listen", f"127.0.0.1:{mport}"),
-                    tmp_path / f"{name}.log", f"http://127.0.0.1:{mport}/readyz").start())
+                    # a refused broker is not ready (issue 18, item 10): wait for it to be alive
+                    tmp_path / f"{name}.log", f"http://127.0.0.1:{mport}/{'readyz' if env else 'healthz'}").start())
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
