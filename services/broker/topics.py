@@ -226,6 +226,12 @@ class TopicConfigManager:
         self.counter += 1
         self.timestamp = int(self.clock() * 1000)
 
+    def touch(self) -> None:
+        """A new data version without a topic change: name servers rewrite a broker's routes only
+        for a new version, so a change of what it registers (its permission) needs one (RocketMQ's
+        dataVersion.nextVersion() on a brokerPermission update)."""
+        self._bump()
+
     def get(self, name: str) -> TopicConfig | None:
         return self.topics.get(name)
 

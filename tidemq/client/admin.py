@@ -355,6 +355,43 @@ class Admin(ClientBase):
         parts = await self._gather_brokers(sorted(set(route.master_addrs().values())), one)
         return sorted(set().union(*parts))
 
+    async def broker_consumer_offsets(self, broker_addr: str) -> dict[str, dict[str, dict[int, int]]]:
+        """topic -> group -> queue id -> committed offset, as one broker stores them
+        (GET_ALL_CONSUMER_OFFSET; RocketMQ keeps a queue's offsets on the queue's broker)."""
+        cmd = RemotingCommand.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        resp = await self._broker(broker_addr, cmd, "consumer offsets")
+        out: dict[str, dict[str, dict[int, int]]] = {}
+        try:
+            doc: Any = fastjson.loads(resp.body_bytes() or b"{}")  # not an object: AttributeError
+            for key, queues in (doc.get("offsetTable") or {}).items():
+                topic, _, group = str(key).rpartition("@")
+                out.setdefault(topic, {})[group] = {int(q): int(o) for q, o in queues.items()}
+        except (TideMQError, ValueError, TypeError, AttributeError) as exc:
+            raise AdminError(f"consumer offsets from {broker_addr} are malformed: {exc}") from None
+        return out
+
+    # broker config (mqadmin getBrokerConfig / updateBrokerConfig) -------------------------------
+    async def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """One broker's GET_BROKER_CONFIG: RocketMQ key -> value (``brokerPermission`` ...)."""
+        resp = await self._broker(broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG),
+                                  "broker config")
+        try:
+            text = resp.body_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise AdminError(f"the broker config from {broker_addr} is not UTF-8 text") from None
+        pairs = (line.strip().partition("=") for line in text.splitlines())
+        return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip() and k.strip()[0] not in "#!"}
+
+    async def update_broker_config(self, broker_addr: str, changes: Mapping[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG of one broker, e.g. ``{"brokerPermission": "4"}`` to stop its
+        writes (mqadmin updateBrokerConfig -k brokerPermission -v 4, how RocketMQ retires a
+        broker). Brokers take only the keys they allow at runtime, and none of them persists."""
+        if not changes or any("\n" in f"{k}{v}" or "=" in k for k, v in changes.items()):
+            raise ClientError(f"broker config changes must be key=value pairs without newlines, got {dict(changes)!r}")
+        body = "".join(f"{k}={v}\n" for k, v in changes.items()).encode()
+        await self._broker(broker_addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body),
+                           f"update broker config {', '.join(changes)}")
+
     # messages ----------------------------------------------------------------------------------
     async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,
                      unique_key: bool) -> list[MessageExt]:
