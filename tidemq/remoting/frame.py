@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import orjson
 
+from tidemq import compiled
 from tidemq.errors import FrameError
 from tidemq.remoting.codes import LanguageCode, SerializeType
 from tidemq.remoting.command import RemotingCommand
@@ -83,7 +84,7 @@ def _as_int(value: object, name: str, default: int = 0) -> int:
     return n
 
 
-def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+def decode_json_header_py(data: bytes | memoryview) -> RemotingCommand:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -115,7 +116,7 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
     )
 
 
-def encode_json_header(cmd: RemotingCommand) -> bytes:
+def encode_json_header_py(cmd: RemotingCommand) -> bytes:
     lang = _LANG_NAME_BY_INT.get(cmd.language, "OTHER")
     obj: dict[str, object] = {
         "code": cmd.code,
@@ -141,7 +142,7 @@ def _read_str(data: memoryview, pos: int, length: int, what: str) -> tuple[str, 
         raise FrameError(f"binary header: {what} is not UTF-8") from None
 
 
-def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
+def decode_rocketmq_header_py(data: bytes | memoryview) -> RemotingCommand:
     mv = memoryview(data)
     if len(mv) < _BIN_FIXED.size + 8:
         raise FrameError("binary header shorter than its fixed part")
@@ -199,20 +200,20 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     )
 
 
-def decode_header(serialize_type: int, data: bytes | memoryview) -> RemotingCommand:
+def decode_header_py(serialize_type: int, data: bytes | memoryview) -> RemotingCommand:
     if serialize_type == SerializeType.JSON:
-        return decode_json_header(data)
+        return decode_json_header_py(data)
     if serialize_type == SerializeType.ROCKETMQ:
-        return decode_rocketmq_header(data)
+        return decode_rocketmq_header_py(data)
     raise FrameError(f"unknown serialize type {serialize_type}")
 
 
-def encode_frame_parts(cmd: RemotingCommand) -> list[bytes | memoryview]:
+def encode_frame_parts_py(cmd: RemotingCommand) -> list[bytes | memoryview]:
     """Encode ``cmd`` as frame pieces (prefix + header, then the body pieces), without joining."""
     if cmd.serialize_type == SerializeType.ROCKETMQ:
         header = encode_rocketmq_header(cmd)
     else:
-        header = encode_json_header(cmd)
+        header = encode_json_header_py(cmd)
     body = cmd.body
     if body is None:
         body_len = 0
@@ -227,11 +228,11 @@ def encode_frame_parts(cmd: RemotingCommand) -> list[bytes | memoryview]:
     return [prefix + header, *pieces]
 
 
-def encode_frame(cmd: RemotingCommand) -> bytes:
-    return b"".join(encode_frame_parts(cmd))
+def encode_frame_py(cmd: RemotingCommand) -> bytes:
+    return b"".join(encode_frame_parts_py(cmd))
 
 
-def decode_frame(frame: bytes | memoryview, max_frame: int = DEFAULT_MAX_FRAME) -> RemotingCommand:
+def decode_frame_py(frame: bytes | memoryview, max_frame: int = DEFAULT_MAX_FRAME) -> RemotingCommand:
     """Decode one whole frame (including its length word)."""
     mv = memoryview(frame)
     if len(mv) < 8:
@@ -249,12 +250,12 @@ def _decode_body(mv: memoryview, type_and_len: int) -> RemotingCommand:
     serialize_type = (type_and_len >> 24) & 0xFF
     if header_len + 4 > len(mv):
         raise FrameError(f"header length {header_len} exceeds the frame")
-    cmd = decode_header(serialize_type, mv[4 : 4 + header_len])
+    cmd = decode_header_py(serialize_type, mv[4 : 4 + header_len])
     cmd.body = bytes(mv[4 + header_len :])
     return cmd
 
 
-def iter_frames(
+def iter_frames_py(
     buffer: bytearray, max_frame: int = DEFAULT_MAX_FRAME
 ) -> Iterator[RemotingCommand]:
     """Yield every complete frame at the start of ``buffer`` and remove it from the buffer.
@@ -285,3 +286,17 @@ def iter_frames(
     finally:
         if pos:
             del buffer[:pos]
+
+
+# The compiled twins (tidemq/remoting/_frame_c.pyx) when built, else the Python ones above: same
+# results and errors (tests/remoting/test_frame_compiled.py). Loaded last: the compiled module
+# hands its rare cases back to the functions above.
+_c = compiled.load("tidemq.remoting._frame_c")
+iter_frames = iter_frames_py if _c is None else _c.iter_frames
+decode_frame = decode_frame_py if _c is None else _c.decode_frame
+decode_header = decode_header_py if _c is None else _c.decode_header
+decode_json_header = decode_json_header_py if _c is None else _c.decode_json_header
+decode_rocketmq_header = decode_rocketmq_header_py if _c is None else _c.decode_rocketmq_header
+encode_json_header = encode_json_header_py if _c is None else _c.encode_json_header
+encode_frame_parts = encode_frame_parts_py if _c is None else _c.encode_frame_parts
+encode_frame = encode_frame_py if _c is None else _c.encode_frame
