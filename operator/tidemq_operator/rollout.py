@@ -14,12 +14,26 @@ Stages, in order: the name servers (their Services, PDB and StatefulSet), then b
   applied only when every earlier stage is *settled*; after it is applied, the later stages wait
   until it is settled again. So the name servers roll first, then group 0, then group 1 ...
 - Settled = the StatefulSet controller observed the current generation and
-  ``readyReplicas == updatedReplicas == status.replicas == spec.replicas`` (and
-  ``currentRevision == updateRevision`` when both are reported). Within a StatefulSet the pods roll
+  ``availableReplicas == updatedReplicas == status.replicas == spec.replicas`` (and
+  ``currentRevision == updateRevision`` when both are reported). Available, not ready: a pod counts
+  once it has been ready for the StatefulSet's minReadySeconds, which for name servers is a whole
+  broker registration period after a broker first reached the new pod (its readiness), so every
+  broker has re-registered with it before the next name server goes (issue 18, item 10). The
+  ready counts in the status are available pods too. Within a StatefulSet the pods roll
   one at a time by themselves (RollingUpdate; brokers OrderedReady): the operator never deletes pods.
-- A stage whose change touches fields the API server refuses to patch
-  (:func:`tidemq.operator.workloads.immutable_changes`) is not applied; it is reported in
-  ``blocked`` and the later stages wait.
+- A change of fields the API server refuses to patch
+  (:func:`tidemq.operator.workloads.immutable_changes`, e.g. the storage size) is reported in
+  ``blocked`` (Ready=False, ImmutableFieldChange) and not applied: the StatefulSet is sent with
+  the live values of those fields, so the rest of the change (the image, say) still rolls, in
+  order (issue 18, item 5).
+- Drift repair (issue 18, item 3): the objects are applied server-side
+  (:mod:`tidemq.operator.apply`), so re-applying one that is in place changes nothing. Every pass
+  re-applies the Services, ConfigMaps and RBAC objects of the stages whose StatefulSet is in step
+  with the spec (``refresh``: one deleted by hand comes back), and a StatefulSet whose
+  spec.replicas differs from the spec while its hash is current (``kubectl scale``) is applied
+  again at once (``repaired``; same template, nothing rolls) and counts as rolling until its pods
+  are back, so the Cluster is not Ready meanwhile. Template changes only go through the stages.
+  A stage waiting for its turn keeps its old objects until then.
 - A lone broker group that becomes replicated (spec.brokers.replicas 1 -> N) is first restarted
   as a replica at its old size, then grown (:func:`lone_to_replicated`); a replicated group's
   pods are replaced one at a time by :mod:`tidemq.operator.grouproll` through the partition.
@@ -51,6 +65,7 @@ class StsState:
     status_replicas: int
     ready: int
     updated: int
+    available: int = 0       # status.availableReplicas: ready for at least minReadySeconds
     current_revision: str | None = None
     update_revision: str | None = None
 
@@ -61,7 +76,7 @@ class StsState:
         if self.current_revision and self.update_revision and \
                 self.current_revision != self.update_revision:
             return False
-        return self.ready == self.updated == self.status_replicas == self.replicas
+        return self.available == self.updated == self.status_replicas == self.replicas
 
 
 def sts_state(obj: Mapping[str, Any]) -> StsState:
@@ -76,6 +91,8 @@ def sts_state(obj: Mapping[str, Any]) -> StsState:
         status_replicas=int(status.get("replicas") or 0),
         ready=int(status.get("readyReplicas") or 0),
         updated=int(status.get("updatedReplicas") or 0),
+        # The API server leaves out a zero count: absent is 0, never "not reported".
+        available=int(status.get("availableReplicas") or 0),
         current_revision=status.get("currentRevision"),
         update_revision=status.get("updateRevision"),
     )
@@ -158,14 +175,22 @@ class Plan:
     ready_name_servers: int
     ready_brokers: int
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # drift repair (issue 18, item 3): the non-StatefulSet objects of the stages in step with the
+    # spec, re-applied every pass (a deleted Service/ConfigMap comes back), and the StatefulSets
+    # whose replicas were changed by hand, put back in this pass (in ``apply`` too)
+    refresh: tuple[dict[str, Any], ...] = ()
+    repaired: tuple[str, ...] = ()
 
     def conditions(self) -> list[tuple[str, bool, str, str]]:
         """(type, status, reason, message) for Ready, Progressing and Degraded."""
         if self.blocked:
             what = "; ".join(f"{n}: {', '.join(f)}" for n, f in sorted(self.blocked.items()))
             ready = (False, "ImmutableFieldChange",
-                     f"cannot patch immutable StatefulSet fields ({what}); revert the change or "
-                     "recreate the StatefulSet")
+                     f"cannot patch immutable StatefulSet fields ({what}); the rest of the change "
+                     "is applied; revert these fields or recreate the StatefulSet")
+        elif self.repaired:
+            ready = (False, "ReplicasRestored",
+                     f"replicas changed outside the Cluster spec, put back: {', '.join(self.repaired)}")
         elif self.ready:
             ready = (True, "AllReady", "every StatefulSet is ready and up to date")
         else:
@@ -197,6 +222,8 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
     apply: list[dict[str, Any]] = []
     applied, waiting, rolling, degraded, remembered = [], [], [], [], []
     blocked: dict[str, tuple[str, ...]] = {}
+    refresh: list[dict[str, Any]] = []
+    repaired: list[str] = []
     ready_ns = ready_br = 0
     counts: dict[str, dict[str, int]] = {}
     earlier_settled = True
@@ -211,23 +238,32 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
             continue
         state = sts_state(obj)
         counts[st.name] = {"replicas": st.sts["spec"].get("replicas", 0), "ready": state.ready,
-                           "updated": state.updated}
+                           "available": state.available, "updated": state.updated}
         if st.component == "namesrv":
-            ready_ns += state.ready
+            ready_ns += state.available
         else:
-            ready_br += state.ready
+            ready_br += state.available
+        fields = tuple(immutable_changes(dict(obj), st.sts))
+        if fields:  # reported, not applied; the rest of the change goes on (issue 18, item 5)
+            blocked[st.name] = fields
+            st = _with_live_fields(st, obj, fields)
         if state.spec_hash != st.spec_hash:
-            fields = tuple(immutable_changes(dict(obj), st.sts))
-            if fields:
-                blocked[st.name] = fields
-                earlier_settled = False
-            elif earlier_settled:
+            if earlier_settled:
                 apply.extend(st.objects)
                 applied.append(st.name)
                 rolling.append(st.name)
                 earlier_settled = False
             else:
                 waiting.append(st.name)
+            continue
+        # In step with the spec: re-applied each pass to repair drift (SSA: a no-op when in place).
+        refresh.extend(o for o in st.objects if o.get("kind") not in _NOT_REFRESHED)
+        if state.replicas != int(st.sts["spec"].get("replicas", 1)):  # scaled by hand: put back
+            apply.append(_restore_replicas(st.sts, obj))
+            applied.append(st.name)
+            repaired.append(st.name)
+            rolling.append(st.name)
+            earlier_settled = False
             continue
         if state.settled:
             remembered.append(st.name)
@@ -249,4 +285,32 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
         rolling=tuple(rolling), blocked=blocked, degraded=tuple(degraded),
         was_ready=tuple(remembered), ready=ready, progressing=bool(rolling or waiting),
         ready_name_servers=ready_ns, ready_brokers=ready_br, counts=counts,
+        refresh=tuple(refresh), repaired=tuple(repaired),
     )
+
+
+# Re-applied only with their StatefulSet's stage: StatefulSets (template changes roll in order;
+# budgets.reconcile keeps the budgets exact on every pass).
+_NOT_REFRESHED = frozenset({"StatefulSet", "PodDisruptionBudget"})
+
+
+def _with_live_fields(st: Stage, live: Mapping[str, Any], fields: Sequence[str]) -> Stage:
+    """``st`` with its StatefulSet sending the live values of the immutable ``fields``
+    (``spec.<name>``): the API server refuses to change them, and with server-side apply a field
+    left out would be given up, so they go out as they are while the rest of the change applies."""
+    sts = copy.deepcopy(st.sts)
+    for f in fields:
+        name = f.removeprefix("spec.")
+        sts["spec"][name] = copy.deepcopy((live.get("spec") or {})[name])
+    return Stage(st.component, tuple(sts if o is st.sts else o for o in st.objects), sts)
+
+
+def _restore_replicas(desired: dict[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """The desired StatefulSet (same template: nothing rolls) to put spec.replicas back. A
+    replicated group keeps its live updateStrategy: its partition belongs to the group roll
+    (tidemq.operator.grouproll) between template changes."""
+    out = copy.deepcopy(desired)
+    strategy = (live.get("spec") or {}).get("updateStrategy")
+    if is_replicated(desired) and strategy:
+        out["spec"]["updateStrategy"] = copy.deepcopy(strategy)
+    return out

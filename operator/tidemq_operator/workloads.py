@@ -35,6 +35,11 @@ Invariants:
   the same pods.
 - The HTTP endpoint (/metrics, /healthz, /readyz) always runs because the probes use it;
   spec.metrics.enabled only adds the Prometheus scrape annotations.
+- Ready means useful (issue 18, item 10): a broker is ready once a name server took its
+  registration; a name server (``--ready-grace``) once a broker registered with it, or after one
+  broker registration period (:func:`register_period`) plus a margin with none. The name
+  servers' minReadySeconds is one more registration period, so a rolled name-server pod counts
+  as available (what the rollout waits on) only when every live broker has registered with it.
 - Some StatefulSet fields cannot be patched (selector, serviceName, podManagementPolicy, volume
   claim templates): :func:`immutable_changes` names them so the operator can report instead of
   retrying a patch the API server refuses.
@@ -55,6 +60,7 @@ import copy
 import hashlib
 import json
 import logging
+import math
 import re
 from typing import Any
 
@@ -81,6 +87,10 @@ TLS_DIR = "/etc/tidemq-tls"  # spec.tls: the Secret (tls.crt, tls.key, ca.crt), 
 BROKER_GRACE_SECONDS = 60
 NAMESRV_GRACE_SECONDS = 30
 PRESTOP_SLEEP_SECONDS = 10
+REGISTER_PERIOD_SECONDS = 30.0  # a broker's default registration period (registerNameServerPeriod)
+# A name server with no broker after a registration period and this margin has none to wait for;
+# a registered one counts as available after a period and READY_MARGIN_SECONDS / 2 more.
+READY_MARGIN_SECONDS = 10
 RUN_AS_ID = 10001  # the image's tidemq user and group (Dockerfile)
 TMP_DIR = "/tmp"
 # The CRD checks the reserved config keys and the name's length with cheap CEL rules; the formats
@@ -417,6 +427,23 @@ def broker_config_text(cluster: dict[str, Any], group: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def register_period(brokers: dict[str, Any]) -> float:
+    """Seconds between a broker's registrations: spec.brokers.config's registerNameServerPeriod
+    (milliseconds, as in RocketMQ) or register-interval (seconds), else the brokers' default. A
+    value that is no positive number counts as the default (the broker refuses it at start)."""
+    config = brokers.get("config") or {}
+    for key, scale in (("registerNameServerPeriod", 1000.0), ("register-interval", 1.0), ("register_interval", 1.0)):
+        if key in config:
+            try:
+                seconds = float(config[key]) / scale
+            except ValueError:
+                break
+            if math.isfinite(seconds) and seconds > 0:
+                return seconds
+            break
+    return REGISTER_PERIOD_SECONDS
+
+
 def namesrv_key_secret_name(cluster_name: str) -> str:
     """The Secret holding the Cluster key (tidemq.operator.clusterkey)."""
     return f"{cluster_name}-namesrv-acl"
@@ -439,12 +466,14 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
     labels = _labels(name, "namesrv")
     selector = _selector(name, "namesrv")
     ports = [("remoting", port), ("metrics", mport)]
+    period = register_period(spec["brokers"])
     container: dict[str, Any] = {
         "name": "namesrv",
         "image": spec["image"],
         "imagePullPolicy": spec["imagePullPolicy"],
         "command": ["tidemq", "namesrv"],
-        "args": ["--listen", f"0.0.0.0:{port}", "--metrics-listen", f"0.0.0.0:{mport}"],
+        "args": ["--listen", f"0.0.0.0:{port}", "--metrics-listen", f"0.0.0.0:{mport}",
+                 "--ready-grace", _number(period + READY_MARGIN_SECONDS)],
         "env": _downward_env(),
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
         **_probes("metrics", https=_tls(spec)[1]),
@@ -463,7 +492,8 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
             "replicas": replicas,
             "podManagementPolicy": "Parallel",  # name servers are independent of each other
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
-            "minReadySeconds": 5,
+            # a whole registration period after the first broker reached the pod: all have
+            "minReadySeconds": math.ceil(period + READY_MARGIN_SECONDS / 2),
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": _scrape_annotations(spec["metrics"]["enabled"], mport)},

@@ -116,7 +116,7 @@ def _live(objs, settled=True, drop_env=False) -> dict:
         n = o["spec"]["replicas"]
         o["metadata"]["generation"] = 2
         o["status"] = {"observedGeneration": 2, "replicas": n, "readyReplicas": n if settled else 0,
-                       "updatedReplicas": n}
+                       "availableReplicas": n if settled else 0, "updatedReplicas": n}
         out[o["metadata"]["name"]] = o
     return out
 

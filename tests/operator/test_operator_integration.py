@@ -19,7 +19,7 @@ How the emulator is adapted (kmock 0.8):
 - kmock ignores metadata.generateName (kopf's Events use it): a small subclass fills in a name.
 - kmock runs no controllers and keeps no metadata.generation: the same subclass sets generation 1
   on create and bumps it when a StatefulSet's spec is patched (as the API server does); the tests
-  play the StatefulSet controller by patching status (readyReplicas, updatedReplicas,
+  play the StatefulSet controller by patching status (ready/availableReplicas, updatedReplicas,
   observedGeneration, revisions) through the status subresource to "make pods ready".
 - Peering is off (``--standalone``): HA with kopf peering needs the KopfPeering CRD.
 - Name-server write protection is on, as the chart runs it: the operator starts without its master
@@ -557,11 +557,13 @@ def sts_image(apps, name: str) -> str:
 
 
 def mark_ready(apps, name: str, ready: int | None = None) -> None:
-    """Play the StatefulSet controller: every pod of ``name`` updated and ready (or ``ready``)."""
+    """Play the StatefulSet controller: every pod of ``name`` updated and ready (or ``ready``),
+    and ready for minReadySeconds (available: what the rollout waits on)."""
     sts = apps.read_namespaced_stateful_set(name, NS)
     gen, n = sts.metadata.generation, sts.spec.replicas
+    ready = n if ready is None else ready
     apps.patch_namespaced_stateful_set_status(name, NS, {"status": {
-        "observedGeneration": gen, "replicas": n, "readyReplicas": n if ready is None else ready,
+        "observedGeneration": gen, "replicas": n, "readyReplicas": ready, "availableReplicas": ready,
         "updatedReplicas": n, "currentRevision": f"rev{gen}", "updateRevision": f"rev{gen}",
     }})
 
@@ -734,7 +736,8 @@ def put_pods(core, ports: int, replicas: list[Replica], revision: str, ready: se
 def sts_status(apps, name: str, replicas: int, updated: int, current: str, update: str) -> None:
     gen = apps.read_namespaced_stateful_set(name, NS).metadata.generation
     apps.patch_namespaced_stateful_set_status(name, NS, {"status": {
-        "observedGeneration": gen, "replicas": replicas, "readyReplicas": replicas, "updatedReplicas": updated,
+        "observedGeneration": gen, "replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
+        "updatedReplicas": updated,
         "currentRevision": current, "updateRevision": update}})
 
 

@@ -30,7 +30,8 @@ def live_from(objs: list[dict], ready: bool | dict[str, int] = True, generation:
         r = n if ready is True else (0 if ready is False else ready.get(o["metadata"]["name"], n))
         live["metadata"]["generation"] = generation
         live["status"] = {"observedGeneration": generation, "replicas": n, "readyReplicas": r,
-                          "updatedReplicas": n, "currentRevision": "a", "updateRevision": "a"}
+                          "availableReplicas": r, "updatedReplicas": n, "currentRevision": "a",
+                          "updateRevision": "a"}
         out[o["metadata"]["name"]] = live
     return out
 
@@ -96,7 +97,8 @@ def test_a_change_applies_the_name_servers_first_then_waits():
     assert p.waiting == ("demo-broker-0", "demo-broker-1")
 
     # rolling: one pod updated of two ... still waiting
-    live["demo-namesrv"]["status"].update(observedGeneration=2, updatedReplicas=0, readyReplicas=0)
+    live["demo-namesrv"]["status"].update(observedGeneration=2, updatedReplicas=0, readyReplicas=0,
+                                          availableReplicas=0)
     p = rollout.plan(new, live)
     assert p.apply == () and cond(p, "Degraded")[0] is False  # rolling is not degraded
 
@@ -123,6 +125,23 @@ def test_group_one_waits_for_group_zero():
     assert p.ready and p.apply == ()
 
 
+def test_the_brokers_wait_until_the_rolled_name_servers_are_available():
+    """Ready is not enough (issue 18, item 10): a name-server pod counts once it has been ready for
+    minReadySeconds (a broker registration period), so every broker has re-registered with it."""
+    old, new = desired(image="tidemq:1"), desired(image="tidemq:2")
+    live = live_from(old)
+    live["demo-namesrv"] = live_from(new, generation=2)["demo-namesrv"]
+    live["demo-namesrv"]["status"]["availableReplicas"] = 1  # both ready, one not yet for minReadySeconds
+    p = rollout.plan(new, live)
+    assert p.apply == () and p.rolling == ("demo-namesrv",) and p.waiting == ("demo-broker-0", "demo-broker-1")
+    assert p.ready_name_servers == 1 and not p.ready
+    del live["demo-namesrv"]["status"]["availableReplicas"]  # the API server leaves out a zero count
+    assert rollout.plan(new, live).ready_name_servers == 0
+    live["demo-namesrv"]["status"]["availableReplicas"] = 2
+    p = rollout.plan(new, live)
+    assert p.applied_stages == ("demo-broker-0",) and p.ready_name_servers == 2
+
+
 def test_a_new_broker_group_is_applied_at_once():
     old, new = desired(groups=1), desired(groups=2)
     p = rollout.plan(new, live_from(old))
@@ -145,23 +164,97 @@ def test_degraded_only_after_having_been_ready():
     assert healed.ready and cond(healed, "Degraded")[0] is False
 
 
-def test_an_immutable_change_is_blocked_and_reported():
-    old, new = desired(storage="10Gi"), desired(storage="20Gi")
-    p = rollout.plan(new, live_from(old))
-    assert "demo-broker-0" in p.blocked
-    assert "spec.volumeClaimTemplates" in p.blocked["demo-broker-0"]
-    assert not any(o["metadata"]["name"] == "demo-broker-0" and o["kind"] == "StatefulSet"
-                   for o in p.apply)
-    assert "demo-broker-1" in p.waiting or "demo-broker-1" in p.blocked
+def test_an_immutable_change_is_reported_and_the_rest_still_rolls():
+    """Issue 18, item 5: a storage size change with an image change left every group blocked and
+    the image never rolled. Now the storage change is reported (Ready=False, ImmutableFieldChange)
+    while the image rolls stage by stage, each StatefulSet sent with its live claim templates."""
+    old, new = desired(storage="10Gi"), desired(storage="20Gi", image="tidemq:2")
+    live = live_from(old)
+    p = rollout.plan(new, live)
+    assert p.blocked == {"demo-broker-0": ("spec.volumeClaimTemplates",),
+                         "demo-broker-1": ("spec.volumeClaimTemplates",)}
+    assert p.applied_stages == ("demo-namesrv",) and p.waiting == ("demo-broker-0", "demo-broker-1")
     assert cond(p, "Ready") == (False, "ImmutableFieldChange")
+    assert "the rest of the change is applied" in next(m for t, *_, m in p.conditions() if t == "Ready")
+
+    live["demo-namesrv"] = live_from([sts_of(new, "demo-namesrv")])["demo-namesrv"]  # rolled, settled
+    p = rollout.plan(new, live)
+    assert p.applied_stages == ("demo-broker-0",) and p.waiting == ("demo-broker-1",)
+    sent = sts_of(p.apply, "demo-broker-0")
+    assert sent["spec"]["template"]["spec"]["containers"][0]["image"] == "tidemq:2"
+    assert sent["spec"]["volumeClaimTemplates"] == live["demo-broker-0"]["spec"]["volumeClaimTemplates"]
+    assert sent["metadata"]["annotations"][SPEC_HASH] == sts_of(new, "demo-broker-0")["metadata"]["annotations"][SPEC_HASH]
+
+    # once every group rolled, only the storage change is left: still reported, nothing applied
+    live["demo-broker-0"] = live_from([sent])["demo-broker-0"]
+    p = rollout.plan(new, live)
+    assert p.applied_stages == ("demo-broker-1",) and "demo-broker-0" in p.blocked
+    live["demo-broker-1"] = live_from([sts_of(p.apply, "demo-broker-1")])["demo-broker-1"]
+    p = rollout.plan(new, live)
+    assert not any(o["kind"] == "StatefulSet" for o in p.apply)
+    assert set(p.blocked) == {"demo-broker-0", "demo-broker-1"} and not p.ready
+    assert cond(p, "Ready") == (False, "ImmutableFieldChange") and cond(p, "Progressing")[0] is False
+
+
+def test_a_reverted_storage_change_is_ready_again():
+    old = desired(storage="10Gi")
+    p = rollout.plan(desired(storage="20Gi"), live_from(old))
+    assert p.blocked
+    p = rollout.plan(old, live_from(old))
+    assert p.ready and not p.blocked
+
+
+def test_objects_in_step_are_refreshed_every_pass_statefulsets_and_budgets_are_not():
+    """Issue 18, item 3: re-applying what is in place is a no-op with server-side apply, and a
+    Service or ConfigMap deleted by hand comes back on the next pass."""
+    objs = desired()
+    p = rollout.plan(objs, live_from(objs))
+    assert p.ready and p.apply == ()
+    assert names(p.refresh) == [n for n in names(objs)
+                                if not n.startswith(("StatefulSet/", "PodDisruptionBudget/"))]
+    # a stage waiting for its turn keeps its old objects until then
+    new = desired(image="tidemq:2")
+    p = rollout.plan(new, live_from(objs))
+    assert p.applied_stages == ("demo-namesrv",)
+    assert not any(o["metadata"]["name"].startswith("demo-broker") for o in p.refresh)
+
+
+def test_a_statefulset_scaled_by_hand_is_put_back_and_not_ready_meanwhile():
+    """kubectl scale sts demo-broker-1 --replicas=0: the Cluster stayed Ready=True (the scaled
+    StatefulSet looked settled: 0 of 0 ready); now it is applied again and not Ready until back."""
+    objs = desired()
+    live = live_from(objs)
+    live["demo-broker-1"]["spec"]["replicas"] = 0
+    live["demo-broker-1"]["status"].update(replicas=0, readyReplicas=0, availableReplicas=0, updatedReplicas=0)
+    p = rollout.plan(objs, live, ("demo-namesrv", "demo-broker-0", "demo-broker-1"))
+    assert names(p.apply) == ["StatefulSet/demo-broker-1"] and p.repaired == ("demo-broker-1",)
+    assert p.apply[0]["spec"]["replicas"] == 1
+    assert p.apply[0]["spec"]["template"] == sts_of(objs, "demo-broker-1")["spec"]["template"]  # nothing rolls
+    assert not p.ready and cond(p, "Ready") == (False, "ReplicasRestored")
+    live["demo-broker-1"]["spec"]["replicas"] = 1  # applied; its pod is starting
+    p = rollout.plan(objs, live, p.was_ready)
+    assert p.apply == () and not p.ready and "demo-broker-1" in p.rolling
+    assert rollout.plan(objs, live_from(objs), p.was_ready).ready
+
+
+def test_a_replicated_group_scaled_by_hand_keeps_its_partition():
+    objs = replicated(3)
+    live = live_from(objs)
+    sts = live["demo-broker-0"]
+    sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] = 1  # the group roll's
+    sts["spec"]["replicas"] = 1
+    p = rollout.plan(objs, live)
+    assert p.repaired == ("demo-broker-0",)
+    assert p.apply[0]["spec"]["replicas"] == 3
+    assert p.apply[0]["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 1
 
 
 def test_settled_needs_observed_generation_and_equal_revisions():
     base = {"metadata": {"name": "x", "generation": 3}, "spec": {"replicas": 2},
-            "status": {"observedGeneration": 3, "replicas": 2, "readyReplicas": 2,
+            "status": {"observedGeneration": 3, "replicas": 2, "readyReplicas": 2, "availableReplicas": 2,
                        "updatedReplicas": 2, "currentRevision": "r1", "updateRevision": "r1"}}
     assert rollout.sts_state(base).settled
-    for change in ({"observedGeneration": 2}, {"updateRevision": "r2"}, {"readyReplicas": 1},
+    for change in ({"observedGeneration": 2}, {"updateRevision": "r2"}, {"availableReplicas": 1},
                    {"updatedReplicas": 1}, {"replicas": 3}):
         obj = copy.deepcopy(base)
         obj["status"].update(change)
