@@ -10,16 +10,21 @@ The read schema is Spark's Kafka source's, in RocketMQ's words (``partition``/``
 Spark passes Arrow batches through only when their schema *equals* the Spark schema's Arrow form
 (``to_arrow_schema(..., timezone="UTC")``), so :func:`arrow_schema` is checked against it in tests.
 
-The decoder is the source's hot path (guarded by bench/spark_read.py): one struct unpack per record
-for the fixed fields, no per-message ``MessageExt`` or property dict (only KEYS, TAGS and UNIQ_KEY
-are looked up in the raw property bytes), and the ``value`` column is built from one joined buffer
-and an offsets array instead of one Python ``bytes`` per body.
+The decoder is the source's hot path (guarded by bench/spark_read.py): no per-message
+``MessageExt`` or property dict (only KEYS, TAGS and UNIQ_KEY are looked up in the raw property
+bytes). It has two twins with the same results and errors: the compiled one (``spark/_arrow_c.pyx``,
+issue 19) writes every row straight into Arrow column buffers; the pure-Python one here
+(``_ColumnsPy``/``_collect_py``/``_to_batch_py``, the reference and the fallback when the
+extension is not built or ``TIDEMQ_NO_EXTENSIONS`` is set) does one struct unpack per record and
+builds the ``value`` column from one joined buffer and an offsets array. ``Columns``, ``collect``
+and ``to_batch`` are whichever twin runs.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -36,6 +41,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from tidemq import compiled
 from tidemq.errors import CodecError
 from tidemq.message import (
     MESSAGE_MAGIC,
@@ -85,8 +91,8 @@ _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
 @dataclass(slots=True)
-class Columns:
-    """Column values collected from one or more pull responses of one queue."""
+class _ColumnsPy:
+    """Column values collected from one or more pull responses of one queue (Python twin)."""
 
     keys: list[bytes | None] = field(default_factory=list)
     bodies: list[bytes | memoryview] = field(default_factory=list)
@@ -118,7 +124,18 @@ def _prop(props: bytes, key: bytes) -> bytes | None:
 _KEYS, _TAGS, _UNIQ = b"KEYS\x01", b"TAGS\x01", b"UNIQ_KEY\x01"
 
 
-def collect(body: bytes, cols: Columns, end_offset: int, tags_filter: frozenset[str] | None) -> int:
+def _v6_record(body: bytes, pos: int) -> tuple[bytes, bytes, int, int, int, str]:
+    """The fields a row takes from a record with an IPv6 host (rare: every field after the host
+    moves), through the reference decoder: body (as stored), raw properties, reconsume times,
+    store and born timestamps, offset message id. Both twins use it."""
+    from tidemq.message import decode_record
+    m = decode_record(body, pos)
+    return (m.body, _encode_props(m.properties), m.reconsume_times, m.store_timestamp,
+            m.born_timestamp, m.offset_msg_id)
+
+
+def _collect_py(body: bytes, cols: _ColumnsPy, end_offset: int,
+                tags_filter: frozenset[str] | None) -> int:
     """Append the records of a pull-response ``body`` with queue offset < ``end_offset`` (and a
     tag in ``tags_filter``, when given) to ``cols``. Returns the offset after the last record
     looked at (filtered or not), or -1 when none was below ``end_offset``.
@@ -146,12 +163,8 @@ def collect(body: bytes, cols: Columns, end_offset: int, tags_filter: frozenset[
         if qoff >= end_offset:
             break
         if sys_flag & _V6:
-            from tidemq.message import decode_record  # rare: IPv6 hosts shift every field
-            m = decode_record(body, pos)
-            b: bytes | memoryview = m.body
-            raw_props = _encode_props(m.properties)
-            reconsume, store_ts, born_ts = m.reconsume_times, m.store_timestamp, m.born_timestamp
-            store_id = m.offset_msg_id
+            b: bytes | memoryview
+            b, raw_props, reconsume, store_ts, born_ts, store_id = _v6_record(body, pos)
         else:
             p = pos + _FIXED_SIZE
             if not 0 <= blen <= total - MIN_RECORD_SIZE:
@@ -225,17 +238,17 @@ def _properties(blobs: list[bytes]) -> pa.Array:
                                    pa.array(items, pa.string()))
 
 
-def _strings(values: Sequence[bytes | None]) -> pa.Array:
-    """A string array from UTF-8 bytes: one cast, or a decode with replacement when not UTF-8."""
-    arr = pa.array(values, pa.binary())
+def _strings(arr: pa.Array) -> pa.Array:
+    """A string array from a binary one of UTF-8 bytes: one cast, or a decode with replacement
+    when not UTF-8."""
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid:
-        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in values],
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in arr.to_pylist()],
                         pa.string())
 
 
-def to_batch(cols: Columns, topic: str, broker: str, queue_id: int) -> pa.RecordBatch:
+def _to_batch_py(cols: _ColumnsPy, topic: str, broker: str, queue_id: int) -> pa.RecordBatch:
     """The record batch of ``cols``; its schema equals :func:`arrow_schema`."""
     n = len(cols)
     arrays = [
@@ -245,8 +258,8 @@ def to_batch(cols: Columns, topic: str, broker: str, queue_id: int) -> pa.Record
         pa.repeat(pa.scalar(broker, pa.string()), n),
         pa.repeat(pa.scalar(queue_id, pa.int32()), n),
         pa.array(cols.offsets, pa.int64()),
-        _strings(cols.msg_ids),
-        _strings(cols.tags),
+        _strings(pa.array(cols.msg_ids, pa.binary())),
+        _strings(pa.array(cols.tags, pa.binary())),
         _millis(cols.born),
         _millis(cols.stored),
         pa.array(cols.reconsume, pa.int32()),
@@ -254,3 +267,56 @@ def to_batch(cols: Columns, topic: str, broker: str, queue_id: int) -> pa.Record
     if cols.props is not None:
         arrays.append(_properties(cols.props))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(cols.props is not None))
+
+
+# -- the compiled twin's batches: its buffers wrapped as they are ----------------------------------
+
+def _from_binary(column: tuple, n: int, kind: pa.DataType = pa.binary()) -> pa.Array:
+    valid, nulls, offsets, data, overflow = column
+    if overflow:
+        raise CodecError("one Arrow batch would exceed 2 GiB; lower pullBatchSize")
+    return pa.Array.from_buffers(kind, n, [None if valid is None else pa.py_buffer(valid),
+                                           pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
+
+
+def _from_fixed(kind: pa.DataType, n: int, data: bytearray) -> pa.Array:
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(data)], null_count=0)
+
+
+def _to_batch_c(cols: object, topic: str, broker: str, queue_id: int) -> pa.RecordBatch:
+    """The record batch of the compiled twin's ``cols`` (same rows as :func:`_to_batch_py`)."""
+    assert _c is not None
+    (n, keys, values, ids, tags, offsets, born, stored, reconsume,
+     props) = cols.export()  # type: ignore[attr-defined]
+    arrays = [
+        _from_binary(keys, n),
+        _from_binary(values, n),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(broker, pa.string()), n),
+        pa.repeat(pa.scalar(queue_id, pa.int32()), n),
+        _from_fixed(pa.int64(), n, offsets),
+        _strings(_from_binary(ids, n)),
+        _strings(_from_binary(tags, n)),
+        _from_fixed(_TS, n, born),
+        _from_fixed(_TS, n, stored),
+        _from_fixed(pa.int32(), n, reconsume),
+    ]
+    if props is not None:
+        map_offsets, key_offsets, key_data, value_offsets, value_data = _c.properties_map(
+            props[2], props[3], n)
+        arrays.append(pa.MapArray.from_arrays(
+            _from_fixed(pa.int32(), n + 1, map_offsets),
+            pa.Array.from_buffers(pa.string(), len(key_offsets) // 4 - 1,
+                                  [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)]),
+            pa.Array.from_buffers(pa.string(), len(value_offsets) // 4 - 1,
+                                  [None, pa.py_buffer(value_offsets), pa.py_buffer(value_data)])))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(props is not None))
+
+
+_c = compiled.load("tidemq.spark._arrow_c")
+# whichever twin runs (tests reach both through the names above and ``_c``)
+Columns: type = _c.Columns if _c is not None else _ColumnsPy
+collect: Callable[[bytes, Any, int, frozenset[str] | None], int] = (
+    _c.collect if _c is not None else _collect_py)
+to_batch: Callable[[Any, str, str, int], pa.RecordBatch] = _to_batch_c if _c is not None else _to_batch_py

@@ -15,7 +15,9 @@ import os
 from types import ModuleType
 
 #: every compiled module of the project; a module listed here but not importable runs its twin
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = (
+    "tidemq.spark._arrow_c",
+)
 
 DISABLED = os.environ.get("TIDEMQ_NO_EXTENSIONS", "") not in ("", "0")
 
