@@ -26,11 +26,18 @@ import logging
 import mmap
 import os
 import struct
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tidemq import compiled
 
 from tidemq.broker.store.config import DEFAULT_MAX_MAPPED_QUEUE_FILES
 from tidemq.broker.store.mapped_file import LazyMappedFile, MappedFileCache, StoreFile
 from tidemq.broker.store.observer import StoreObserver
+
+if TYPE_CHECKING:
+    from tidemq.broker.store.dispatch import Record
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,20 @@ UNIT_SIZE = UNIT.size  # 20
 _ZERO_UNIT = bytes(UNIT_SIZE)
 _SCAN_CHUNK = UNIT_SIZE * 3276  # 65520 bytes, a whole number of units
 _ZERO = bytes(_SCAN_CHUNK)
+
+
+def write_units_py(mm: mmap.mmap, pos: int, phys: int, records: Sequence[Record], start: int, n: int) -> int:
+    """Units of ``records[start:start + n]`` (back to back from CommitLog offset ``phys``) at byte
+    ``pos`` of a consume-queue file's mapping; returns the CommitLog offset after them.
+    ``_dispatch_c.write_units`` is its compiled twin."""
+    pack = UNIT.pack_into
+    for i in range(start, start + n):
+        r = records[i]
+        size = r.total
+        pack(mm, pos, phys, size, r.tags_code)
+        pos += UNIT_SIZE
+        phys += size
+    return phys
 
 
 class ConsumeQueue:
@@ -196,6 +217,37 @@ class ConsumeQueue:
         elif phys < self._phys_floor:  # a unit rewritten by recovery
             self._phys_floor = phys
 
+    # Hot path (bench/hot_path.py batch, bench/follower_apply.py): a run at the end of the queue.
+    def put_run(self, q: int, phys: int, records: Sequence[Record]) -> None:
+        """Units of ``records`` (back to back from CommitLog offset ``phys``) at queue offsets
+        from ``q`` = ``max_offset`` on: what ``put`` of each would write, one call per file."""
+        i, n = 0, len(records)
+        while i < n:
+            f = self._tail
+            pos = q * UNIT_SIZE - f.start if f is not None else -1
+            if f is None or not 0 <= pos < f.size:
+                f = self._file_for(q) or self._new_file(q)
+                pos = q * UNIT_SIZE - f.start
+                if f.start >= self._tail_start():
+                    self._tail = f
+            k = min(n - i, (f.size - pos) // UNIT_SIZE)
+            mm = f.mm
+            if mm is None:  # unmapped by the cache since prepare() (only a batch spanning many files)
+                mm = self._mapped.open(f)
+            else:
+                self._lru.move_to_end(f)
+            end = write_units(mm, pos, phys, records, i, k)
+            if not f.dirty:
+                f.dirty = True
+                self._dirty.add(f)
+            if self.max_offset == self.min_offset:  # first unit of an empty queue
+                self.min_offset = q
+                self._phys_floor = phys
+            q += k
+            self.max_offset = q
+            phys = end
+            i += k
+
     def prepare(self, q: int, n: int) -> None:
         """Create and map the files units q..q+n-1 need, before anything is appended (may raise
         OSError): once the CommitLog holds the records, ``put`` must not fail for want of a file.
@@ -338,3 +390,8 @@ class ConsumeQueue:
         gone, self.files, self._starts, self._tail = self.files, [], [], None
         self._mapped.forget(gone)
         return gone
+
+
+_c = compiled.load("tidemq.broker.store._dispatch_c")
+write_units: Callable[[mmap.mmap, int, int, Sequence[Record], int, int], int] = (
+    _c.write_units if _c is not None else write_units_py)

@@ -78,6 +78,18 @@ class Replayed(NamedTuple):
     uniq: str | None
 
 
+class Run(NamedTuple):
+    """A run of records as :meth:`Dispatcher.replay` takes it (tidemq.broker.store.scan makes them)."""
+
+    topic: str
+    queue_id: int
+    sys_flag: int  # the first record's
+    queue_offset: int  # the first record's
+    phys: int  # CommitLog offset of the first record
+    store_timestamp: int
+    records: list[Replayed]
+
+
 class ConsumeQueueBuilder:
     """Puts a run's units into its consume queue (RocketMQ's CommitLogDispatcherBuildConsumeQueue)."""
 
@@ -93,12 +105,7 @@ class ConsumeQueueBuilder:
     def build(self, topic: str, queue_id: int, q: int, phys: int, records: Sequence[Record]) -> None:
         cq = self.queue_for(topic, queue_id)
         if q == cq.max_offset:
-            put = cq.put
-            for r in records:
-                size = r.total
-                put(q, phys, size, r.tags_code)
-                q += 1
-                phys += size
+            cq.put_run(q, phys, records)
             self.units_written += len(records)
             return
         for r in records:
@@ -170,16 +177,26 @@ class IndexBuilder:
 
     def build(self, topic: str, phys: int, store_timestamp: int, records: Sequence[Record],
               on_error: Callable[[int, OSError], None] | None = None) -> None:
-        add = self.index.add
-        for r in records:
+        index = self.index
+        i, n = 0, len(records)
+        while i < n:
+            # Hot path (bench/hot_path.py batch, bench/follower_apply.py): whole records that fit
+            # the active file in one call; the record that does not (or the first one, before any
+            # file exists) through add, which creates the next file and may fail.
+            done, phys = index.put_run(topic, records, i, phys, store_timestamp)
+            i += done
+            if i >= n:
+                break
+            r = records[i]
             try:
-                add(topic, r.keys, r.uniq, phys, store_timestamp)
+                index.add(topic, r.keys, r.uniq, phys, store_timestamp)
             except OSError as exc:
                 if on_error is None:
                     raise
                 on_error(phys, exc)
             phys += r.total
-        self.indexed += len(records)
+            i += 1
+        self.indexed += n
 
 
 class Dispatcher:

@@ -27,10 +27,17 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tidemq import compiled
 
 from tidemq.broker.store.mapped_file import MappedFile, StoreFile
 from tidemq.broker.store.observer import StoreObserver
+
+if TYPE_CHECKING:
+    from tidemq.broker.store.dispatch import Record
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +152,33 @@ class IndexFile:
         self.mf.dirty = True
 
 
+def put_entries_py(f: IndexFile, topic: str, records: Sequence[Record], start: int, phys: int,
+                   store_ts: int) -> tuple[int, int, int]:
+    """Index entries of ``records[start:]`` (back to back from CommitLog offset ``phys``) into
+    ``f`` exactly as :meth:`IndexService.add` puts them, stopping before the first record whose
+    entries do not all fit ``f`` (``add`` then splits it across files). Returns (records done,
+    CommitLog offset after them, entries written). ``_dispatch_c.put_entries`` is its compiled twin."""
+    i, n, written = start, len(records), 0
+    put = f.put
+    while i < n:
+        r = records[i]
+        keys, uniq = r.keys, r.uniq
+        parts = keys.split() if keys else None
+        need = (1 if uniq else 0) + (len(parts) if parts is not None else 0)
+        if need:
+            if f.count + need > f.max_entries:
+                break
+            if uniq:
+                put(key_hash(f"{topic}#{uniq}"), phys, store_ts)
+            if parts is not None:
+                for k in parts:
+                    put(key_hash(f"{topic}#{k}"), phys, store_ts)
+            written += need
+        phys += r.total
+        i += 1
+    return i - start, phys, written
+
+
 class IndexService:
     """The index files of a store: the newest one takes entries, lookups walk newest first."""
 
@@ -235,6 +269,24 @@ class IndexService:
         if mf not in self._dirty:
             self._dirty.add(mf)
 
+    # Hot path (bench/follower_apply.py, bench/hot_path.py batch): a run's entries in one call.
+    def put_run(self, topic: str, records: Sequence[Record], start: int, phys: int,
+                store_ts: int) -> tuple[int, int]:
+        """Entries of ``records[start:]`` into the active file while whole records fit it, as
+        :meth:`add` would put them; (records done, CommitLog offset after them). Done is 0 when
+        there is no active file with room: :meth:`add` then creates one (and may fail)."""
+        if not self.files or self.files[-1].full:
+            return 0, phys
+        f = self.files[-1]
+        done, phys, written = put_entries(f, topic, records, start, phys, store_ts)
+        if written:
+            self.entries_added += written
+            mf = f.mf
+            mf.dirty = True
+            if mf not in self._dirty:
+                self._dirty.add(mf)
+        return done, phys
+
     def query(self, topic: str, key: str, limit: int, begin_ms: int, end_ms: int) -> list[int]:
         h = key_hash(f"{topic}#{key}")
         out: list[int] = []
@@ -269,3 +321,8 @@ class IndexService:
                 f.write_header()
             f.mf.close()
         self.files = []
+
+
+_c = compiled.load("tidemq.broker.store._dispatch_c")
+put_entries: Callable[[IndexFile, str, Sequence[Record], int, int, int], tuple[int, int, int]] = (
+    _c.put_entries if _c is not None else put_entries_py)

@@ -26,6 +26,12 @@ class FakeQueue:
         self.units[q] = (phys, size, code)
         self.max_offset = max(self.max_offset, q + 1)
 
+    def put_run(self, q: int, phys: int, records) -> None:
+        for r in records:
+            self.put(q, phys, r.total, r.tags_code)
+            q += 1
+            phys += r.total
+
     def unit(self, q: int) -> tuple[int, int, int] | None:
         return self.units.get(q)
 
@@ -39,6 +45,9 @@ class FakeIndex:
         if phys == self.fail_at:
             raise OSError(28, "No space left on device")
         self.entries.append((topic, keys, uniq, phys, store_ts))
+
+    def put_run(self, topic, records, start, phys, store_ts) -> tuple[int, int]:
+        return 0, phys  # no active file: every record goes through add
 
 
 @pytest.fixture

@@ -1,0 +1,204 @@
+"""The store's compiled hot paths against their pure-Python twins (issue 19): the same results,
+the same bytes in the mappings and the same errors, on valid records and on hostile bytes.
+
+- ``scan_records`` (a follower's replicated frame: check each record, summarise it, group runs):
+  tidemq.broker.store.scan vs _scan_c, on records our encoder makes (IPv4/IPv6 hosts, any
+  properties, runs that break on topic, queue, transaction state, queue offset and store time),
+  on those records damaged (flipped bytes, cut short, a foreign base) and on random bytes and the
+  fuzz corpus of stored records.
+- ``write_units`` (consume-queue units of a run) and ``put_entries`` (index entries of a run):
+  consume_queue / index vs _dispatch_c, into real mapped files.
+Skipped only when the compiled modules are not loaded (a TIDEMQ_NO_EXTENSIONS=1 run).
+"""
+
+from __future__ import annotations
+
+import mmap
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidemq import compiled
+from tidemq.errors import StoreCorruptError
+from tidemq.message import MESSAGE_MAGIC, SysFlag, encode_record
+
+from tidemq.broker.store import scan
+from tidemq.broker.store.consume_queue import UNIT_SIZE, write_units_py
+from tidemq.broker.store.dispatch import Replayed
+from tidemq.broker.store.index import IndexFile, index_file_size, put_entries_py
+from tidemq.broker.store.mapped_file import MappedFile
+
+_scan_c = compiled.load("tidemq.broker.store._scan_c")
+_dispatch_c = compiled.load("tidemq.broker.store._dispatch_c")
+pytestmark = pytest.mark.skipif(
+    _scan_c is None or _dispatch_c is None,
+    reason="the store's compiled modules are not loaded (TIDEMQ_NO_EXTENSIONS=1 or not built): "
+           "nothing to compare the pure-Python twins with")
+
+CORPUS = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "record"
+
+# Texts that stress the property scan: separators, empty names/values, non-ASCII, non-BMP
+# (Java's hash counts UTF-16 units) and Unicode whitespace (str.split() splits KEYS on it).
+_text = st.text(alphabet=st.sampled_from(["a", "Z", "0", " ", "\x1f", "\u00e9", "\u2003", "\U0001f600", "#"]),
+                max_size=12)
+_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "", "TAG", "KEYSX"])
+_props = st.lists(st.tuples(_names, _text), max_size=6)
+
+
+def _raw_props(pairs: list[tuple[str, str]], trailing: bool) -> bytes:
+    """Properties as clients write them, including what encode_properties would drop (empty
+    names or values, duplicates: the last wins) and the C++ client's trailing separator."""
+    items = [f"{k}\x01{v}" for k, v in pairs]
+    return ("\x02".join(items) + ("\x02" if trailing and items else "")).encode("utf-8")
+
+
+@st.composite
+def records(draw: st.DrawFn) -> tuple[bytes, int, list[int]]:
+    """(bytes of 1-8 records back to back, the CommitLog offset they start at, record starts)."""
+    base = draw(st.integers(0, 1 << 40))
+    n = draw(st.integers(1, 8))
+    topics = draw(st.lists(st.sampled_from(["T", "T2", "SCHEDULE_TOPIC_XXXX", "\u00e9t"]), min_size=1, max_size=2))
+    out, starts = b"", []
+    q = draw(st.integers(0, 1 << 40))
+    ts = draw(st.integers(0, 1 << 42))
+    for _ in range(n):
+        v6 = draw(st.tuples(st.booleans(), st.booleans()))
+        flag = draw(st.sampled_from([0, int(SysFlag.COMPRESSED), int(SysFlag.TRANSACTION_PREPARED),
+                                     int(SysFlag.TRANSACTION_COMMIT), int(SysFlag.TRANSACTION_ROLLBACK)]))
+        q = q + 1 if draw(st.booleans()) else draw(st.integers(0, 1 << 40))
+        ts = ts if draw(st.booleans()) else draw(st.integers(0, 1 << 42))
+        phys = base + len(out)
+        rec = encode_record(
+            topic=draw(st.sampled_from(topics)).encode("utf-8"), body=draw(st.binary(max_size=40)),
+            properties=_raw_props(draw(_props), draw(st.booleans())), queue_id=draw(st.integers(0, 3)),
+            flag=0, queue_offset=q, physical_offset=phys, sys_flag=flag, born_timestamp=1,
+            born_host=bytes(16 if v6[0] else 4), born_port=1, store_timestamp=ts,
+            store_host=bytes(16 if v6[1] else 4), store_port=2)
+        starts.append(len(out))
+        out += rec
+    return out, base, starts
+
+
+def _outcome(fn, data: bytes, base: int, check_crc: bool) -> object:
+    try:
+        return fn(data, base, check_crc)
+    except StoreCorruptError as exc:  # any other exception type fails the test
+        return ("error", str(exc))
+
+
+def _same(data: bytes, base: int, check_crc: bool = True) -> object:
+    py = _outcome(scan.scan_records_py, data, base, check_crc)
+    c = _outcome(_scan_c.scan_records, data, base, check_crc)
+    assert c == py
+    return py
+
+
+@given(records(), st.booleans())
+def test_scan_gives_the_same_runs_as_its_twin(case: tuple[bytes, int, list[int]], check_crc: bool) -> None:
+    data, base, starts = case
+    runs = _same(data, base, check_crc)
+    assert isinstance(runs, list)  # whole records of our encoder always pass
+    assert sum(len(r.records) for r in runs) == len(starts)
+
+
+def test_scan_summarises_properties_as_decode_properties_does() -> None:
+    props = b"TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01\x02UNIQ_KEY\x01u\x02\x01x\x02TAGS\x01b\x02"
+    data = encode_record(topic=b"T", body=b"x", properties=props, queue_id=0, flag=0, queue_offset=5,
+                         physical_offset=100, sys_flag=0, born_timestamp=1, born_host=bytes(4), born_port=1,
+                         store_timestamp=7, store_host=bytes(4), store_port=2)
+    (run,) = _same(data, 100)
+    assert run.records == [Replayed(len(data), ord("b"), "k1 k2", "u")]  # the last non-empty TAGS wins
+    assert (run.topic, run.queue_offset, run.phys, run.store_timestamp) == ("T", 5, 100, 7)
+
+
+@given(records(), st.data())
+def test_scan_of_damaged_records_fails_as_its_twin(case: tuple[bytes, int, list[int]], data: st.DataObject) -> None:
+    raw, base, starts = case
+    damaged = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        damaged[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(damaged)))
+    _same(bytes(damaged), base)
+    _same(bytes(damaged[:cut]), base)
+    _same(raw, base + data.draw(st.integers(1, 1 << 20)))  # the records claim other offsets
+
+
+@given(st.binary(max_size=300), st.integers(0, 1 << 40))
+def test_scan_of_random_bytes_fails_as_its_twin(data: bytes, base: int) -> None:
+    _same(data, base)
+    _same(MESSAGE_MAGIC.to_bytes(4, "big").rjust(8, b"\x00") + data, base)  # past the magic check
+
+
+def test_scan_of_the_fuzz_corpus_matches_its_twin() -> None:
+    seeds = sorted(CORPUS.iterdir())
+    assert seeds, f"no fuzz corpus in {CORPUS}"
+    for path in seeds:
+        raw = path.read_bytes()
+        for base in (0, int.from_bytes(raw[28:36], "big", signed=True) if len(raw) >= 36 else 0):
+            for cut in range(0, len(raw) + 1, max(1, len(raw) // 50)):
+                _same(raw[:cut], base)
+            _same(raw, base)
+
+
+# ------------------------------------------------------------------------------ consume queue, index
+
+_replayed = st.builds(Replayed, st.integers(91, 1 << 20), st.integers(-(1 << 63), (1 << 63) - 1),
+                      st.one_of(st.none(), _text), st.one_of(st.none(), _text))
+
+
+@given(st.lists(_replayed, min_size=1, max_size=40), st.integers(0, 1 << 50), st.data())
+def test_consume_queue_units_are_written_as_by_the_twin(recs: list[Replayed], phys: int, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(recs) - 1))
+    n = data.draw(st.integers(0, len(recs) - start))
+    pos = data.draw(st.integers(0, 8)) * UNIT_SIZE
+    size = pos + n * UNIT_SIZE + UNIT_SIZE
+    a, b = mmap.mmap(-1, size), mmap.mmap(-1, size)
+    try:
+        assert _dispatch_c.write_units(a, pos, phys, recs, start, n) == write_units_py(b, pos, phys, recs, start, n)
+        assert a[:] == b[:]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_consume_queue_units_past_the_mapping_raise_and_write_nothing_outside() -> None:
+    a = mmap.mmap(-1, UNIT_SIZE * 2)
+    try:
+        with pytest.raises(IndexError):
+            _dispatch_c.write_units(a, UNIT_SIZE, 0, [Replayed(100, 1, None, None)] * 2, 0, 2)
+    finally:
+        a.close()
+
+
+def _index_file(root: Path, name: str, slots: int, max_entries: int) -> IndexFile:
+    mf = MappedFile.create(root / name, index_file_size(slots, max_entries), 0, sync_dir=False)
+    return IndexFile(mf, slots, max_entries)
+
+
+_state = ("count", "begin_ts", "end_ts", "begin_phy", "end_phy")
+
+
+@settings(max_examples=60)
+@given(st.lists(_replayed, min_size=1, max_size=30), st.sampled_from(["T", "\u00e9t\U0001f600"]),
+       st.integers(1, 40), st.integers(2, 60), st.lists(st.integers(0, 1 << 41), min_size=3, max_size=3))
+def test_index_entries_are_written_as_by_the_twin(recs: list[Replayed], topic: str, slots: int, max_entries: int,
+                                                   times: list[int]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        fa = _index_file(Path(tmp), "a", slots, max_entries)
+        fb = _index_file(Path(tmp), "b", slots, max_entries)
+        try:
+            start, phys = 0, times[2]
+            for ts in times[:2]:  # two runs into the same files, store time may go backwards
+                ra = _dispatch_c.put_entries(fa, topic, recs, start, phys, ts)
+                rb = put_entries_py(fb, topic, recs, start, phys, ts)
+                assert ra == rb
+                assert [getattr(fa, k) for k in _state] == [getattr(fb, k) for k in _state]
+                assert fa.mf.mm[:] == fb.mf.mm[:]
+                start = min(len(recs) - 1, start + ra[0])
+        finally:
+            fa.mf.close()
+            fb.mf.close()
