@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidemq import compiled
 from tidemq.remoting.command import field_int
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -48,7 +49,7 @@ class PullHeader:
         return bool(self.sys_flag & FLAG_SUBSCRIPTION)
 
 
-def decode_pull_header(fields: Mapping[str, str]) -> PullHeader:
+def decode_pull_header_py(fields: Mapping[str, str]) -> PullHeader:
     get = fields.get
     group = get("consumerGroup") or ""
     topic = get("topic") or ""
@@ -75,3 +76,9 @@ def pull_response_fields(next_begin: int, min_offset: int, max_offset: int) -> d
         "minOffset": str(min_offset),
         "maxOffset": str(max_offset),
     }
+
+
+# The compiled twin (tidemq/remoting/headers/_headers_c.pyx) when built: same values and errors
+# (tests/remoting/test_headers_compiled.py). Loaded last: it builds this module's header class.
+_c = compiled.load("tidemq.remoting.headers._headers_c")
+decode_pull_header = decode_pull_header_py if _c is None else _c.decode_pull_header

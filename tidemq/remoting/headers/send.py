@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidemq import compiled
 from tidemq.remoting.command import field_int
 
 _INT32 = 1 << 31
@@ -83,7 +84,7 @@ def _flag(v: str | None) -> bool:
     return b if b is not None else (v is not None and v.lower() in ("true", "1"))
 
 
-def decode_send_header(fields: Mapping[str, str], v2: bool) -> SendHeader:
+def decode_send_header_py(fields: Mapping[str, str], v2: bool) -> SendHeader:
     """The header of a send request: one-letter names when ``v2``, long names otherwise."""
     group, topic, default_topic, dqn, qid, sys_flag, born, flag, props, reconsume, unit_mode, max_reconsume, batch = (
         map(fields.get, _SHORT_KEYS if v2 else _LONG_KEYS))
@@ -144,3 +145,9 @@ def send_response_fields(msg_id: str, queue_id: int, queue_offset: int, region: 
         "MSG_REGION": region,
         "TRACE_ON": "true",
     }
+
+
+# The compiled twin (tidemq/remoting/headers/_headers_c.pyx) when built: same values and errors
+# (tests/remoting/test_headers_compiled.py). Loaded last: it builds this module's header class.
+_c = compiled.load("tidemq.remoting.headers._headers_c")
+decode_send_header = decode_send_header_py if _c is None else _c.decode_send_header
