@@ -18,6 +18,8 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "tidemq.broker.store._dispatch_c",
     "tidemq.broker.store._scan_c",
+    "tidemq.remoting._frame_c",
+    "tidemq.remoting.headers._headers_c",
     "tidemq.spark._arrow_c",
 )
 
