@@ -16,6 +16,7 @@ from types import ModuleType
 
 #: every compiled module of the project; a module listed here but not importable runs its twin
 MODULES: tuple[str, ...] = (
+    "tidemq._message_c",
     "tidemq.broker.store._dispatch_c",
     "tidemq.broker.store._scan_c",
     "tidemq.remoting._frame_c",

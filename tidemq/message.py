@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import IntFlag
 from typing import Final
 
+from tidemq import compiled
 from tidemq.errors import CodecError
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -595,8 +596,8 @@ _V6_HOSTS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
 _COMPRESSED = int(SysFlag.COMPRESSED)
 
 
-def decode_records(buf: bytes | memoryview, decompress: bool = True,
-                   extra_properties: dict[str, str] | None = None) -> list[MessageExt]:
+def _decode_records_py(buf: bytes | memoryview, decompress: bool = True,
+                       extra_properties: dict[str, str] | None = None) -> list[MessageExt]:
     """Decode a pull-response body: records back to back. With ``decompress``, compressed bodies
     are inflated while ``sys_flag`` stays as stored (COMPRESSED still set, as RocketMQ's
     MessageDecoder keeps it), so the flag no longer tells whether ``body`` is compressed: code
@@ -605,9 +606,10 @@ def decode_records(buf: bytes | memoryview, decompress: bool = True,
     ``extra_properties`` are added to every message (a pull's MIN_OFFSET/MAX_OFFSET), still
     without parsing the stored properties.
 
-    Hot path (bench/produce_consume.py pull): a well-formed record with IPv4 hosts is decoded
-    with one unpack_from and a few slices into a lazy MessageExt; anything else (IPv6 hosts, or
-    a record that fails a check) goes through :func:`decode_record`, which raises the error.
+    Hot path (bench/produce_consume.py pull, bench/client_decode.py): a well-formed record with
+    IPv4 hosts is decoded with one unpack_from and a few slices into a lazy MessageExt; anything
+    else (IPv6 hosts, or a record that fails a check) goes through :func:`decode_record`, which
+    raises the error. ``decode_records`` is this function or its compiled twin (end of module).
     """
     data = buf if buf.__class__ is bytes else bytes(buf)
     end = len(data)
@@ -703,8 +705,9 @@ class BatchItem:
     properties: str
 
 
-def encode_batch(items: list[tuple[int, bytes, str]]) -> bytes:
-    """Encode (flag, body, properties string) elements as a SEND_BATCH_MESSAGE body."""
+def _encode_batch_py(items: list[tuple[int, bytes, str]]) -> bytes:
+    """Encode (flag, body, properties string) elements as a SEND_BATCH_MESSAGE body.
+    ``encode_batch`` is this function or its compiled twin (end of module)."""
     parts: list[bytes] = []
     append = parts.append
     head = _BATCH_HEAD.pack
@@ -788,3 +791,14 @@ def local_ip_bytes() -> bytes:
     except OSError:
         return b"\x7f\x00\x00\x01"
 
+
+# ---------------------------------------------------------------------------------------------
+# compiled twins (tidemq/_message_c.pyx, issue 19): the Python functions above stay the reference
+# and the fallback (tests/test_message_compiled.py proves them equal); these names are whichever runs
+
+decode_records = _decode_records_py
+encode_batch = _encode_batch_py
+_c = compiled.load("tidemq._message_c")
+if _c is not None:
+    decode_records = _c.decode_records
+    encode_batch = _c.encode_batch
