@@ -6,10 +6,13 @@ Order of the session setup (each step bounded, see the modules it calls):
 2. ``built_image``: ``docker build -t tidemq:e2e .`` (or tag TIDEMQ_E2E_IMAGE so), before any
    cluster exists so that a broken Dockerfile fails fast;
 3. ``kind_cluster``: create (or, with TIDEMQ_E2E_REUSE=1, reuse) the kind cluster, then
-   ``tidemq_image``: ``kind load docker-image``; the cluster is deleted at the end unless
+   ``tidemq_image``: ``docker save`` + ``kind load image-archive`` (e2e/kind.py says why); the cluster is deleted at the end unless
    TIDEMQ_E2E_KEEP=1 or TIDEMQ_E2E_REUSE=1;
 4. ``tidemq``: ``helm upgrade --install`` charts/tidemq with e2e/values-e2e.yaml, the tmqload
    ConfigMap, then the Cluster Ready with every pod ready.
+
+The Spark scenario first checks that Helm can fetch the spark-operator chart (``spark_chart``) and
+is skipped with the reason when it cannot, before its image is built.
 
 Before each test the Cluster must be Ready again (an earlier scenario may have restarted brokers).
 When a test fails (setup included), pod logs (every container, ``--previous`` too), events and the
@@ -175,15 +178,25 @@ def load(kube: Kube, tidemq: Deployed, tidemq_image: str) -> LoadJobs:
 
 
 @pytest.fixture(scope="session")
-def spark_image(kind_cluster: Path, settings: Settings) -> str:
+def spark_chart(tools: None, settings: Settings) -> None:
+    """Skips the Spark scenario, saying why, when the spark-operator chart cannot be fetched."""
+    problem = spark.chart_problem(settings.spark_operator_version)
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def spark_image(spark_chart: None, kind_cluster: Path, settings: Settings) -> str:
     image = _build(SPARK_IMAGE, settings.prebuilt_spark_image, settings.artifacts, target="spark")
     kind.load_image(settings.cluster_name, image)
     return image
 
 
 @pytest.fixture(scope="session")
-def spark_operator(kube: Kube, tidemq: Deployed, settings: Settings, pytestconfig: pytest.Config) -> str:
-    spark.install_operator(kube, settings.spark_operator_version, kube.namespace, settings.artifacts)
+def spark_operator(spark_chart: None, kube: Kube, tidemq: Deployed, settings: Settings,
+                   pytestconfig: pytest.Config) -> str:
+    spark.install_operator(kube, settings.spark_operator_version, kube.namespace, settings.artifacts,
+                           wait=install.helm_wait_flag(kube))
     pytestconfig.stash[NAMESPACES_KEY] = [kube.namespace, spark.OPERATOR_NAMESPACE]
     return spark.OPERATOR_NAMESPACE
 

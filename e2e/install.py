@@ -2,8 +2,11 @@
 
 Invariants:
 - ``helm upgrade --install`` (idempotent: a reused cluster gets the same release back) of
-  charts/tidemq with e2e/values-e2e.yaml; ``--wait`` covers the operator Deployment only, the
+  charts/tidemq with e2e/values-e2e.yaml; the wait covers the operator Deployment only, the
   Cluster custom resource is then awaited through its Ready condition (see e2e/resources.py).
+  Helm 3's ``--wait`` is that wait; Helm 4 made a bare ``--wait`` the kstatus watcher (which also
+  waits on custom resources), so with Helm 4 the suite asks for ``--wait=legacy``
+  (:func:`wait_flag`). The workflow pins Helm 3.
 - Every wait here has a bound; a timeout names what was awaited and the last status seen.
 """
 
@@ -43,10 +46,21 @@ class Deployed:
     broker_port: int
 
 
+def wait_flag(version: str) -> str:
+    """The flag that makes ``helm`` of ``version`` (``helm version --template {{.Version}}``,
+    e.g. ``v3.19.5``) wait for Deployments and pods as Helm 3's ``--wait`` does."""
+    major = version.strip().lstrip("v").split(".", 1)[0]
+    return "--wait=legacy" if major.isdigit() and int(major) >= 4 else "--wait"
+
+
+def helm_wait_flag(kube: Kube) -> str:
+    return wait_flag(kube.helm("version", "--template", "{{.Version}}", timeout=60).stdout)
+
+
 def helm_install(kube: Kube, artifacts: Path) -> None:
     log.info("helm upgrade --install %s into namespace %s", RELEASE, kube.namespace)
     kube.helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", kube.namespace,
-              "--create-namespace", "--values", str(VALUES), "--wait", "--timeout", "8m",
+              "--create-namespace", "--values", str(VALUES), helm_wait_flag(kube), "--timeout", "8m",
               timeout=HELM_TIMEOUT, log_file=artifacts / "helm-install.log")
 
 

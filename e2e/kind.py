@@ -7,6 +7,10 @@ Invariants:
 - The kubeconfig used by every kubectl/helm call is exported to a file of its own
   (``kind get kubeconfig``); kind also adds context ``kind-<name>`` to the user's kubeconfig, which
   is what a person debugging a kept cluster uses.
+- Images go in as archives: ``docker save`` to a file, then ``kind load image-archive``. With
+  Docker's containerd image store (Docker 29's default) ``kind load docker-image`` fails with
+  "content digest ... not found" on images whose index names content the engine does not hold
+  (buildx attestation manifests: the workflow builds with ``provenance: false`` too).
 - An image counts as loaded only when every node's containerd lists it (``crictl images``),
   since kind may re-tag instead of loading when it already holds the same image ID.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 from e2e.proc import CommandError, E2EError, run
@@ -97,12 +102,17 @@ def docker_tag(source: str, dest: str) -> None:
 
 
 def load_image(cluster: str, image: str) -> None:
-    """``kind load docker-image``, then check every node has the image under that name."""
+    """``docker save`` + ``kind load image-archive`` (see the module invariants), then check
+    every node has the image under that name."""
     log.info("loading %s into kind cluster %s", image, cluster)
-    run(["kind", "load", "docker-image", image, "--name", cluster], timeout=LOAD_TIMEOUT)
+    # the archive (over 1 GB for the Spark image) lives only as long as the load
+    with tempfile.TemporaryDirectory(prefix="tidemq-e2e-image-") as folder:
+        archive = Path(folder) / "image.tar"
+        run(["docker", "save", "--output", str(archive), image], timeout=LOAD_TIMEOUT)
+        run(["kind", "load", "image-archive", str(archive), "--name", cluster], timeout=LOAD_TIMEOUT)
     missing = [n for n in nodes(cluster) if not node_has_image(n, image)]
     if missing:
-        raise E2EError(f"`kind load docker-image {image}` left the image missing on {', '.join(missing)}")
+        raise E2EError(f"`kind load image-archive` of {image} left the image missing on {', '.join(missing)}")
 
 
 def normalized(image: str) -> str:

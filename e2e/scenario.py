@@ -86,3 +86,22 @@ def record(artifacts: Path, name: str, data: Mapping[str, Any]) -> None:
 def brief(summary: Mapping[str, Any]) -> dict[str, Any]:
     """A summary without its id ranges (for messages and records)."""
     return {k: v for k, v in summary.items() if k not in ("acked", "ids", "bodies", "gave_up")}
+
+
+def _pod_of(addr: str) -> str:
+    """The pod a name-server address names (``tidemq-namesrv-0.tidemq-namesrv-headless.ns.svc:9876``)."""
+    return addr.split(".", 1)[0].split(":", 1)[0]
+
+
+def answers_without_routes_once_ready(routes: Mapping[str, Any], ready_since: Mapping[str, float],
+                                      slack: float = 1.0) -> dict[str, list[float]]:
+    """Per name-server address, the times it answered without a route although its pod had been
+    Ready since ``ready_since[pod]`` (epoch seconds; ``slack`` covers the condition's 1 s
+    resolution). A ready name server must hold routes: every list should be empty."""
+    out = {}
+    for addr, times in (routes.get("none_at") or {}).items():
+        since = ready_since.get(_pod_of(addr))
+        late = [t for t in times if since is not None and t > since + slack]
+        if late:
+            out[addr] = late
+    return out

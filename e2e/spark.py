@@ -8,6 +8,10 @@ one executor with a small CPU request, no restarts, and job arguments that make 
 finish (``--available-now``) and write its counts to a topic a consumer Job reads back. The
 RoleBinding's ServiceAccount subject moves to the run's namespace with everything else.
 
+The operator's chart comes from its Helm repository on the internet: :func:`chart_problem` asks
+for it first (``helm show chart``), so that the scenario is skipped with that reason, before the
+Spark image is built, when the repository cannot be reached or no longer has the version.
+
 Invariant: :func:`e2e_objects` is pure (manifest dicts in, new dicts out; the inputs are not
 modified), so what the suite applies can be checked without a cluster.
 """
@@ -21,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from e2e.k8s import Kube
-from e2e.proc import NotYet, wait_for
+from e2e.proc import CommandError, NotYet, run, wait_for
 from e2e.settings import ROOT
 
 log = logging.getLogger(__name__)
 
 MANIFESTS = ROOT / "spark" / "manifests"
 MANIFEST_FILES = ("rbac.yaml", "checkpoint-pvc.yaml", "tag-counts.yaml")
+CHART_CHECK_TIMEOUT = 120.0
 OPERATOR_REPO = "https://kubeflow.github.io/spark-operator"
 OPERATOR_NAMESPACE = "spark-operator"
 OPERATOR_RELEASE = "spark-operator"
@@ -85,12 +90,29 @@ def e2e_objects(docs: Iterable[Mapping[str, Any]], *, namespace: str, app: str, 
     return out
 
 
-def install_operator(kube: Kube, version: str, job_namespace: str, artifacts: Path) -> None:
+def chart_problem(version: str) -> str | None:
+    """None when Helm can fetch the spark-operator chart (``version``; empty: the newest), else
+    one line saying why not, for the skip reason."""
+    args = ["helm", "show", "chart", "spark-operator", "--repo", OPERATOR_REPO]
+    if version:
+        args += ["--version", version]
+    try:
+        run(args, timeout=CHART_CHECK_TIMEOUT)
+    except CommandError as exc:
+        said = [ln.strip() for ln in (exc.stderr or exc.stdout or "").splitlines() if ln.strip()]
+        why = said[-1][:200] if said else f"exit status {exc.returncode}"
+        return (f"the Kubeflow spark-operator chart {version or '(newest)'} cannot be fetched from "
+                f"{OPERATOR_REPO} ({why}); set TIDEMQ_E2E_SPARK_OPERATOR_VERSION to a published version")
+    return None
+
+
+def install_operator(kube: Kube, version: str, job_namespace: str, artifacts: Path, wait: str = "--wait") -> None:
+    """``wait``: :func:`e2e.install.wait_flag` of the Helm in use."""
     log.info("helm upgrade --install the Kubeflow spark-operator %s", version or "(newest)")
     args = ["upgrade", "--install", OPERATOR_RELEASE, "spark-operator", "--repo", OPERATOR_REPO,
             "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
             "--set", f"spark.jobNamespaces={{{job_namespace}}}", "--set", "webhook.enable=true",
-            "--wait", "--timeout", "10m"]
+            wait, "--timeout", "10m"]
     if version:
         args += ["--version", version]
     kube.helm(*args, timeout=900, log_file=artifacts / "helm-spark-operator.log")

@@ -353,6 +353,27 @@ def test_workflow_triggers():
     assert "push" in ci and "pull_request" in ci, f"ci.yml must run on push and pull_request: {ci}"
     assert (e2e.get("push") or {}).get("branches") == ["main"], f"e2e.yml must run on push to main: {e2e}"
     assert "workflow_dispatch" in e2e, "e2e.yml must be runnable on demand (workflow_dispatch)"
+    assert "pull_request" in e2e, "e2e.yml must run on pull requests too (issue 18: breakages showed only after merging)"
+
+
+def test_e2e_workflow_pins_its_tools_and_loads_images_kind_can_import():
+    """Issue 18's first-run breakages: buildx attestations in the image index make `kind load`
+    fail with Docker's containerd image store ("content digest ... not found"), unpinned kind
+    and Helm change under the suite (Helm 4's bare --wait is another wait)."""
+    wf = workflows()["e2e.yml"]
+    env = all_env(wf)
+    for step in uses(wf, "docker/build-push-action"):
+        w = step.get("with") or {}
+        assert w.get("provenance") is False and w.get("sbom") is False, (
+            f"e2e.yml: {step.get('name')}: build with provenance: false and sbom: false")
+    kind = (uses(wf, "helm/kind-action") or [{}])[0].get("with") or {}
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", resolve(str(kind.get("version", "")), env)), f"pin kind: {kind}"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", resolve(str(kind.get("kubectl_version", "")), env)), (
+        f"pin kubectl (the action's default is years older than kind's Kubernetes): {kind}")
+    helm = [resolve(str((s.get("with") or {}).get("version", "")), env) for s in uses(wf, "azure/setup-helm")]
+    assert helm and all(re.fullmatch(r"v3\.\d+\.\d+", v) for v in helm), f"pin Helm 3: {helm}"
+    assert "kind\", \"load\", \"docker-image" not in e2e_sources(), (
+        "load images with docker save + kind load image-archive (e2e/kind.py)")
 
 
 def test_every_job_has_a_timeout_and_pinned_actions():

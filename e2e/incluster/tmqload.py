@@ -2,6 +2,7 @@
 
     python tmqload.py produce --namesrv ADDR --topic T --run R --count N [--rate R] [--stop-file F]
     python tmqload.py consume --namesrv ADDR --topic T --group G [--run R] [--expect N | --max-messages N]
+    python tmqload.py routes --namesrv ADDR;ADDR --topic T [--interval S] [--stop-file F]
 
 The suite mounts this file from a ConfigMap (it is not part of the image) and reads what the Job
 printed: ``TMQLOAD-PROGRESS {json}`` lines while it runs and one ``TMQLOAD-SUMMARY {json}`` line at
@@ -18,6 +19,11 @@ Invariants:
 - The consumer commits, for every queue it read, the offset after the last message it counted
   (unless ``--no-commit``), so a consumer group's lag and a Topic's draining see its progress;
   ``--max-messages N`` stops after exactly N messages.
+- ``routes`` asks every name server of ``--namesrv`` separately for the topic's route every
+  ``--interval`` seconds (as clients do, which use one name server at a time) and classifies each
+  answer: ``route`` (writable queues), ``none`` (answered without one: the table lacks the
+  topic's brokers) or ``down`` (no answer). A sample is *empty* when no name server served a route.
+  Times are wall-clock seconds (the suite compares them with pods' condition times).
 - Only the standard library and tidemq are imported: this runs in the image's Python as a file,
   shipped as one ConfigMap key (hence one module: the pure helpers the suite reads the output
   with live here too).
@@ -241,6 +247,88 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(time.monotonic() - begin, 3)}
 
 
+# -- routes ---------------------------------------------------------------------------------------
+
+ROUTE, NONE, DOWN = "route", "none", "down"
+KEEP_TIMES = 2000  # most times kept per list in the summary (a 10-minute watch at 2 Hz: 1200 rounds)
+
+
+class RouteWatch:
+    """What the name servers answered, sample by sample (pure: the suite's tests drive it)."""
+
+    def __init__(self, addrs: Sequence[str]) -> None:
+        self.addrs = list(addrs)
+        self.samples = 0
+        self.counts = {a: {ROUTE: 0, NONE: 0, DOWN: 0} for a in self.addrs}
+        self.none_at: dict[str, list[float]] = {a: [] for a in self.addrs}  # answered, no route
+        self.empty_at: list[float] = []  # samples where no name server served a route
+        self.empty = 0
+        self.most_brokers = 0  # the most broker groups one answer routed to
+
+    def sample(self, at: float, answers: Sequence[tuple[str, int]]) -> None:
+        """One round: ``answers[i]`` = (ROUTE | NONE | DOWN, broker groups routed) of ``addrs[i]``."""
+        self.samples += 1
+        for addr, (kind, brokers) in zip(self.addrs, answers):
+            self.counts[addr][kind] += 1
+            self.most_brokers = max(self.most_brokers, brokers)
+            if kind == NONE and len(self.none_at[addr]) < KEEP_TIMES:
+                self.none_at[addr].append(round(at, 3))
+        if not any(kind == ROUTE for kind, _ in answers):
+            self.empty += 1
+            if len(self.empty_at) < KEEP_TIMES:
+                self.empty_at.append(round(at, 3))
+
+    def progress(self) -> dict[str, Any]:
+        return {"samples": self.samples, "empty": self.empty,
+                "none": sum(c[NONE] for c in self.counts.values())}
+
+    def summary(self) -> dict[str, Any]:
+        return {"samples": self.samples, "empty": self.empty, "empty_at": self.empty_at,
+                "counts": self.counts, "none_at": self.none_at, "most_brokers": self.most_brokers}
+
+
+async def routes(args: argparse.Namespace) -> dict[str, Any]:
+    from tidemq.client.route import TopicRouteData  # noqa: PLC0415
+    from tidemq.errors import TideMQError  # noqa: PLC0415
+    from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode  # noqa: PLC0415
+
+    addrs = [a.strip() for a in args.namesrv.replace(",", ";").split(";") if a.strip()]
+    watch = RouteWatch(addrs)  # from the first round: the suite starts it once the topic is Ready
+    begin = time.monotonic()
+    client = RemotingClient(connect_timeout=args.request_timeout)
+
+    async def ask(addr: str) -> tuple[str, int]:
+        cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": args.topic})
+        try:
+            resp = await client.invoke(addr, cmd, args.request_timeout)
+            if resp.code != ResponseCode.SUCCESS:
+                return NONE, 0
+            route = TopicRouteData.from_json(resp.body_bytes())
+        except (TideMQError, OSError, TimeoutError) as exc:
+            log.info("%s: %s", addr, _error_key(exc))
+            return DOWN, 0
+        brokers = {mq.broker_name for mq in route.publish_queues(args.topic)}
+        return (ROUTE if brokers else NONE), len(brokers)
+
+    async def report() -> None:
+        while True:
+            emit(PROGRESS, watch.progress())
+            await asyncio.sleep(args.progress_every)
+
+    reporter = asyncio.create_task(report())
+    try:
+        while time.monotonic() - begin < args.max_seconds and not (
+                args.stop_file and os.path.exists(args.stop_file)):
+            at = time.time()
+            watch.sample(at, await asyncio.gather(*(ask(a) for a in addrs)))
+            await asyncio.sleep(args.interval)
+    finally:
+        reporter.cancel()
+        await client.close()
+    return {"role": "routes", "topic": args.topic, "addrs": addrs, **watch.summary(),
+            "seconds": round(time.monotonic() - begin, 3)}
+
+
 # -- consume --------------------------------------------------------------------------------------
 
 class ConsumeState:
@@ -382,7 +470,7 @@ async def _commit(consumer: Any, mq: Any, offset: int, state: ConsumeState) -> N
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tmqload", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    for name in ("produce", "consume"):
+    for name in ("produce", "consume", "routes"):
         s = sub.add_parser(name)
         s.add_argument("--namesrv", required=True, help="name server address(es), ADDR[;ADDR]")
         s.add_argument("--topic", required=True)
@@ -410,6 +498,10 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--no-commit", action="store_true")
     co.add_argument("--print-bodies", action="store_true")
     co.add_argument("--max-bodies", type=int, default=10_000)
+    ro = sub.choices["routes"]
+    ro.add_argument("--interval", type=float, default=0.5, help="seconds between rounds of lookups")
+    ro.add_argument("--request-timeout", type=float, default=2.0)
+    ro.add_argument("--stop-file", default=None)
     return p
 
 
@@ -419,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "produce" and args.run is None:
         args.run = "run"
-    run = produce if args.command == "produce" else consume
+    run = {"produce": produce, "consume": consume, "routes": routes}[args.command]
     emit(SUMMARY, asyncio.run(run(args)))
     return 0
 
