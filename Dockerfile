@@ -8,6 +8,11 @@
 # Layers: the dependencies (read from pyproject.toml) are installed before the source is copied,
 # so editing the code rebuilds only the last small layers. The CRDs (crds/) are copied next to the
 # operator package, where tidemq.operator.crds looks for them.
+#
+# The hot paths are compiled (Cython extensions, setup.py): only the builder stage has a C
+# compiler; the wheel it builds carries the extensions, and the build fails unless
+# `tidemq --version` reports them all compiled (a silent fallback to the pure-Python twins would
+# ship an image that spends more CPU per message: docs/benchmarks.md, issue 19).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG SPARK_IMAGE=apache/spark:4.0.0-python3
@@ -17,24 +22,32 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/tidemq
+# 0. the C compiler for the compiled extensions (this stage only: the runtime image has none)
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential \
+ && rm -rf /var/lib/apt/lists/* \
+ && python -m venv /opt/tidemq
 WORKDIR /src
 # 1. dependencies only (this layer changes only when pyproject.toml does)
 COPY pyproject.toml ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['operator']))" > /tmp/requirements.txt \
  && /opt/tidemq/bin/pip install -r /tmp/requirements.txt
-# 2. the source tree
-COPY README.md ./
+# 2. the source tree (setup.py builds every .pyx of it into an extension module)
+COPY README.md setup.py ./
 COPY tidemq/ tidemq/
 COPY services/ services/
 COPY operator/ operator/
 COPY spark/ spark/
 COPY crds/ crds/
-RUN /opt/tidemq/bin/pip install --no-deps . \
- && /opt/tidemq/bin/pip wheel --no-deps --wheel-dir /wheels . \
+# the wheel is built once (Cython and setuptools come in pip's build isolation) and installed
+RUN /opt/tidemq/bin/pip wheel --no-deps --wheel-dir /wheels . \
+ && /opt/tidemq/bin/pip install --no-deps /wheels/*.whl \
  && cp -r crds "$(/opt/tidemq/bin/python -c 'import pathlib, tidemq.operator as o; print(pathlib.Path(o.__file__).parent)')/crds" \
- && /opt/tidemq/bin/tidemq --help > /dev/null
+ && /opt/tidemq/bin/tidemq --help > /dev/null \
+ && /opt/tidemq/bin/tidemq --version > /tmp/version.txt \
+ && cat /tmp/version.txt \
+ && grep -q "hot paths: compiled extensions" /tmp/version.txt
 
 # ---- spark: the official Apache Spark image with tidemq (and its PySpark connector) added -----
 # The Spark image's own Python may be older than tidemq needs (3.11+): tidemq gets its own

@@ -153,6 +153,32 @@ def test_dependencies_before_source(parsed) -> None:
     assert first_pyproject < deps_install < first_source
 
 
+def _runs(instructions: list[dict]) -> str:
+    return "\n".join(i["value"] for i in instructions if i["instruction"] == "RUN")
+
+
+def test_builder_compiles_the_extensions_and_checks_they_run(parsed) -> None:
+    """Only the builder has a C compiler; it copies setup.py (which turns every .pyx into an
+    extension) and fails unless `tidemq --version` reports every hot path compiled."""
+    st = stages(parsed)
+    builder = _runs(st["builder"])
+    assert re.search(r"apt-get install [^&]*build-essential", builder), "the builder installs no C compiler"
+    assert "setup.py" in {s for sources, _, _ in copies(st["builder"]) for s in sources}
+    version_check = re.search(r"tidemq --version[^&]*> (\S+)[\s\S]*grep -q \"hot paths: compiled extensions\" \1",
+                              builder)
+    assert version_check, "the builder does not check that the image runs its compiled extensions"
+    # the pip install that builds the wheel comes before the check
+    assert builder.index("pip wheel") < builder.index("tidemq --version")
+    for stage in ("runtime", "spark"):
+        assert "build-essential" not in _runs(st[stage]), f"{stage} must not carry a compiler"
+
+
+def test_dockerignore_keeps_locally_built_extensions_out() -> None:
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert _ignored("tidemq/remoting/_frame_c.cpython-311-x86_64-linux-gnu.so", patterns)
+
+
 def test_dockerignore_excludes_local_state() -> None:
     patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
