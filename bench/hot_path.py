@@ -13,6 +13,14 @@ Workloads: ``single`` (one frame per data_received: a request at a time), ``pipe
 frames per data_received, as 256 in flight arrive), ``batch`` (SEND_BATCH_MESSAGE of 64).
 ``--profile N`` reruns each under cProfile and prints the N functions with the most own time
 (cProfile slows Python code about 3x; read its figures as shares, not as microseconds).
+
+``--loop`` measures what the sockets and the event loop add (issue 19, "the loop"): the same
+Broker serves its real port, and a client process (a blocking socket, frames encoded in advance,
+one request in flight, as bench/compare.py row 1) sends SEND_MESSAGE_V2s; the figure is the
+broker process's CPU (all threads, user + system) per send. ``echo`` is the floor: an asyncio
+Protocol on the same loop that answers each frame with a fixed response, nothing else.
+
+    .venv/bin/python bench/hot_path.py --loop [--messages 20000] [--profile 25]
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ import cProfile
 import io
 import os
 import pstats
+import socket
+import struct
 import sys
 import tempfile
 import time
@@ -93,6 +103,98 @@ def frames(workload: str, n: int, body: bytes) -> list[bytes]:
     return singles
 
 
+class Echo(asyncio.Protocol):
+    """The loop's floor: answers each whole frame with one fixed response frame."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        while len(buf) >= 4:
+            (length,) = struct.unpack_from(">i", buf)
+            if len(buf) < 4 + length:
+                break
+            del buf[:4 + length]
+            assert self.transport is not None
+            self.transport.write(self.answer)
+
+
+def client(port: int, n: int, size: int) -> int:
+    """The client process of --loop: n sends, one in flight, over one blocking socket."""
+    body = b"x" * size
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    frames = []
+    for i in range(n):
+        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header(
+            {"UNIQ_KEY": f"7F000001{i:024X}", "WAIT": "true", "TAGS": "TagA"}), body)
+        cmd.opaque = i + 1
+        frames.append(encode_frame(cmd))
+    buf = bytearray()
+    for f in frames:
+        sock.sendall(f)
+        while True:
+            if len(buf) >= 4:
+                (length,) = struct.unpack_from(">i", buf)
+                if len(buf) >= 4 + length:
+                    del buf[:4 + length]
+                    break
+            chunk = sock.recv(65536)
+            if not chunk:
+                print("the server closed the connection", file=sys.stderr)
+                return 1
+            buf += chunk
+    sock.close()
+    return 0
+
+
+async def drive(port: int, n: int, size: int) -> tuple[float, float]:
+    """Run the client process against ``port``; the CPU and wall seconds this process spent meanwhile."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--client", str(port), str(n), str(size))
+    t0, c0 = time.perf_counter(), time.process_time()
+    rc = await proc.wait()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if rc != 0:
+        raise RuntimeError(f"the --loop client exited with {rc}")
+    return cpu, wall
+
+
+async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
+    """--loop: broker CPU per one-in-flight send over loopback, and the echo floor."""
+    answer = encode_frame(RemotingCommand(code=0, opaque=1, flag=1, ext_fields={"msgId": "X" * 32}))
+    echo = await asyncio.get_running_loop().create_server(lambda: Echo(answer), "127.0.0.1", 0)
+    echo_port = echo.sockets[0].getsockname()[1]
+    print(f"{'loop workload':<14} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12}")
+    try:
+        for name, target in (("echo", echo_port), ("broker send", port)):
+            for profile in (False, True) if args.profile and name != "echo" else (False,):
+                prof = cProfile.Profile() if profile else None
+                before = broker.store.stats()["messages_put"]
+                if prof:
+                    prof.enable()
+                cpu, wall = await drive(target, args.messages, args.size)
+                if prof:
+                    prof.disable()
+                    out = io.StringIO()
+                    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.profile)
+                    print(f"\n--- {name}: cProfile, top {args.profile} by own time ---")
+                    print("\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip()))
+                    continue
+                if name != "echo" and broker.store.stats()["messages_put"] - before != args.messages:
+                    raise RuntimeError("the broker did not store every message")
+                print(f"{name:<14} {args.messages:>9,} {cpu / args.messages * 1e6:>11.1f} "
+                      f"{wall / args.messages * 1e6:>12.1f}")
+    finally:
+        echo.close()
+
+
 async def run(args: argparse.Namespace) -> int:
     body = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,6 +214,9 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"creating the topic failed: {resp.code} {resp.remark}", file=sys.stderr)
                 return 1
             await asyncio.sleep(1.0)  # the next CommitLog segment is pre-faulted by now
+            if args.loop:
+                await loop_run(args, broker, port)
+                return 0
             print(f"{'workload':<12} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12} {'writes':>7}")
             for workload in ("single", "pipelined", "batch"):
                 for profile in (False, True) if args.profile else (False,):
@@ -152,7 +257,12 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile each workload and print the N functions with most own time")
+    ap.add_argument("--loop", action="store_true",
+                    help="measure the broker's CPU per one-in-flight send over a real socket, and an echo floor")
+    ap.add_argument("--client", nargs=3, type=int, metavar=("PORT", "N", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.client:
+        return client(*args.client)
     if args.messages < 64:
         ap.error("--messages must be at least 64")
     args.messages -= args.messages % 64
