@@ -57,6 +57,7 @@ from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
 from tidemq.operator import brokers, brokerstatus, budgets, clusterkey, groupops, grouproll, rollout, workloads
+from tidemq.operator import scaleinops
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec, status_changes
 from tidemq.operator.metrics import METRICS, OperatorMetrics
@@ -457,10 +458,13 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             holds = await _scale_down_holds(config, body, cluster, namespace, to_apply, live)
             if holds:  # the shrinking groups' stages wait; the others go on
                 to_apply = [o for st in rollout.stages(to_apply) if st.name not in holds for o in st.objects]
+            # broker groups above spec.brokers.groups drain, then go (tidemq.operator.scalein)
+            scale = await scaleinops.scale_in(cluster, namespace, config.client_config,
+                                              min(config.admin_timeout, 10.0), config.drain_grace)
             applied = (await asyncio.to_thread(_apply_objects, to_apply, namespace) if to_apply else [])
             # budgets are kept exact on every pass, not only with their stage (tidemq.operator.budgets)
             applied += await asyncio.to_thread(budgets.reconcile, objs, namespace, meta.name or "",
-                                               meta.uid or "", tuple(holds))
+                                               meta.uid or "", tuple(holds) + scale.keep)
         except Exception as exc:  # noqa: BLE001 (any API failure: retry with a delay)
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",
@@ -507,6 +511,10 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
                     for c in conditions]
         elif repl is not None and (status.get("groups") or status.get("replication")):
             patch.status["groups"] = patch.status["replication"] = None  # no replicated group any more
+        conditions = scale.conditions(conditions)
+        patch.status["scaleIn"] = scale.status()
+        for reason, message in scale.events:
+            kopf.info(body, reason=reason, message=message)
         _conditions(patch, body, *conditions)
         if decision.blocked:
             metrics.result(kind, "error", "ImmutableFieldChange")

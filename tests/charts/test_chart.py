@@ -353,8 +353,11 @@ def test_rbac_is_least_privilege() -> None:
         assert not {"deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
     granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
-    # the one thing deleted: a PodDisruptionBudget no longer desired (operator/tidemq_operator/budgets.py)
-    assert {(g, r) for g, r, v in granted if v == "delete"} == {("policy", "poddisruptionbudgets")}
+    # deleted: a PodDisruptionBudget no longer desired (operator/tidemq_operator/budgets.py), and a
+    # drained retired broker group's objects (operator/tidemq_operator/scaleinops.py); nothing else
+    assert {(g, r) for g, r, v in granted if v == "delete"} == {
+        ("policy", "poddisruptionbudgets"), ("apps", "statefulsets"), ("", "services"), ("", "configmaps"),
+        ("", "persistentvolumeclaims")}
     groups = {g for g, _, _ in granted}
     assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev", "rbac.authorization.k8s.io", "coordination.k8s.io"}
     # Leases: exactly what the operator grants the brokers of replicated groups (a Role may only

@@ -864,6 +864,10 @@ UNRECORDED_BUT_NEEDED: dict[tuple[str, str, str], str] = {
     **{("coordination.k8s.io", "leases", verb): "a Role may grant only what its creator holds (RBAC escalation "
        "prevention): the operator holds the Lease verbs it grants replicated brokers, and never calls them"
        for verb in replication.LEASE_VERBS},
+    **{perm: "a scale-in's removal of a drained broker group (tests/operator/test_operator_scalein.py records "
+       "and checks these)" for perm in (("apps", "statefulsets", "delete"), ("", "configmaps", "delete"),
+                                        ("", "services", "delete"), ("", "persistentvolumeclaims", "list"),
+                                        ("", "persistentvolumeclaims", "delete"))},
 }
 
 

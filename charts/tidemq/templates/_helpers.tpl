@@ -95,14 +95,20 @@ app.kubernetes.io/component: operator
 - apiGroups: ["tidemq.io"]
   resources: ["clusters/finalizers"]
   verbs: ["update"]
+# Scale-in (spec.brokers.groups lowered, operator/tidemq_operator/scaleinops.py): the Cluster's
+# broker StatefulSets are listed on every pass; a drained retiring group's StatefulSet, ConfigMap
+# and Service are deleted, and with brokers.deleteClaim its PVCs (listed by the group's labels).
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["list", "delete"]
 # Budgets are listed on every pass and one no longer desired is deleted (a pod two budgets select
-# cannot be evicted): operator/tidemq_operator/budgets.py. Nothing else is ever deleted.
+# cannot be evicted): operator/tidemq_operator/budgets.py; a retired broker group's goes with it.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "create", "patch", "delete"]
