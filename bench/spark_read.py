@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import produce_consume  # noqa: E402 (bench/ is not a package: the shared machine() line)
 
 TARGET = 400_000  # rows/s, issue 6
+TARGET_SHARE = 0.5  # of the ceiling measured in the same run, issue 19
 BATCH = 256  # messages per SEND_BATCH_MESSAGE while loading
 IN_FLIGHT = 4  # loader threads, one batch in flight each
 ROWS_PER_BATCH = 8192  # Arrow batch size of the ceiling source (the tidemq source's too)
@@ -126,6 +127,43 @@ class CeilingReader(DataSourceReader):
             left -= n
         if left:
             yield template.slice(0, left)
+
+
+class PureDecodeSource(DataSource):
+    """``format("tidemq_pure")``: the tidemq source with the executor decode's pure-Python twin
+    (``tidemq.spark.arrow._collect_py``/``_to_batch_py``) instead of the compiled one, so one run
+    times both, alternating (issue 19). Options as for ``tidemq``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidemq_pure"
+
+    def schema(self) -> StructType:
+        from tidemq.spark.source import TideMQDataSource
+        return TideMQDataSource(self.options).schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from tidemq.spark.source import TideMQDataSource
+        return PureDecodeReader(TideMQDataSource(self.options).reader(schema))
+
+
+class PureDecodeReader(DataSourceReader):
+    def __init__(self, inner: DataSourceReader) -> None:
+        self.inner = inner
+
+    def partitions(self) -> list[InputPartition]:
+        return list(self.inner.partitions())
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # read_slice looks the decoder up in tidemq.spark.arrow per partition: point it at the
+        # Python twin while this partition is read (a Python worker reads one partition at a time)
+        from tidemq.spark import arrow
+        chosen = arrow.Columns, arrow.collect, arrow.to_batch
+        arrow.Columns, arrow.collect, arrow.to_batch = arrow._ColumnsPy, arrow._collect_py, arrow._to_batch_py
+        try:
+            yield from self.inner.read(partition)
+        finally:
+            arrow.Columns, arrow.collect, arrow.to_batch = chosen
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -280,9 +318,13 @@ def main() -> int:
             from pyspark import cloudpickle
             cloudpickle.register_pickle_by_value(sys.modules[__name__])
         spark.dataSource.register(CeilingSource)
+        from tidemq.spark import arrow
+        twin = arrow._c is not None  # time the pure-Python decode too, alternating with the compiled
+        if twin:
+            spark.dataSource.register(PureDecodeSource)
 
-        def tidemq_df() -> DataFrame:
-            r = (spark.read.format("tidemq").option("nameServers", cluster.namesrv_addr)
+        def tidemq_df(fmt: str = "tidemq") -> DataFrame:
+            r = (spark.read.format(fmt).option("nameServers", cluster.namesrv_addr)
                  .option("subscribe", topic))
             if args.min_partitions:
                 r = r.option("minPartitions", str(args.min_partitions))
@@ -298,6 +340,8 @@ def main() -> int:
         parquet_dir = str(tmp / "parquet")
         queries = {
             "tidemq": lambda: tidemq_df().write.format("noop").mode("overwrite").save(),
+            **({"pure": lambda: tidemq_df("tidemq_pure").write.format("noop").mode("overwrite").save()}
+               if twin else {}),
             "ceiling": lambda: ceiling_df().write.format("noop").mode("overwrite").save(),
             "parquet": lambda: spark.read.parquet(parquet_dir).write.format("noop").mode("overwrite").save(),
         }
@@ -314,7 +358,11 @@ def main() -> int:
             return 1
         t = timed(lambda: tidemq_df().write.mode("overwrite").parquet(parquet_dir))
         print(f"wrote the same rows to Parquet in {t:.1f} s ({parquet_dir})", file=sys.stderr)
-        for name, check in (("ceiling", ceiling_df), ("parquet", lambda: spark.read.parquet(parquet_dir))):
+        checks: list[tuple[str, Callable[[], DataFrame]]] = [
+            ("ceiling", ceiling_df), ("parquet", lambda: spark.read.parquet(parquet_dir))]
+        if twin:
+            checks.append(("tidemq_pure", lambda: tidemq_df("tidemq_pure")))
+        for name, check in checks:
             got = check().count()
             if got != loaded:
                 print(f"FAIL: the {name} read has {got:,} rows, expected {loaded:,}", file=sys.stderr)
@@ -339,6 +387,7 @@ def main() -> int:
     median = {name: n / statistics.median(ts) for name, ts in times.items()}
     labels = {
         "tidemq": f'tidemq source, {partitions} partitions ({args.queues} queues)',
+        "pure": "the same with the pure-Python decode (the compiled one's twin)",
         "ceiling": f"ceiling: Python source, Arrow batches of {ROWS_PER_BATCH} from memory",
         "parquet": "Parquet (JVM reader), context only",
     }
@@ -350,10 +399,13 @@ def main() -> int:
     for name in queries:
         lines.append(f"| {labels[name]} | {median[name]:,.0f} | {best[name]:,.0f} | "
                      f"{median[name] * size / 1e6:,.0f} | {median['tidemq'] / median[name]:.2f} |")
-    met = median["tidemq"] >= TARGET
-    verdict = (f"target {TARGET:,} rows/s: {'MET' if met else 'NOT MET'} "
-               f"(tidemq median {median['tidemq']:,.0f} rows/s, best {best['tidemq']:,.0f}; "
-               f"loading {load_rate:,.0f} msg/s; whole run {time.perf_counter() - started:.0f} s; "
+    share = median["tidemq"] / median["ceiling"]
+    met = median["tidemq"] >= TARGET and share >= TARGET_SHARE
+    verdict = (f"target {TARGET:,} rows/s and >= {TARGET_SHARE} of the ceiling: "
+               f"{'MET' if met else 'NOT MET'} ({share:.2f} of the ceiling; "
+               f"tidemq median {median['tidemq']:,.0f} rows/s, best {best['tidemq']:,.0f}; "
+               + (f"compiled / pure-Python decode {median['tidemq'] / median['pure']:.2f}x; " if twin else "")
+               + f"loading {load_rate:,.0f} msg/s; whole run {time.perf_counter() - started:.0f} s; "
                f"1-min load average {load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end "
                f"on {os.cpu_count()} vCPU)")
     if args.quick:
