@@ -8,7 +8,8 @@ that two budgets select, so a budget left over from the other layout (or from an
 made one per lone broker group) would block every node drain.
 
 So each pass, :func:`reconcile` lists the Cluster's budgets and
-1. creates a desired budget that is missing, or patches one whose ``tidemq.io/spec-hash`` differs;
+1. applies (server-side, :mod:`tidemq.operator.apply`) a desired budget that is missing or whose
+   ``tidemq.io/spec-hash`` differs;
 2. then deletes each budget the Cluster owns that is no longer desired.
 Creating first means a pod may for a moment have two budgets (an eviction is refused and the drain
 retries) rather than none (an eviction nothing would limit).
@@ -24,6 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidemq.operator.apply import apply_object
 from tidemq.operator.workloads import MANAGED_BY, SPEC_HASH_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -79,15 +81,8 @@ def reconcile(desired: Sequence[Mapping[str, Any]], namespace: str, cluster_name
     changes = budget_changes(desired, live, cluster_name, cluster_uid, keep)
     done = []
     for obj in changes.apply:
-        name = obj["metadata"]["name"]
-        body: Any = obj  # the client sends a dict as it is (its stubs name only the model class)
-        try:
-            api.create_namespaced_pod_disruption_budget(namespace, body)
-        except kubernetes.client.ApiException as exc:
-            if exc.status != 409:  # 409 AlreadyExists; any other refusal is an error
-                raise
-            api.patch_namespaced_pod_disruption_budget(name, namespace, body)
-        done.append(f"{KIND}/{name}")
+        apply_object(client, obj, namespace)  # server-side apply: fields no longer desired go
+        done.append(f"{KIND}/{obj['metadata']['name']}")
     for name in changes.delete:
         try:
             api.delete_namespaced_pod_disruption_budget(name, namespace)

@@ -24,8 +24,10 @@ Invariants:
   each after the previous StatefulSet is ready and updated; the timer (``timer_interval``) moves
   the rollout and the status (ready counts, Ready/Progressing/Degraded) along as pods get ready.
   status.rollout keeps what the next pass needs (StatefulSets seen ready, blocked changes).
-  Immutable StatefulSet changes are not applied: a Warning Event and Ready=False
-  (ImmutableFieldChange) say so.
+  Objects are written with server-side apply (:mod:`tidemq.operator.apply`); each pass also
+  re-applies what is in step with the spec and puts back replicas changed by hand (drift repair).
+  Immutable StatefulSet changes are not applied, the rest of the change is: a Warning Event and
+  Ready=False (ImmutableFieldChange) say so.
 - Name-server write protection (:mod:`tidemq.operator.clusterkey`): with a master key file, each
   managed Cluster pass creates the Cluster's key Secret once (never patched) before the
   workloads that use it; the name servers require signatures once every broker signs
@@ -56,7 +58,7 @@ import kopf
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
-from tidemq.operator import brokers, brokerstatus, budgets, clusterkey, groupops, grouproll, rollout, workloads
+from tidemq.operator import apply, brokers, brokerstatus, budgets, clusterkey, groupops, grouproll, rollout, workloads
 from tidemq.operator import scaleinops
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec, status_changes
@@ -329,52 +331,8 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
 
 
 # Cluster --------------------------------------------------------------------------------------
-_APIS = {"v1": "CoreV1Api", "apps/v1": "AppsV1Api", "policy/v1": "PolicyV1Api",
-         "rbac.authorization.k8s.io/v1": "RbacAuthorizationV1Api"}
-
-
-def _create_once(obj: dict, namespace: str) -> bool:
-    """Create ``obj`` unless it exists; never patch it (a key is not rotated silently). Returns
-    whether it was created (runs in a worker thread)."""
-    import kubernetes  # noqa: PLC0415 (optional dependency, only for managed clusters)
-
-    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient())
-    if obj["kind"] != "Secret":
-        raise ConfigError(f"cannot create {obj['kind']} once")
-    try:
-        # the client sends a dict body as it is; its annotations name only the V1Secret model
-        api.create_namespaced_secret(obj["metadata"].get("namespace") or namespace, obj)  # type: ignore[arg-type]
-    except kubernetes.client.ApiException as exc:
-        if exc.status != 409:  # 409 AlreadyExists; any other refusal is an error
-            raise
-        return False
-    return True
-
-
-def _apply_objects(objs: list[dict], namespace: str) -> list[str]:
-    """Create each object, or merge-patch it when it exists (runs in a worker thread)."""
-    import re  # noqa: PLC0415
-
-    import kubernetes  # noqa: PLC0415 (optional dependency, only for managed clusters)
-
-    client = kubernetes.client.ApiClient()
-    done = []
-    for obj in objs:
-        api_name = _APIS.get(obj["apiVersion"])
-        if api_name is None:
-            raise ConfigError(f"cannot apply {obj['kind']} of {obj['apiVersion']}")
-        api = getattr(kubernetes.client, api_name)(client)
-        kind = re.sub(r"(?<!^)(?=[A-Z])", "_", obj["kind"]).lower()
-        ns = obj.get("metadata", {}).get("namespace") or namespace
-        name = obj["metadata"]["name"]
-        try:
-            getattr(api, f"create_namespaced_{kind}")(ns, obj)
-        except kubernetes.client.ApiException as exc:
-            if exc.status != 409:  # 409 AlreadyExists; any other refusal is an error
-                raise
-            getattr(api, f"patch_namespaced_{kind}")(name, ns, obj)
-        done.append(f"{obj['kind']}/{name}")
-    return done
+# Server-side apply of the owned objects, create-once Secrets (tidemq.operator.apply)
+_apply_objects, _create_once = apply.apply_objects, apply.create_once
 
 
 async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
@@ -462,6 +420,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             scale = await scaleinops.scale_in(cluster, namespace, config.client_config,
                                               min(config.admin_timeout, 10.0), config.drain_grace)
             applied = (await asyncio.to_thread(_apply_objects, to_apply, namespace) if to_apply else [])
+            # drift repair: what is in step with the spec is applied again (a no-op when in place)
+            await asyncio.to_thread(_apply_objects, list(decision.refresh), namespace)
             # budgets are kept exact on every pass, not only with their stage (tidemq.operator.budgets)
             applied += await asyncio.to_thread(budgets.reconcile, objs, namespace, meta.name or "",
                                                meta.uid or "", tuple(holds) + scale.keep)
@@ -476,14 +436,18 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             clusterkey.ENFORCED if enforced else clusterkey.PENDING if signing else clusterkey.OFF)
         if applied:
             log.info("cluster %s: applied %s", meta.name, ", ".join(applied))
+        for sts_name in decision.repaired:
+            kopf.warn(body, reason="ReplicasRestored",
+                      message=f"StatefulSet {sts_name}: spec.replicas was changed outside the Cluster; put "
+                              "back to the Cluster's count (change the Cluster spec to scale)")
         known = {f"{n}:{','.join(f)}" for n, f in
                  ((status.get("rollout") or {}).get("blocked") or {}).items()}
         for sts_name, fields in sorted(decision.blocked.items()):
             if f"{sts_name}:{','.join(fields)}" not in known:  # one Event per distinct change
                 kopf.warn(body, reason="ImmutableFieldChange",
                           message=f"StatefulSet {sts_name}: cannot change {', '.join(fields)} in "
-                                  "place; revert the change or delete the StatefulSet (its PVCs "
-                                  "are retained) so the operator recreates it")
+                                  "place (the rest of the change is applied); revert it or delete the "
+                                  "StatefulSet (its PVCs are retained) so the operator recreates it")
         patch.status["nameServerAddress"] = address
         patch.status["observedGeneration"] = meta.get("generation")
         patch.status["readyNameServers"] = decision.ready_name_servers

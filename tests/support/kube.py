@@ -9,9 +9,12 @@ adapts kmock 0.8 further in its own way, documented where its subclass is define
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import threading
 from collections.abc import Callable
+
+from tests.support import ssa
 
 # The Status reason the API server gives with each code (metav1.StatusReason).
 _REASONS = {404: "NotFound", 409: "AlreadyExists"}
@@ -25,7 +28,9 @@ def status_emulator() -> type:
     request handler, where nothing renders it: it reached the client as a plain 500 with a
     traceback, so a missing object looked like a server failure. Here it becomes a Status object
     with its own code and reason, and code under test can treat only 404 as "missing".
-    (A class made on first use: kmock is optional and imported only by the tests that need it.)
+    It also serves server-side apply with field managers (tests.support.ssa), which kmock
+    would take for a plain JSON merge. (A class made on first use: kmock is optional and
+    imported only by the tests that need it.)
     """
     import aiohttp.web  # noqa: PLC0415
     import kmock  # noqa: PLC0415
@@ -33,7 +38,11 @@ def status_emulator() -> type:
     class StatusEmulator(kmock.KubernetesEmulator):
         async def _handle(self, request):
             try:
-                return await super()._handle(request)
+                return await super()._handle(_field_managed(self, request))
+            except ssa.Refused as exc:
+                return aiohttp.web.json_response(
+                    {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                     "reason": exc.reason, "code": exc.code, "message": str(exc)}, status=exc.code)
             except kmock.KubernetesError as exc:
                 return aiohttp.web.json_response(
                     {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
@@ -41,6 +50,44 @@ def status_emulator() -> type:
                      "message": exc.message or ""}, status=exc.status)
 
     return StatusEmulator
+
+
+def _rewritten(request, **fields):
+    """kmock finds the reaction for a request by the identity of the request it recorded (a copy
+    matches none), so its frozen fields are rewritten in place."""
+    for name, value in fields.items():
+        object.__setattr__(request, name, value)
+    return request
+
+
+def _field_managed(emulator, request):
+    """``request`` as kmock should store it under server-side apply (tests.support.ssa): an apply
+    becomes the CREATE or merge PATCH that yields the applied object; a non-apply write to an
+    object that was applied carries the managedFields it leaves."""
+    import kmock  # noqa: PLC0415
+
+    if request.resource is None or request.name is None or not isinstance(request.data, dict) \
+            or request.action != kmock.action.UPDATE:
+        return request
+    key = (request.resource, request.namespace, request.name)
+    stored = emulator.objects[key] if key in emulator.objects else None
+    live = copy.deepcopy(stored.raw) if stored is not None and not stored.deleted else None
+    content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+    if content_type == ssa.APPLY_CONTENT_TYPE and request.subresource is None:
+        manager = request.params.get("fieldManager")
+        if not manager:
+            raise ssa.Refused("PATCH is not supported: fieldManager is required for apply requests")
+        new = ssa.apply(live, request.data, manager, request.params.get("force") == "true")
+        if live is None:
+            new["metadata"].setdefault("namespace", request.namespace)
+            return _rewritten(request, action=kmock.action.CREATE, data=new)
+        return _rewritten(request, data=ssa.merge_diff(live, new))
+    if live is not None:
+        fields = ssa.track_update(live, ssa.merge_patch(live, request.data),
+                                  ssa.update_manager(request.params, request.headers))
+        if fields is not None:
+            request.data.setdefault("metadata", {})["managedFields"] = fields
+    return request
 
 
 class ThreadedEmulator:
