@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "tidemq._message_c",
     "tidemq.broker.store._dispatch_c",
     "tidemq.broker.store._scan_c",
+    "tidemq.broker.store._writer_c",
     "tidemq.remoting._frame_c",
     "tidemq.remoting.headers._headers_c",
     "tidemq.spark._arrow_c",

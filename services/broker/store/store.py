@@ -67,7 +67,7 @@ from tidemq.broker.store.results import (  # re-exported: the store's API types
 from tidemq.broker.store.retention import Retention, destroy_all, filesystem_usage, usage_ratio
 from tidemq.broker.store.scan import scan_records
 from tidemq.broker.store.tasks import cancel_and_wait
-from tidemq.broker.store.writer import Pending, RecordEncoder, illegal
+from tidemq.broker.store.writer import Pending, RecordEncoder, encode_run, illegal
 
 __all__ = ["GetResult", "GetStatus", "MessageStore", "PutRequest", "PutResult", "PutStatus"]
 
@@ -297,16 +297,10 @@ class MessageStore:
         base = seg.start + rel
         now = int(self._clock() * 1000)
         mm = seg.mm
-        encode = self._encoder.encode_into
-        pos, q = rel, first_q
         try:
-            for p in pending:
-                encode(mm, pos, p, q, seg.start + pos, now)
-                pos += p.total
-                if cq is not None:
-                    q += 1
+            encode_run(mm, rel, pending, first_q, 1 if cq is not None else 0, base, now)
         except (struct.error, OverflowError, TypeError, ValueError) as exc:  # a header int out of range
-            end = min(pos + p.total, seg.size)
+            end = min(rel + total, seg.size)
             mm[rel:end] = bytes(end - rel)  # no valid record may remain past the write position
             return illegal(PutStatus.MESSAGE_ILLEGAL, f"a header value is out of range: {exc}")
         cl.commit(total)

@@ -3,8 +3,11 @@
 ``prepare`` validates a request and computes everything that does not depend on where the record
 lands (sizes, CRC, encoded topic/properties/hosts); ``encode_into`` then writes the record straight
 into the mapped CommitLog segment with one ``pack_into`` for the fixed part and two slice
-assignments (body, topic + properties). Records use the RocketMQ 4.x V1 layout as
-tidemq.message defines it (``RECORD_FIXED_V4``, ``record_fixed``); nothing here restates it.
+assignments (body, topic + properties); ``encode_run`` writes a whole batch that way (compiled:
+``_writer_c.pyx``, its twin ``encode_run_py``). Records use the RocketMQ 4.x V1 layout as
+tidemq.message defines it (``RECORD_FIXED_V4``, ``record_fixed``); nothing here restates it (the
+compiled twin writes the same fields by hand: tests/broker/store/test_compiled_twins.py proves
+the bytes equal).
 
 Invariant: ``prepare`` never touches the CommitLog, so a batch can be validated completely before
 anything is written (all-or-nothing).
@@ -17,6 +20,10 @@ import mmap
 import re
 import struct
 import zlib
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from tidemq import compiled
 
 from tidemq.message import (
     MAX_PROPERTIES_LENGTH,
@@ -207,22 +214,44 @@ class RecordEncoder:
         self._hosts[host] = addr
         return addr
 
-    # Hot path (bench/produce_consume.py)
-    def encode_into(self, mm: mmap.mmap, pos: int, p: Pending, queue_offset: int, phys: int, store_ts: int) -> None:
-        req = p.req
-        body = req.body
-        if len(p.born) == 4 and len(p.store) == 4:
-            fixed = RECORD_FIXED_V4
-            b = pos + _FIXED_V4_SIZE
-        else:
-            fixed = record_fixed(len(p.born) == 16, len(p.store) == 16)
-            b = pos + fixed.size
-        fixed.pack_into(
-            mm, pos, p.total, MESSAGE_MAGIC, p.crc, req.queue_id, req.flag, queue_offset, phys,
-            p.sys_flag, req.born_timestamp, p.born, p.born_port, store_ts, p.store, p.store_port,
-            req.reconsume_times, req.prepared_transaction_offset, len(body),
-        )
-        e = b + len(body)
-        mm[b:e] = body
-        tail = p.topic_tail + _H.pack(len(p.props)) + p.props
-        mm[e : e + len(tail)] = tail
+
+# Hot path (bench/produce_consume.py, bench/hot_path.py)
+def encode_into(mm: mmap.mmap, pos: int, p: Pending, queue_offset: int, phys: int, store_ts: int) -> None:
+    """Write prepared record ``p`` at ``pos`` of a mapped CommitLog segment (CommitLog offset ``phys``)."""
+    req = p.req
+    body = req.body
+    if len(p.born) == 4 and len(p.store) == 4:
+        fixed = RECORD_FIXED_V4
+        b = pos + _FIXED_V4_SIZE
+    else:
+        fixed = record_fixed(len(p.born) == 16, len(p.store) == 16)
+        b = pos + fixed.size
+    fixed.pack_into(
+        mm, pos, p.total, MESSAGE_MAGIC, p.crc, req.queue_id, req.flag, queue_offset, phys,
+        p.sys_flag, req.born_timestamp, p.born, p.born_port, store_ts, p.store, p.store_port,
+        req.reconsume_times, req.prepared_transaction_offset, len(body),
+    )
+    e = b + len(body)
+    mm[b:e] = body
+    tail = p.topic_tail + _H.pack(len(p.props)) + p.props
+    mm[e : e + len(tail)] = tail
+
+
+def encode_run_py(mm: mmap.mmap, pos: int, pending: Sequence[Pending], q: int, step: int, phys: int,
+                  store_ts: int) -> int:
+    """Write ``pending`` back to back from ``pos`` of a mapped segment (CommitLog offset ``phys``),
+    at queue offsets ``q``, ``q + step``, ... (step 0: records that enter no consume queue);
+    returns the position after them. A header value out of range raises struct.error (or
+    OverflowError, TypeError, ValueError) with the records before it written.
+    ``_writer_c.encode_run`` is its compiled twin."""
+    for p in pending:
+        encode_into(mm, pos, p, q, phys, store_ts)
+        pos += p.total
+        phys += p.total
+        q += step
+    return pos
+
+
+_c = compiled.load("tidemq.broker.store._writer_c")
+encode_run: Callable[[mmap.mmap, int, Sequence[Pending], int, int, int, int], int] = (
+    partial(_c.encode_run, encode_into) if _c is not None else encode_run_py)

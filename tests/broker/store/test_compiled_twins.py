@@ -8,12 +8,15 @@ the same bytes in the mappings and the same errors, on valid records and on host
   fuzz corpus of stored records.
 - ``write_units`` (consume-queue units of a run) and ``put_entries`` (index entries of a run):
   consume_queue / index vs _dispatch_c, into real mapped files.
+- ``encode_run`` (a prepared batch written into a mapped segment): writer vs _writer_c, header
+  values in and out of their fields' ranges, and mappings too small for the batch.
 Skipped only when the compiled modules are not loaded (a TIDEMQ_NO_EXTENSIONS=1 run).
 """
 
 from __future__ import annotations
 
 import mmap
+import struct
 import tempfile
 from pathlib import Path
 
@@ -30,11 +33,14 @@ from tidemq.broker.store.consume_queue import UNIT_SIZE, write_units_py
 from tidemq.broker.store.dispatch import Replayed
 from tidemq.broker.store.index import IndexFile, index_file_size, put_entries_py
 from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.results import PutRequest
+from tidemq.broker.store.writer import Pending, RecordEncoder, encode_run, encode_run_py
 
 _scan_c = compiled.load("tidemq.broker.store._scan_c")
 _dispatch_c = compiled.load("tidemq.broker.store._dispatch_c")
+_writer_c = compiled.load("tidemq.broker.store._writer_c")
 pytestmark = pytest.mark.skipif(
-    _scan_c is None or _dispatch_c is None,
+    _scan_c is None or _dispatch_c is None or _writer_c is None,
     reason="the store's compiled modules are not loaded (TIDEMQ_NO_EXTENSIONS=1 or not built): "
            "nothing to compare the pure-Python twins with")
 
@@ -57,23 +63,30 @@ def _raw_props(pairs: list[tuple[str, str]], trailing: bool) -> bytes:
 
 @st.composite
 def records(draw: st.DrawFn) -> tuple[bytes, int, list[int]]:
-    """(bytes of 1-8 records back to back, the CommitLog offset they start at, record starts)."""
+    """(bytes of 1-8 records back to back, the CommitLog offset they start at, record starts).
+    Each record mostly continues its predecessor's run (same topic, queue, flag and store time,
+    next queue offset), and sometimes breaks it in one of those."""
     base = draw(st.integers(0, 1 << 40))
     n = draw(st.integers(1, 8))
     topics = draw(st.lists(st.sampled_from(["T", "T2", "SCHEDULE_TOPIC_XXXX", "\u00e9t"]), min_size=1, max_size=2))
+    flags = st.sampled_from([0, int(SysFlag.COMPRESSED), int(SysFlag.TRANSACTION_PREPARED),
+                             int(SysFlag.TRANSACTION_COMMIT), int(SysFlag.TRANSACTION_ROLLBACK)])
     out, starts = b"", []
-    q = draw(st.integers(0, 1 << 40))
+    topic, qid, flag = topics[0], draw(st.integers(0, 3)), draw(flags)
+    q = draw(st.integers(0, 1 << 40)) - 1
     ts = draw(st.integers(0, 1 << 42))
     for _ in range(n):
+        change = draw(st.integers(0, 9))  # 0-4: the run goes on
+        topic = draw(st.sampled_from(topics)) if change == 5 else topic
+        qid = draw(st.integers(0, 3)) if change == 6 else qid
+        flag = draw(flags) if change == 7 else flag
+        q = draw(st.integers(0, 1 << 40)) if change == 8 else q + 1
+        ts = draw(st.integers(0, 1 << 42)) if change == 9 else ts
         v6 = draw(st.tuples(st.booleans(), st.booleans()))
-        flag = draw(st.sampled_from([0, int(SysFlag.COMPRESSED), int(SysFlag.TRANSACTION_PREPARED),
-                                     int(SysFlag.TRANSACTION_COMMIT), int(SysFlag.TRANSACTION_ROLLBACK)]))
-        q = q + 1 if draw(st.booleans()) else draw(st.integers(0, 1 << 40))
-        ts = ts if draw(st.booleans()) else draw(st.integers(0, 1 << 42))
         phys = base + len(out)
         rec = encode_record(
-            topic=draw(st.sampled_from(topics)).encode("utf-8"), body=draw(st.binary(max_size=40)),
-            properties=_raw_props(draw(_props), draw(st.booleans())), queue_id=draw(st.integers(0, 3)),
+            topic=topic.encode("utf-8"), body=draw(st.binary(max_size=40)),
+            properties=_raw_props(draw(_props), draw(st.booleans())), queue_id=qid,
             flag=0, queue_offset=q, physical_offset=phys, sys_flag=flag, born_timestamp=1,
             born_host=bytes(16 if v6[0] else 4), born_port=1, store_timestamp=ts,
             store_host=bytes(16 if v6[1] else 4), store_port=2)
@@ -202,3 +215,68 @@ def test_index_entries_are_written_as_by_the_twin(recs: list[Replayed], topic: s
         finally:
             fa.mf.close()
             fb.mf.close()
+
+
+# ------------------------------------------------------------------------------ record encoding
+
+_int_ok = st.integers(-(1 << 31), (1 << 31) - 1)
+_int_any = st.one_of(_int_ok, st.integers(-(1 << 65), 1 << 65))
+
+
+@st.composite
+def prepared(draw: st.DrawFn) -> list[Pending]:
+    """Pending records as the store's encoder prepares them, header values anywhere (out of their
+    field's range too: those raise, in both twins alike)."""
+    enc = RecordEncoder(1 << 20)
+    out = []
+    for _ in range(draw(st.integers(1, 5))):
+        wild = draw(st.integers(0, 3)) == 0  # most records are in range: the compiled path writes them
+        _int = _int_any if wild else _int_ok
+        req = PutRequest(
+            draw(st.sampled_from(["T", "\u00e9t"])), draw(_int), draw(st.binary(max_size=64)),
+            dict(draw(st.lists(st.tuples(_names, _text), max_size=4))),
+            flag=draw(_int), sys_flag=draw(st.sampled_from([0, 1, 8])), born_timestamp=draw(_int),
+            born_host=(draw(st.sampled_from(["127.0.0.1", "::1"])), draw(st.integers(0, 65535))),
+            store_host=(draw(st.sampled_from(["10.0.0.1", "fe80::2"])), draw(_int)),
+            reconsume_times=draw(_int), prepared_transaction_offset=draw(_int))
+        p = enc.prepare(req)
+        if isinstance(p, Pending):
+            out.append(p)
+    return out
+
+
+def _encoded(fn, pending: list[Pending], args: tuple[int, int, int, int, int], size: int) -> tuple[bytes, object]:
+    mm = mmap.mmap(-1, size)
+    try:
+        try:
+            result: object = fn(mm, *args[:1], pending, *args[1:])
+        except (struct.error, OverflowError, TypeError, ValueError) as exc:  # as MessageStore._write catches
+            result = (type(exc), str(exc))
+        return mm[:], result
+    finally:
+        mm.close()
+
+
+@given(prepared(), st.integers(0, 64), st.integers(0, 1 << 40), st.sampled_from([0, 1]), st.integers(0, 1 << 50),
+       st.integers(0, 1 << 42), st.integers(0, 2000))
+def test_records_are_encoded_as_by_the_twin(pending: list[Pending], pos: int, q: int, step: int, phys: int,
+                                            store_ts: int, room: int) -> None:
+    size = pos + sum(p.total for p in pending) + room // 10 if room < 1000 else pos + room  # sometimes too small
+    args = (pos, q, step, phys, store_ts)
+    assert _encoded(encode_run, pending, args, size) == _encoded(encode_run_py, pending, args, size)
+
+
+def test_records_in_range_are_written_without_the_twin() -> None:
+    enc = RecordEncoder(1 << 20)
+    pending = [enc.prepare(PutRequest("T", 1, b"body", {"TAGS": "a"}, born_host=(h, 1), store_host=(s, 2)))
+               for h, s in (("127.0.0.1", "10.0.0.1"), ("::1", "10.0.0.1"), ("127.0.0.1", "fe80::2"))]
+    total = sum(p.total for p in pending)
+    handed: list[object] = []
+    a, b = mmap.mmap(-1, total), mmap.mmap(-1, total)
+    try:
+        assert _writer_c.encode_run(lambda *args: handed.append(args), a, 0, pending, 3, 1, 500, 9) == total
+        assert encode_run_py(b, 0, pending, 3, 1, 500, 9) == total
+        assert handed == [] and a[:] == b[:]
+    finally:
+        a.close()
+        b.close()
