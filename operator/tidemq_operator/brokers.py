@@ -8,6 +8,10 @@ Invariants:
 - Topic reconciliation is one pass of the pure state machine in :mod:`tidemq.operator.topics` per
   broker: idempotent, safe to repeat, never lowers read queues before they are drained. Every
   UPDATE_AND_CREATE_TOPIC carries the topic attribute ``message.type`` of the spec's messageType.
+- A Topic pass reads the masters and each broker's topic table through
+  :class:`tidemq.operator.adminpool.ClusterView`, copies shared by every Topic of the Cluster and
+  at most one timer interval old; a step that writes is decided on a copy at most ``DECIDE_AGE``
+  old, and what it writes updates the copy.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tidemq.client.admin import Admin
 from tidemq.errors import TideMQError
@@ -37,6 +42,9 @@ from tidemq.operator.topics import (
     plan,
     undrained_queues,
 )
+
+if TYPE_CHECKING:
+    from tidemq.operator.adminpool import ClusterView
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +94,11 @@ async def masters(admin: Admin) -> dict[str, str]:
     return dict(found)
 
 
-async def broker_queues(admin: Admin, addr: str, topic: str) -> BrokerQueues | None:
-    """The queue counts the broker itself has for ``topic`` (None: absent). The route lags
-    behind the broker (it registers in the background), so decisions use this."""
-    tc = (await admin.broker_topic_configs(addr)).get(topic)
+def broker_queues(table: Mapping[str, dict], topic: str) -> BrokerQueues | None:
+    """The queue counts a broker's own topic table (GET_ALL_TOPIC_CONFIG) has for ``topic``
+    (None: absent). The route lags behind the broker (it registers in the background), so
+    decisions use this."""
+    tc = table.get(topic)
     if tc is None:
         return None
     attributes = tc.get("attributes") or {}
@@ -112,15 +121,28 @@ async def _drain_state(admin: Admin, topic: str, broker: str, addr: str,
     return undrained_queues(going, lo, hi, committed)
 
 
-async def reconcile_topic(admin: Admin, spec: TopicSpec, quiet: QuietPeriod | None = None) -> TopicReport:
+# A step that writes is decided on a topic table at most this old (seconds), whatever age the
+# pass accepts for looking: with many Topics changed at once one fetch a second serves them all,
+# and a topic someone else made meanwhile (a producer's auto-creation) is seen before a write
+# could lower its read queues.
+DECIDE_AGE = 1.0
+
+
+async def reconcile_topic(view: ClusterView, spec: TopicSpec, quiet: QuietPeriod | None = None,
+                          max_age: float = 0.0) -> TopicReport:
     """One pass: create/grow immediately, shrink write first, lower read once drained and the
-    quiet period (``quiet``; default: ROUTE_GRACE from now) has passed."""
+    quiet period (``quiet``; default: ROUTE_GRACE from now) has passed. The masters and their
+    topic tables come from ``view``, copies at most ``max_age`` seconds old (0: fetched now)."""
     quiet = quiet if quiet is not None else QuietPeriod(time.time())
-    brokers = await masters(admin)
+    admin = view.admin
+    brokers = await view.masters(max_age)
     report = TopicReport()
     for name, addr in sorted(brokers.items()):
-        have = await broker_queues(admin, addr, spec.topic_name)
+        have = broker_queues(await view.topic_configs(addr, max_age), spec.topic_name)
         step = plan(spec, have)
+        if step.action is not Action.READY and max_age > DECIDE_AGE:
+            have = broker_queues(await view.topic_configs(addr, DECIDE_AGE), spec.topic_name)
+            step = plan(spec, have)
         if have is not None and spec.read_queues < have.read and step.action is not Action.SHRINK_WRITE:
             undrained = await _drain_state(admin, spec.topic_name, name, addr,
                                            range(spec.read_queues, have.read))
@@ -129,9 +151,12 @@ async def reconcile_topic(admin: Admin, spec: TopicSpec, quiet: QuietPeriod | No
         if step.writes:
             log.info("topic %s on %s (%s): %s read=%d write=%d perm=%s", spec.topic_name, name,
                      addr, step.action.value, step.read, step.write, perm_name(step.perm))
+            attributes = {MESSAGE_TYPE_ATTRIBUTE: spec.message_type}
             await admin.create_topic(spec.topic_name, step.read, step.write, step.perm,
-                                     spec.order, broker_addr=addr,
-                                     attributes={MESSAGE_TYPE_ATTRIBUTE: spec.message_type})
+                                     spec.order, broker_addr=addr, attributes=attributes)
+            view.wrote(addr, spec.topic_name, {
+                "topicName": spec.topic_name, "readQueueNums": step.read, "writeQueueNums": step.write,
+                "perm": step.perm, "order": spec.order, "attributes": attributes})
             after = BrokerQueues(step.read, step.write, step.perm, spec.order, spec.message_type)
         else:
             after = have if have is not None else BrokerQueues(0, 0, 0)

@@ -7,6 +7,13 @@ this module, which registers the handlers into kopf's default registry on import
 Invariants:
 - Handlers are idempotent: each pass recomputes the desired state from the spec and what the
   brokers report; create, update, resume and a timer all run the same pass.
+- Passes of one object never overlap (create/update/resume handlers, the timer, a Topic's
+  deletion), and each acts on the object as a GET from the API returns it under that lock, never
+  on the body a timer took before an update (:mod:`tidemq.operator.serial`).
+- Broker and name-server calls go through one pooled Admin per Cluster; a Topic pass reads the
+  masters and topic tables from copies shared by every Topic and refreshed at most once per
+  ``timer_interval`` (:mod:`tidemq.operator.adminpool`). A pass writes only the status fields
+  that changed, so a timer round over unchanged objects writes nothing.
 - Broker calls are async (tidemq.client.Admin) and bounded by ``admin_timeout``; Kubernetes API
   calls of the Cluster handler run in a worker thread. Nothing blocks the event loop.
 - Status is written only through kopf's ``patch`` (never a separate PATCH of the object).
@@ -44,12 +51,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import logging
 import time
-import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,6 +67,7 @@ from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
 from tidemq.operator import apply, brokers, brokerstatus, budgets, clusterkey, groupops, grouproll, rollout, workloads
 from tidemq.operator import scaleinops
+from tidemq.operator import adminpool, serial
 from tidemq.operator.grouproll import FORCE_ANNOTATION
 from tidemq.operator.groups import group_spec, status_changes
 from tidemq.operator.metrics import METRICS, OperatorMetrics
@@ -175,22 +183,19 @@ def _cluster(index: kopf.Index, namespace: str | None, name: str) -> Mapping | N
     return None
 
 
-# One lock per Topic serializes its passes (an update and a timer may overlap). Weak values: a
-# lock lives only while a pass holds or awaits it, so the table never outgrows the Topics being
-# reconciled right now (a dict kept one entry per Topic ever seen, deleted ones included).
-_LOCKS: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-
-def _lock(uid: str) -> asyncio.Lock:
-    lock = _LOCKS.get(uid)
-    if lock is None:
-        lock = _LOCKS[uid] = asyncio.Lock()
-    return lock
+def _write_changes(patch: kopf.Patch, body: kopf.Body) -> None:
+    """Keep in ``patch`` only the status fields that differ from the body's (issue 18, item 12):
+    a pass that finds what is stored writes nothing (kopf sends no PATCH for an empty patch)."""
+    new = patch.pop("status", None) or {}
+    changed = {k: v for k, v in new.items() if body.status.get(k) != v}
+    if changed:
+        patch["status"] = changed
 
 
 # passes ---------------------------------------------------------------------------------------
 async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
-                     patch: kopf.Patch, clusters: kopf.Index, timer: bool = False) -> None:
+                     patch: kopf.Patch, clusters: kopf.Index, timer: bool = False,
+                     pool: adminpool.AdminPool | None = None) -> None:
     meta, spec, status = body.metadata, body.spec, body.status
     kind = "Topic"
     with metrics.timed(kind):
@@ -216,10 +221,11 @@ async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
             return _not_ready(kind, patch, body, config, metrics, "ClusterNotReady",
                               f"Cluster {tspec.cluster!r} has no name-server address yet")
         try:
-            async with _lock(meta.uid or meta.name or ""), Admin(servers, config.client_config) as admin:
+            async with adminpool.borrow(pool, servers, config.client_config) as view:
                 quiet = QuietPeriod(time.time(), config.drain_grace, since_from_status(body.status.get("brokers")))
-                report = await asyncio.wait_for(brokers.reconcile_topic(admin, tspec, quiet),
-                                                config.admin_timeout)
+                # what the brokers hold, read at most once per timer interval for all Topics
+                report = await asyncio.wait_for(
+                    brokers.reconcile_topic(view, tspec, quiet, config.timer_interval), config.admin_timeout)
         except (TideMQError, TimeoutError) as exc:
             return _not_ready(kind, patch, body, config, metrics, "BrokerUnavailable",
                               f"cluster {tspec.cluster!r}: {exc or 'timed out'}")
@@ -238,18 +244,20 @@ async def topic_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
         else:
             _conditions(patch, body, ("Ready", ready, reason, message), ("Draining", False, "None", ""))
             metrics.result(kind, "ok" if ready else "retry", None if ready else reason)
+        _write_changes(patch, body)
         metrics.track(kind, meta.uid or meta.name or "")
 
 
 def _not_ready(kind: str, patch: kopf.Patch, body: kopf.Body, config: OperatorConfig,
                metrics: OperatorMetrics, reason: str, message: str) -> None:
     _conditions(patch, body, ("Ready", False, reason, message))
+    _write_changes(patch, body)
     metrics.result(kind, "retry", reason)
     raise kopf.TemporaryError(message, delay=config.retry_delay)
 
 
 async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
-                       clusters: kopf.Index, retry: int) -> None:
+                       clusters: kopf.Index, retry: int, pool: adminpool.AdminPool | None = None) -> None:
     meta, spec, status = body.metadata, body.spec, body.status
     metrics.track("Topic", meta.uid or meta.name or "", present=False)
     try:
@@ -273,10 +281,11 @@ async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: k
             problem = str(exc)
     if servers:
         try:
-            async with Admin(servers, config.client_config,
-                             namesrv_credentials=namesrv_credentials(config, cluster or {})) as admin:
-                done = await asyncio.wait_for(brokers.delete_topic(admin, topic),
+            async with adminpool.borrow(pool, servers, config.client_config,
+                                        namesrv_credentials(config, cluster or {})) as view:
+                done = await asyncio.wait_for(brokers.delete_topic(view.admin, topic),
                                               config.admin_timeout)
+                view.deleted(topic)
             log.info("deleted topic %s from %s and the name servers", topic, done)
             metrics.result("Topic", "deleted")
             return
@@ -292,7 +301,8 @@ async def topic_delete(config: OperatorConfig, metrics: OperatorMetrics, body: k
 
 
 async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
-                     patch: kopf.Patch, clusters: kopf.Index, timer: bool = False) -> None:
+                     patch: kopf.Patch, clusters: kopf.Index, timer: bool = False,
+                     pool: adminpool.AdminPool | None = None) -> None:
     meta, spec = body.metadata, body.spec
     kind = "ConsumerGroup"
     with metrics.timed(kind):
@@ -306,9 +316,14 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
         if cluster is None:
             return _not_ready(kind, patch, body, config, metrics, "ClusterNotFound",
                               f"Cluster {gspec.cluster!r} not found in namespace {meta.namespace}")
-        servers = brokers.name_servers_of(cluster)
         try:
-            async with Admin(servers, config.client_config) as admin:
+            servers = brokers.name_servers_of(cluster)
+        except InvalidSpec as exc:
+            return _not_ready(kind, patch, body, config, metrics, "ClusterInvalid", str(exc))
+        try:
+            async with adminpool.borrow(pool, servers, config.client_config) as view:
+                admin = view.admin
+
                 async def both() -> tuple[list[str], tuple[dict[str, int], list[str]]]:
                     done = await brokers.update_group(admin, gspec)
                     return done, await brokers.group_lag(admin, gspec.group_name)
@@ -336,7 +351,7 @@ _apply_objects, _create_once = apply.apply_objects, apply.create_once
 
 
 async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kopf.Body,
-                       patch: kopf.Patch) -> None:
+                       patch: kopf.Patch, pool: adminpool.AdminPool | None = None) -> None:
     meta, spec, status = body.metadata, body.spec, body.status
     kind = "Cluster"
     with metrics.timed(kind):
@@ -351,8 +366,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             patch.status["nameServerAddress"] = ";".join(servers)
             patch.status["observedGeneration"] = meta.get("generation")
             try:
-                async with Admin(servers, config.client_config) as admin:
-                    info = await asyncio.wait_for(admin.cluster_info(), config.admin_timeout)
+                async with adminpool.borrow(pool, servers, config.client_config) as view:
+                    info = await asyncio.wait_for(view.admin.cluster_info(), config.admin_timeout)
             except (TideMQError, TimeoutError) as exc:
                 log.info("external cluster %s not reachable: %s", meta.name, exc)
                 patch.status["brokers"], patch.status["readyBrokers"] = [], 0
@@ -587,6 +602,18 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
              metrics: OperatorMetrics = METRICS) -> kopf.OperatorRegistry:
     """Register every handler of the operator into ``registry`` (bound to ``config``)."""
     reg: dict[str, Any] = {"registry": registry}
+    # One admin connection per Cluster for every pass (tidemq.operator.adminpool), and one pass at
+    # a time per object on the object as the API has it now (tidemq.operator.serial).
+    pool = adminpool.AdminPool(idle=max(10 * config.timer_interval, 60.0))
+    serializer = serial.Serializer(serial.kube_reader(GROUP, VERSION))
+
+    @contextlib.asynccontextmanager
+    async def current(plural: str, body: kopf.Body, timer: bool = False) -> AsyncIterator[kopf.Body | None]:
+        try:
+            async with serializer.current(plural, body, timer) as now:
+                yield now
+        except serial.ReadFailed as exc:
+            raise kopf.TemporaryError(str(exc), delay=config.retry_delay) from None
 
     @kopf.on.startup(**reg)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -626,20 +653,42 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
     @kopf.on.create(GROUP, VERSION, "clusters", **reg)
     @kopf.on.update(GROUP, VERSION, "clusters", **reg)
     async def cluster_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        await cluster_pass(config, metrics, body, patch)
+        async with current("clusters", body) as now:
+            if now is not None:
+                await cluster_pass(config, metrics, now, patch, pool)
 
     @kopf.timer(GROUP, VERSION, "clusters", interval=config.timer_interval,
                 initial_delay=config.timer_interval,
                 backoff=config.retry_delay, **reg)
     async def cluster_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        await cluster_pass(config, metrics, body, patch)
+        async with current("clusters", body, timer=True) as now:
+            if now is not None:
+                await cluster_pass(config, metrics, now, patch, pool)
+
+    @kopf.on.event(GROUP, VERSION, "clusters", **reg)
+    async def cluster_gone(type: str, body: kopf.Body, **_: Any) -> None:
+        """A deleted Cluster's admin connections close at once (not only when idle)."""
+        if type != "DELETED":
+            return
+        try:
+            servers = brokers.name_servers_of({"spec": dict(body.spec), "metadata": dict(body.metadata)})
+        except InvalidSpec:
+            return  # never had a connection
+        if await pool.discard(servers):
+            log.info("cluster %s deleted: its admin connections closed", body.metadata.name)
+
+    @kopf.on.cleanup(**reg)
+    async def close_pool(**_: Any) -> None:
+        await pool.close()
 
     # Topic
     @kopf.on.resume(GROUP, VERSION, "topics", **reg)
     @kopf.on.create(GROUP, VERSION, "topics", **reg)
     @kopf.on.update(GROUP, VERSION, "topics", **reg)
     async def topic_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
-        await topic_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX])
+        async with current("topics", body) as now:
+            if now is not None:
+                await topic_pass(config, metrics, now, patch, kwargs[CLUSTER_INDEX], pool=pool)
 
     @kopf.timer(GROUP, VERSION, "topics", interval=config.timer_interval,
                 initial_delay=config.timer_interval,
@@ -648,27 +697,34 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig = OperatorC
         if body.metadata.get("deletionTimestamp"):
             return
         try:
-            await topic_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX], timer=True)
+            async with current("topics", body, timer=True) as now:
+                if now is not None:
+                    await topic_pass(config, metrics, now, patch, kwargs[CLUSTER_INDEX], timer=True, pool=pool)
         except kopf.TemporaryError as exc:
             log.info("topic %s: %s", body.metadata.name, exc)
 
     @kopf.on.delete(GROUP, VERSION, "topics", **reg)
     async def topic_deleted(body: kopf.Body, retry: int, **kwargs: Any) -> None:
-        await topic_delete(config, metrics, body, kwargs[CLUSTER_INDEX], retry)
+        async with serializer.lock(body):  # no timer pass may re-create it meanwhile
+            await topic_delete(config, metrics, body, kwargs[CLUSTER_INDEX], retry, pool)
 
     # ConsumerGroup
     @kopf.on.resume(GROUP, VERSION, "consumergroups", **reg)
     @kopf.on.create(GROUP, VERSION, "consumergroups", **reg)
     @kopf.on.update(GROUP, VERSION, "consumergroups", **reg)
     async def group_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
-        await group_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX])
+        async with current("consumergroups", body) as now:
+            if now is not None:
+                await group_pass(config, metrics, now, patch, kwargs[CLUSTER_INDEX], pool=pool)
 
     @kopf.timer(GROUP, VERSION, "consumergroups", interval=config.timer_interval,
                 initial_delay=config.timer_interval,
                 backoff=config.retry_delay, **reg)
     async def group_timer(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         try:
-            await group_pass(config, metrics, body, patch, kwargs[CLUSTER_INDEX], timer=True)
+            async with current("consumergroups", body, timer=True) as now:
+                if now is not None:
+                    await group_pass(config, metrics, now, patch, kwargs[CLUSTER_INDEX], timer=True, pool=pool)
         except kopf.TemporaryError as exc:
             log.info("consumer group %s: %s", body.metadata.name, exc)
 

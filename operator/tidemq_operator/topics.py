@@ -213,15 +213,15 @@ def plan(desired: TopicSpec, current: BrokerQueues | None,
 def readiness(steps: Mapping[str, Step]) -> tuple[bool, str, str]:
     """The Ready condition (status, reason, message) of a pass that took ``steps`` (broker name ->
     step). A broker that was ready and one the pass updated to the desired counts are both done;
-    a draining broker is not (nor is a pass that saw no broker)."""
+    a draining broker is not (nor is a pass that saw no broker). The message states what is,
+    not what the pass did (each write is logged): a later pass that finds the same writes no
+    status."""
     if not steps:
         return False, "NoBroker", "the cluster has no master broker"
     draining = sorted(b for b, s in steps.items() if s.is_draining)
     if draining:
         return False, "Draining", f"waiting for consumers on {', '.join(draining)}"
-    updated = sorted(b for b, s in steps.items() if s.writes)
-    message = f"{len(steps)} broker(s)" + (f", updated {', '.join(updated)}" if updated else "")
-    return True, "Reconciled", message
+    return True, "Reconciled", f"{len(steps)} broker(s)"
 
 
 # Seconds between steering writes away and lowering read queues: longer than a client's route

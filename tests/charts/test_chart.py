@@ -392,7 +392,7 @@ def test_rbac_covers_what_the_operator_creates() -> None:
         assert (group, plural[kind], "create") in granted and (group, plural[kind], "patch") in granted
     assert ("apps", "statefulsets", "get") in granted
     for res in ("clusters", "topics", "consumergroups"):
-        for verb in ("list", "watch", "patch"):
+        for verb in ("get", "list", "watch", "patch"):  # get: each pass reads its object back
             assert ("tidemq.io", res, verb) in granted
         assert ("tidemq.io", f"{res}/status", "patch") in granted
     assert ("tidemq.io", "clusters/finalizers", "update") in granted  # blockOwnerDeletion

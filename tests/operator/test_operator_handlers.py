@@ -1,10 +1,7 @@
 """The kopf handlers' own rules, without kopf running: what a failed StatefulSet read means to a
-Cluster pass, and that the per-Topic locks do not outlive the passes that use them."""
+Cluster pass (the per-object locks are tested in test_operator_races.py)."""
 
 from __future__ import annotations
-
-import asyncio
-import gc
 
 import pytest
 
@@ -86,20 +83,3 @@ async def test_a_cluster_pass_whose_reads_fail_applies_nothing_and_retries(api, 
     assert info.value.delay == 7.0 and "500" in str(info.value)
     assert applied == []
 
-
-async def test_topic_locks_live_only_while_a_pass_holds_or_awaits_them():
-    for i in range(1000):  # one pass each for a thousand Topics, since deleted
-        async with handlers._lock(f"uid-{i}"):
-            await asyncio.sleep(0)
-    order = []
-
-    async def one(tag: str) -> None:  # two passes of one Topic still take turns
-        async with handlers._lock("uid-same"):
-            order.append(f"{tag} in")
-            await asyncio.sleep(0.01)
-            order.append(f"{tag} out")
-
-    await asyncio.gather(one("a"), one("b"))
-    assert order == ["a in", "a out", "b in", "b out"]
-    gc.collect()
-    assert len(handlers._LOCKS) == 0

@@ -83,10 +83,11 @@ app.kubernetes.io/component: operator
      - kopf.dev peerings when peering is on. */}}
 {{- define "tidemq.operatorRules" -}}
 # Exactly what the operator uses (tests/operator/test_operator_integration.py records its API
-# requests and compares): kopf lists/watches the custom resources and patches them and their status.
+# requests and compares): kopf lists/watches the custom resources and patches them and their status;
+# each pass reads its object back first (get: operator/tidemq_operator/serial.py).
 - apiGroups: ["tidemq.io"]
   resources: ["clusters", "topics", "consumergroups"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["tidemq.io"]
   resources: ["clusters/status", "topics/status", "consumergroups/status"]
   verbs: ["patch"]
