@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, cast
 
 from tidemq.errors import ConnectError, FrameError, RemotingError, RemotingTimeoutError
-from tidemq.remoting.codes import ResponseCode
+from tidemq.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from tidemq.remoting.command import RemotingCommand
 from tidemq.remoting.frame import DEFAULT_MAX_FRAME, encode_frame_parts, iter_frames
 from tidemq.remoting.limits import BufferBudget, RateLimitedLog, ServerLimits, connection_cap
@@ -153,7 +153,7 @@ class Connection(asyncio.Protocol):
         buf += data
         try:
             for cmd in iter_frames(buf, self.max_frame):
-                if cmd.is_response:
+                if cmd.flag & FLAG_RESPONSE:  # hot path (bench/hot_path.py): no property call
                     fut = self._pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
                         fut.set_result(cmd)
@@ -268,8 +268,8 @@ class Connection(asyncio.Protocol):
             )
         if result is None:
             return
-        if isinstance(result, RemotingCommand):
-            if not cmd.is_oneway:
+        if isinstance(result, RemotingCommand):  # hot path (bench/hot_path.py): answered now
+            if not cmd.flag & FLAG_ONEWAY:
                 self.send(result)
             return
         task = asyncio.ensure_future(result)
