@@ -62,7 +62,6 @@ from typing import Any
 
 import kopf
 
-from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import ConfigError, TideMQError
 from tidemq.operator import apply, brokers, brokerstatus, budgets, clusterkey, groupops, grouproll, rollout, workloads
@@ -428,7 +427,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             was_ready = list((status.get("rollout") or {}).get("wasReady") or [])
             decision = rollout.plan(objs, live, was_ready)
             to_apply = list(decision.apply)
-            holds = await _scale_down_holds(config, body, cluster, namespace, to_apply, live)
+            holds = await _scale_down_holds(config, body, cluster, namespace, to_apply, live, pool)
             if holds:  # the shrinking groups' stages wait; the others go on
                 to_apply = [o for st in rollout.stages(to_apply) if st.name not in holds for o in st.objects]
             # broker groups above spec.brokers.groups drain, then go (tidemq.operator.scalein)
@@ -444,7 +443,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             metrics.result(kind, "retry", "ApplyFailed")
             raise kopf.TemporaryError(f"applying workloads failed: {exc}",
                                       delay=config.retry_delay) from None
-        repl = await _replication_pass(config, body, cluster, namespace, live, decision)
+        repl = await _replication_pass(config, body, cluster, namespace, live, decision, pool)
         if repl is not None:
             repl.groups += [h for h in holds.values() if h.name not in repl.masters]
         patch.status["nameServerWriteProtection"] = (
@@ -503,8 +502,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
 
 
 async def _replication_pass(config: OperatorConfig, body: kopf.Body, cluster: dict, namespace: str,
-                            live: Mapping[str, Mapping | None], decision: rollout.Plan
-                            ) -> groupops.ClusterReplication | None:
+                            live: Mapping[str, Mapping | None], decision: rollout.Plan,
+                            pool: adminpool.AdminPool | None = None) -> groupops.ClusterReplication | None:
     """Observe the replicated broker groups and take one roll step each (tidemq.operator.groupops).
     None when it could not run (logged; the rest of the pass goes on, the next pass retries)."""
     if not groupops.replicated(cluster):
@@ -512,8 +511,8 @@ async def _replication_pass(config: OperatorConfig, body: kopf.Body, cluster: di
     untouchable = set(decision.applied_stages) | set(decision.waiting) | set(decision.blocked)
     allow = (body.metadata.annotations or {}).get(FORCE_ANNOTATION, "").lower() == "true"
     try:
-        async with Admin(brokers.name_servers_of(cluster), config.client_config) as admin:
-            repl = await groupops.reconcile(cluster, namespace, live, untouchable, admin,
+        async with adminpool.borrow(pool, brokers.name_servers_of(cluster), config.client_config) as view:
+            repl = await groupops.reconcile(cluster, namespace, live, untouchable, view.admin,
                                             min(config.admin_timeout, 10.0), allow)
     except Exception as exc:  # noqa: BLE001 (API or broker failure: report, retry next pass)
         log.warning("cluster %s: cannot observe its replicated broker groups: %s", body.metadata.name, exc)
@@ -525,8 +524,8 @@ async def _replication_pass(config: OperatorConfig, body: kopf.Body, cluster: di
 
 
 async def _scale_down_holds(config: OperatorConfig, body: kopf.Body, cluster: dict, namespace: str,
-                            to_apply: list[dict], live: Mapping[str, Mapping | None]
-                            ) -> dict[str, groupops.GroupReport]:
+                            to_apply: list[dict], live: Mapping[str, Mapping | None],
+                            pool: adminpool.AdminPool | None = None) -> dict[str, groupops.GroupReport]:
     """Replicated groups whose shrink must wait (tidemq.operator.groupops.scale_down_holds); when
     they cannot be observed, every shrinking replicated group waits (never shrink blindly)."""
     shrinking = [o["metadata"]["name"] for o in to_apply if o.get("kind") == "StatefulSet"
@@ -536,8 +535,8 @@ async def _scale_down_holds(config: OperatorConfig, body: kopf.Body, cluster: di
     if not shrinking:
         return {}
     try:
-        async with Admin(brokers.name_servers_of(cluster), config.client_config) as admin:
-            holds = await groupops.scale_down_holds(cluster, namespace, to_apply, live, admin,
+        async with adminpool.borrow(pool, brokers.name_servers_of(cluster), config.client_config) as view:
+            holds = await groupops.scale_down_holds(cluster, namespace, to_apply, live, view.admin,
                                                     min(config.admin_timeout, 10.0))
     except Exception as exc:  # noqa: BLE001 (cannot observe: hold the shrink, retry next pass)
         log.warning("cluster %s: cannot observe the shrinking groups %s, holding them: %s",
