@@ -129,3 +129,23 @@ def test_status_changes_keep_only_what_differs_and_move_last_lag_time_with_the_l
     assert status_changes(stored, {**same, "lag": [{"topic": "t", "lag": 3}], "totalLag": 3}, "T") == {
         "lag": [{"topic": "t", "lag": 3}], "totalLag": 3, "lastLagTime": "T"}
     assert status_changes({}, same, "T") == {**same, "lastLagTime": "T"}  # the first pass
+
+
+async def test_a_group_of_a_cluster_with_unusable_name_servers_is_not_ready_with_the_reason():
+    """An external Cluster whose nameServers are not host:port strings: the pass said nothing and
+    failed with the spec error's traceback (kopf retried it as an unexpected exception)."""
+    import kopf  # noqa: PLC0415 (the module's other test runs kopf in a process)
+
+    from tidemq.operator import handlers  # noqa: PLC0415
+    from tidemq.operator.metrics import OperatorMetrics  # noqa: PLC0415
+
+    body = kopf.Body({"apiVersion": "tidemq.io/v1alpha1", "kind": "ConsumerGroup",
+                      "metadata": {"name": "g", "namespace": NS, "uid": "uid-g", "generation": 4},
+                      "spec": {"clusterRef": {"name": "bad"}}, "status": {}})
+    index = {(NS, "bad"): [{"spec": {"external": {"nameServers": [""]}}, "status": {},
+                            "metadata": {"name": "bad", "namespace": NS}}]}
+    patch = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError, match="nameServers"):
+        await handlers.group_pass(handlers.OperatorConfig(), OperatorMetrics(), body, patch, index)
+    ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("False", "ClusterInvalid", 4)
