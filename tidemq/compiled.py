@@ -18,6 +18,7 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "tidemq._message_c",
     "tidemq.broker.store._dispatch_c",
+    "tidemq.broker.store._reader_c",
     "tidemq.broker.store._scan_c",
     "tidemq.broker.store._writer_c",
     "tidemq.remoting._frame_c",

@@ -311,22 +311,28 @@ class ConsumeQueue:
             return None
         return UNIT.unpack_from(self._map(f), q * UNIT_SIZE - f.start)
 
-    # Hot path (bench/produce_consume.py, pulls): the slice copies, so no view outlives the call.
     def units(self, q: int, limit: int) -> list[tuple[int, int, int]] | None:
         """Up to ``limit`` units from ``q`` within q's file (None when that file is missing)."""
+        raw = self.raw_units(q, limit)
+        return None if raw is None else list(UNIT.iter_unpack(raw))
+
+    # Hot path (bench/produce_consume.py, pulls): one copy of the units, parsed by the caller.
+    def raw_units(self, q: int, limit: int) -> bytes | None:
+        """The bytes of up to ``limit`` units from ``q`` within q's file (None when that file is
+        missing): what ``units`` unpacks."""
         f = self._file_for(q)
         if f is None:
             return None
         pos = q * UNIT_SIZE - f.start
         n = min(limit, (f.size - pos) // UNIT_SIZE, self.max_offset - q)
         if n <= 0:
-            return []
+            return b""
         mm = f.mm
         if mm is None:
             mm = self._mapped.open(f)
         else:
             self._lru.move_to_end(f)
-        return list(UNIT.iter_unpack(mm[pos : pos + n * UNIT_SIZE]))
+        return mm[pos : pos + n * UNIT_SIZE]
 
     def next_file_offset(self, q: int) -> int:
         """Queue offset of the first unit of the file after the one that would hold ``q``."""

@@ -11,37 +11,64 @@ returned whenever one matched, however large.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
+from tidemq import compiled
 from tidemq.errors import CodecError
 from tidemq.message import Prop, decode_record_header, decode_properties
 
 from tidemq.broker.store.commitlog import CommitLog
-from tidemq.broker.store.consume_queue import ConsumeQueue
+from tidemq.broker.store.consume_queue import UNIT, ConsumeQueue
 from tidemq.broker.store.index import IndexService
 from tidemq.broker.store.results import GetResult, GetStatus
 
 
 # Hot path (bench/produce_consume.py)
 UNIT_CHUNK = 64
+# What collect says about the chunk it was given: all of it looked at; the pull is full (or hit
+# the high-water mark after something was read); nothing at all is visible yet.
+CHUNK_DONE, PULL_FULL, NOTHING_VISIBLE = 0, 1, 2
+_UNIT_STEP = UNIT.size
+
+# (units, records, scanned, total, skip_below, removing, max_msgs, max_bytes, visible_end,
+#  tag_codes, commitlog) -> (what happened, scanned, total, skip_below, removing)
+Collect = Callable[[bytes, list[bytes], int, int, int, bool, int, int, int, "frozenset[int] | None",
+                    CommitLog], tuple[int, int, int, int, bool]]
 
 
-def _chunks(cq: ConsumeQueue, offset: int, limit: int,
-            first: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, int]]:
-    """Units from ``offset`` (``first`` already read), up to ``limit``, within offset's file."""
-    chunk = first
-    done = 0
-    while True:
-        yield from chunk
-        done += len(chunk)
-        want = min(UNIT_CHUNK, limit - done)
-        if len(chunk) < UNIT_CHUNK or want <= 0:
-            return
-        chunk = cq.units(offset + done, want) or []
+def collect_py(units: bytes, records: list[bytes], scanned: int, total: int, skip_below: int, removing: bool,
+               max_msgs: int, max_bytes: int, visible_end: int, tag_codes: frozenset[int] | None,
+               commitlog: CommitLog) -> tuple[int, int, int, int, bool]:
+    """Look at raw consume-queue ``units`` in order, appending the records they point at to
+    ``records`` (see get_messages for the rules); ``visible_end`` -1 means no high-water mark.
+    ``_reader_c.collect`` is its compiled twin."""
+    read = commitlog.read
+    for phys, size, tags in UNIT.iter_unpack(units):
+        if records and (len(records) >= max_msgs or total + size > max_bytes):
+            return PULL_FULL, scanned, total, skip_below, removing
+        if visible_end >= 0 and phys + size > visible_end:
+            if not records and not scanned:
+                return NOTHING_VISIBLE, scanned, total, skip_below, removing
+            return PULL_FULL, scanned, total, skip_below, removing
+        scanned += 1
+        if size <= 0 or phys < skip_below:
+            continue
+        if tag_codes is not None and tags not in tag_codes:
+            continue
+        rec = read(phys, size)
+        if rec is None:
+            if not records:
+                removing = True
+            skip_below = commitlog.next_segment_start(phys)
+            continue
+        records.append(rec)
+        total += size
+    return CHUNK_DONE, scanned, total, skip_below, removing
 
 
 def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max_msgs: int,
-                 tag_codes: frozenset[int] | None, max_bytes: int, visible_end: int | None = None) -> GetResult:
+                 tag_codes: frozenset[int] | None, max_bytes: int, visible_end: int | None = None,
+                 collect: Collect | None = None) -> GetResult:  # collect: used for testing (twins)
     """Messages of ``cq`` from ``offset``; with ``visible_end``, only records ending at or below
     that CommitLog offset (a replicated group's high-water mark): a queue whose next record is
     past it reads as caught up (OFFSET_OVERFLOW_ONE), so a consumer long-polls for it."""
@@ -56,43 +83,43 @@ def get_messages(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int, max
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
     max_msgs = max(1, max_msgs)
     # Scan up to 20x as many units as messages wanted (RocketMQ's bound: units that do not match
-    # the tag filter or point into a removed segment are skipped), unpacked lazily in chunks so a
-    # pull that fills up early stops early (bench/spark_read.py guards this: a 1024-message pull
-    # used to unpack 20 480 units to return the ~200 that fit in max_bytes).
+    # the tag filter or point into a removed segment are skipped), read raw in chunks so a pull
+    # that fills up early stops early (bench/spark_read.py guards this: a 1024-message pull used
+    # to unpack 20 480 units to return the ~200 that fit in max_bytes).
     scan = max(800, max_msgs * 20)
-    first = cq.units(offset, min(scan, UNIT_CHUNK))
-    if first is None:
+    units = cq.raw_units(offset, min(scan, UNIT_CHUNK))
+    if units is None:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.next_file_offset(offset), lo, hi)
-    units = _chunks(cq, offset, scan, first)
-    status = GetStatus.NO_MATCHED_MESSAGE
+    run = collect if collect is not None else _collect
     records: list[bytes] = []
-    total = 0
-    scanned = 0
+    total = scanned = 0
     skip_below = -1  # after a unit pointed into a deleted segment: skip the rest of that segment
-    read = commitlog.read
-    for phys, size, tags in units:
-        if records and (len(records) >= max_msgs or total + size > max_bytes):
+    removing = False
+    visible = -1 if visible_end is None else max(visible_end, 0)  # -1: no mark
+    done = 0  # units read from the queue
+    while True:
+        what, scanned, total, skip_below, removing = run(
+            units, records, scanned, total, skip_below, removing, max_msgs, max_bytes, visible, tag_codes,
+            commitlog)
+        if what == NOTHING_VISIBLE:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        n = len(units) // _UNIT_STEP
+        done += n
+        want = min(UNIT_CHUNK, scan - done)
+        if what == PULL_FULL or n < UNIT_CHUNK or want <= 0:
             break
-        if visible_end is not None and phys + size > visible_end:
-            if not records and not scanned:
-                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-            break
-        scanned += 1
-        if size <= 0 or phys < skip_below:
-            continue
-        if tag_codes is not None and tags not in tag_codes:
-            continue
-        rec = read(phys, size)
-        if rec is None:
-            if not records:
-                status = GetStatus.MESSAGE_WAS_REMOVING
-            skip_below = commitlog.next_segment_start(phys)
-            continue
-        records.append(rec)
-        total += size
+        units = cq.raw_units(offset + done, want) or b""
     if records:
         status = GetStatus.FOUND
+    elif removing:
+        status = GetStatus.MESSAGE_WAS_REMOVING
+    else:
+        status = GetStatus.NO_MATCHED_MESSAGE
     return GetResult(status, offset + scanned, lo, hi, records, len(records), total)
+
+
+_c = compiled.load("tidemq.broker.store._reader_c")
+_collect: Collect = _c.collect if _c is not None else collect_py
 
 
 def store_time_at(cq: ConsumeQueue | None, commitlog: CommitLog, offset: int) -> int:

@@ -10,6 +10,9 @@ the same bytes in the mappings and the same errors, on valid records and on host
   consume_queue / index vs _dispatch_c, into real mapped files.
 - ``encode_run`` (a prepared batch written into a mapped segment): writer vs _writer_c, header
   values in and out of their fields' ranges, and mappings too small for the batch.
+- ``collect`` (a pull's records from raw consume-queue units): reader vs _reader_c, units that
+  point at records, beside them, with wrong sizes or anywhere, and whole pulls (get_messages
+  with either twin: same status, offsets and records).
 Skipped only when the compiled modules are not loaded (a TIDEMQ_NO_EXTENSIONS=1 run).
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import mmap
 import struct
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,21 +30,25 @@ from hypothesis import strategies as st
 
 from tidemq import compiled
 from tidemq.errors import StoreCorruptError
-from tidemq.message import MESSAGE_MAGIC, SysFlag, encode_record
+from tidemq.message import MESSAGE_MAGIC, SysFlag, encode_record, tags_code
 
-from tidemq.broker.store import scan
-from tidemq.broker.store.consume_queue import UNIT_SIZE, write_units_py
+from tidemq.broker.store import reader, scan
+from tidemq.broker.store.consume_queue import UNIT, UNIT_SIZE, write_units_py
 from tidemq.broker.store.dispatch import Replayed
 from tidemq.broker.store.index import IndexFile, index_file_size, put_entries_py
 from tidemq.broker.store.mapped_file import MappedFile
+from tidemq.broker.store.reader import collect_py
 from tidemq.broker.store.results import PutRequest
+from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.writer import Pending, RecordEncoder, encode_run, encode_run_py
+from tests.broker.store.util import config, open_store, req
 
 _scan_c = compiled.load("tidemq.broker.store._scan_c")
 _dispatch_c = compiled.load("tidemq.broker.store._dispatch_c")
 _writer_c = compiled.load("tidemq.broker.store._writer_c")
+_reader_c = compiled.load("tidemq.broker.store._reader_c")
 pytestmark = pytest.mark.skipif(
-    _scan_c is None or _dispatch_c is None or _writer_c is None,
+    _scan_c is None or _dispatch_c is None or _writer_c is None or _reader_c is None,
     reason="the store's compiled modules are not loaded (TIDEMQ_NO_EXTENSIONS=1 or not built): "
            "nothing to compare the pure-Python twins with")
 
@@ -280,3 +288,71 @@ def test_records_in_range_are_written_without_the_twin() -> None:
     finally:
         a.close()
         b.close()
+
+
+# ------------------------------------------------------------------------------ pull reads
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MessageStore, list[tuple[int, int]]]]:
+    """A store of 64 KiB segments (several, with fillers) holding 400 records of varied sizes
+    and tags in two queues; the (offset, size) of every record."""
+    store = open_store(config(tmp_path_factory.mktemp("pull")))
+    where = []
+    for i in range(400):
+        r = store.put(req("P", i % 2, bytes([i % 251]) * (50 + (i * 97) % 900), tags=f"t{i % 3}"))
+        assert r.status.name == "PUT_OK"
+        where.append((r.physical_offset, r.end_offset - r.physical_offset))
+    yield store, where
+    store.close_abruptly()
+
+
+@st.composite
+def hostile_units(draw: st.DrawFn, where: list[tuple[int, int]]) -> bytes:
+    """Consume-queue units pointing at records, next to them, with wrong sizes, or anywhere."""
+    out = []
+    for _ in range(draw(st.integers(0, 70))):
+        phys, size = draw(st.sampled_from(where))
+        kind = draw(st.integers(0, 5))
+        if kind == 1:
+            phys += draw(st.integers(-200, 200))
+        elif kind == 2:
+            size += draw(st.integers(-100, 100))
+        elif kind == 3:
+            phys, size = draw(st.integers(-(1 << 63), (1 << 63) - 1)), draw(st.integers(-(1 << 31), (1 << 31) - 1))
+        elif kind == 4:
+            phys, size = 0, 0  # an empty unit
+        out.append(UNIT.pack(phys, size, draw(st.sampled_from([tags_code(f"t{k}") for k in range(4)]))))
+    return b"".join(out)
+
+
+def _collected(fn, units: bytes, store: MessageStore, args: tuple) -> tuple:
+    records: list[bytes] = [b"x"] if args[0] else []  # a pull that already holds a record
+    out = fn(units, records, *args[1:], store._commitlog)
+    return out, records
+
+
+@settings(max_examples=150)
+@given(st.data(), st.booleans(), st.integers(0, 5), st.integers(0, 80), st.integers(-1, 1 << 20), st.booleans(),
+       st.integers(1, 70), st.integers(1, 1 << 18), st.integers(-1, 300_000),
+       st.one_of(st.none(), st.frozensets(st.sampled_from([tags_code(f"t{k}") for k in range(4)]))))
+def test_pulls_collect_the_same_records_as_the_twin(filled, data: st.DataObject, holding: bool, scanned: int,
+                                                    total: int, skip_below: int, removing: bool, max_msgs: int,
+                                                    max_bytes: int, visible_end: int,
+                                                    tag_codes: frozenset[int] | None) -> None:
+    store, where = filled
+    units = data.draw(hostile_units(where))
+    args = (holding, scanned, total, skip_below, removing, max_msgs, max_bytes, visible_end, tag_codes)
+    assert _collected(_reader_c.collect, units, store, args) == _collected(collect_py, units, store, args)
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 1), st.integers(-5, 210), st.integers(0, 300), st.integers(1, 1 << 20),
+       st.one_of(st.none(), st.integers(0, 300_000)),
+       st.one_of(st.none(), st.frozensets(st.sampled_from([tags_code(f"t{k}") for k in range(4)]))))
+def test_pull_reads_answer_as_with_the_twin(filled, qid: int, offset: int, max_msgs: int, max_bytes: int,
+                                            visible_end: int | None, tag_codes: frozenset[int] | None) -> None:
+    store, _where = filled
+    cq = store._queues.get("P", qid)
+    got = [reader.get_messages(cq, store._commitlog, offset, max_msgs, tag_codes, max_bytes, visible_end,
+                               collect=fn) for fn in (_reader_c.collect, collect_py)]
+    assert got[0] == got[1]
