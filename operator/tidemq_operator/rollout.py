@@ -16,10 +16,10 @@ Stages, in order: the name servers (their Services, PDB and StatefulSet), then b
 - Settled = the StatefulSet controller observed the current generation and
   ``availableReplicas == updatedReplicas == status.replicas == spec.replicas`` (and
   ``currentRevision == updateRevision`` when both are reported). Available, not ready: a pod counts
-  once it has been ready for the StatefulSet's minReadySeconds, which for name servers is a whole
-  broker registration period after a broker first reached the new pod (its readiness), so every
-  broker has re-registered with it before the next name server goes (issue 18, item 10). The
-  ready counts in the status are available pods too. Within a StatefulSet the pods roll
+  once it has been ready for the StatefulSet's minReadySeconds (a ready name server holds every
+  live broker's routes: :mod:`tidemq.operator.workloads`, issue 18, item 10), so the brokers
+  roll only after the rolled name servers have stayed ready that long. The ready counts in the
+  status are available pods too. Within a StatefulSet the pods roll
   one at a time by themselves (RollingUpdate; brokers OrderedReady): the operator never deletes pods.
 - A change of fields the API server refuses to patch
   (:func:`tidemq.operator.workloads.immutable_changes`, e.g. the storage size) is reported in

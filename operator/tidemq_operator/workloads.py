@@ -36,10 +36,12 @@ Invariants:
 - The HTTP endpoint (/metrics, /healthz, /readyz) always runs because the probes use it;
   spec.metrics.enabled only adds the Prometheus scrape annotations.
 - Ready means useful (issue 18, item 10): a broker is ready once a name server took its
-  registration; a name server (``--ready-grace``) once a broker registered with it, or after one
-  broker registration period (:func:`register_period`) plus a margin with none. The name
-  servers' minReadySeconds is one more registration period, so a rolled name-server pod counts
-  as available (what the rollout waits on) only when every live broker has registered with it.
+  registration; a name server once one broker registration period (:func:`register_period`)
+  has passed since it started (``--ready-delay``: every live broker has registered with it again
+  by then) and a broker registered, or a little later with none (``--ready-grace``). Readiness,
+  not minReadySeconds, is what paces the name servers' own roll: with podManagementPolicy
+  Parallel the StatefulSet controller replaces the next pod as soon as the previous one is
+  ready.
 - Some StatefulSet fields cannot be patched (selector, serviceName, podManagementPolicy, volume
   claim templates): :func:`immutable_changes` names them so the operator can report instead of
   retrying a patch the API server refuses.
@@ -88,9 +90,10 @@ BROKER_GRACE_SECONDS = 60
 NAMESRV_GRACE_SECONDS = 30
 PRESTOP_SLEEP_SECONDS = 10
 REGISTER_PERIOD_SECONDS = 30.0  # a broker's default registration period (registerNameServerPeriod)
-# A name server with no broker after a registration period and this margin has none to wait for;
-# a registered one counts as available after a period and READY_MARGIN_SECONDS / 2 more.
-READY_MARGIN_SECONDS = 10
+# A restarted name server is ready a registration period and READY_DELAY_MARGIN later (a round's
+# own duration), or, with no broker by then, a period and READY_GRACE_MARGIN later.
+READY_DELAY_MARGIN = 3
+READY_GRACE_MARGIN = 10
 RUN_AS_ID = 10001  # the image's tidemq user and group (Dockerfile)
 TMP_DIR = "/tmp"
 # The CRD checks the reserved config keys and the name's length with cheap CEL rules; the formats
@@ -473,7 +476,8 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
         "imagePullPolicy": spec["imagePullPolicy"],
         "command": ["tidemq", "namesrv"],
         "args": ["--listen", f"0.0.0.0:{port}", "--metrics-listen", f"0.0.0.0:{mport}",
-                 "--ready-grace", _number(period + READY_MARGIN_SECONDS)],
+                 "--ready-delay", _number(period + READY_DELAY_MARGIN),
+                 "--ready-grace", _number(period + READY_GRACE_MARGIN)],
         "env": _downward_env(),
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in ports],
         **_probes("metrics", https=_tls(spec)[1]),
@@ -492,8 +496,7 @@ def _namesrv_objects(c: dict[str, Any], namesrv_acl: bool = True) -> list[dict[s
             "replicas": replicas,
             "podManagementPolicy": "Parallel",  # name servers are independent of each other
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
-            # a whole registration period after the first broker reached the pod: all have
-            "minReadySeconds": math.ceil(period + READY_MARGIN_SECONDS / 2),
+            "minReadySeconds": 5,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": _scrape_annotations(spec["metrics"]["enabled"], mport)},

@@ -22,8 +22,10 @@ class NamesrvConfig:
     ``broker_expiry``: seconds after its last registration a silent broker is dropped (RocketMQ: 120).
     ``scan_interval``: seconds between expiry scans (RocketMQ: 10).
     ``max_frame``: largest frame accepted from a peer, in bytes.
-    ``ready_grace``: readiness (/readyz) waits for the first broker registration, at most this
-    many seconds after start (0: ready at once; see :attr:`NamesrvServer.ready`).
+    ``ready_delay``: readiness (/readyz) waits at least this many seconds after start (one broker
+    registration period: by then every live broker has registered again).
+    ``ready_grace``: readiness waits for the first broker registration, at most this many seconds
+    after start (0: no wait; see :attr:`NamesrvServer.ready`).
     """
 
     listen_host: str = "0.0.0.0"
@@ -32,6 +34,7 @@ class NamesrvConfig:
     scan_interval: float = 10.0
     max_frame: int = DEFAULT_MAX_FRAME
     tls: ServerTlsConfig = ServerTlsConfig()  # the remoting port (tidemq.remoting.tls)
+    ready_delay: float = 0.0
     ready_grace: float = 0.0
 
     def __post_init__(self) -> None:
@@ -43,7 +46,8 @@ class NamesrvConfig:
             raise ConfigError(f"broker_expiry must be positive seconds, got {self.broker_expiry!r}")
         if not self.scan_interval > 0:
             raise ConfigError(f"scan_interval must be positive seconds, got {self.scan_interval!r}")
-        if not self.ready_grace >= 0:
-            raise ConfigError(f"ready_grace must be 0 or more seconds, got {self.ready_grace!r}")
+        for name in ("ready_delay", "ready_grace"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be 0 or more seconds, got {getattr(self, name)!r}")
         if not isinstance(self.max_frame, int) or self.max_frame < 1024:
             raise ConfigError(f"max_frame must be at least 1024 bytes, got {self.max_frame!r}")

@@ -12,11 +12,13 @@ and cancelled by :meth:`NamesrvServer.stop`; a closed broker connection drops th
 at once.
 
 Readiness (:attr:`NamesrvServer.ready`, the /readyz answer): a name server is useful once it
-holds routes. It is ready once a broker's registration was accepted since start, or once
-``ready_grace`` seconds passed without one (a new cluster, or every broker down: an empty table is
-then the truth); with ``ready_grace`` 0 it is ready as soon as it listens. Readiness never goes
-back to false while the server runs: brokers expiring later is not the name server's fault, and
-a rollout must not stall on it.
+holds the routes of every live broker. Name servers know no broker list, but every broker
+registers once per registration period, so the server is ready once ``ready_delay`` seconds (a
+period) have passed since start and a broker's registration was accepted, or once
+``ready_grace`` seconds passed without one (a new cluster, or every broker down: an empty table
+is then the truth); with both 0 it is ready as soon as it listens. Readiness never goes back to
+false while the server runs: brokers expiring later is not the name server's fault, and a
+rollout must not stall on it.
 
 Write protection (:mod:`tidemq.namesrv.acl`): given an account source, every handled request
 whose code is not in :data:`READ_CODES` must be signed by an admin account, before its handler
@@ -181,10 +183,12 @@ class NamesrvServer:
 
     @property
     def ready(self) -> bool:
-        """Listening, and a broker registered since start or ``ready_grace`` seconds passed."""
+        """Listening for ``ready_delay`` seconds, and a broker registered since start or
+        ``ready_grace`` seconds passed."""
         if self._started_at is None:
             return False
-        return self._broker_seen or self._monotonic() - self._started_at >= self.config.ready_grace
+        elapsed = self._monotonic() - self._started_at
+        return elapsed >= self.config.ready_delay and (self._broker_seen or elapsed >= self.config.ready_grace)
 
     # metrics ------------------------------------------------------------------------------------
     @property

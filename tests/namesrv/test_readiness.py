@@ -1,5 +1,6 @@
-"""A name server is ready when it is useful (issue 18, item 10): once it holds routes, or once its
-``--ready-grace`` passed with no broker (nothing to wait for); without the option, at once.
+"""A name server is ready when it is useful (issue 18, item 10): once it holds routes, and not
+before ``--ready-delay`` (a broker registration period: every live broker has registered by then),
+or once its ``--ready-grace`` passed with no broker (nothing to wait for); without them, at once.
 
 Real processes (tests/procs.py), plus the server in-process with a fake clock for the grace.
 """
@@ -58,6 +59,23 @@ def test_a_name_server_expecting_brokers_is_ready_once_one_registered(tmp_path: 
         ns.stop()
 
 
+def test_a_name_server_with_routes_waits_its_delay(tmp_path: Path) -> None:
+    ns, addr, readyz = namesrv(tmp_path, "--ready-delay", "4", "--ready-grace", "600")
+    broker = None
+    try:
+        b_metrics = free_port()
+        broker = ServerProcess(tidemq_cmd(
+            "broker", "--namesrv", addr, "--listen", f"127.0.0.1:{free_port()}", "--store", str(tmp_path / "store"),
+            "--segment-size", str(4 << 20), "--metrics-listen", f"127.0.0.1:{b_metrics}"),
+            tmp_path / "broker.log", f"http://127.0.0.1:{b_metrics}/readyz").start()  # registered
+        assert status(readyz) == 503  # other brokers may not have come round yet
+        wait_ready(readyz, timeout=10)
+    finally:
+        if broker is not None:
+            broker.stop()
+        ns.stop()
+
+
 def test_a_name_server_is_ready_after_its_grace_when_no_broker_comes(tmp_path: Path) -> None:
     ns, _addr, readyz = namesrv(tmp_path, "--ready-grace", "1.5")
     try:
@@ -80,10 +98,12 @@ def test_the_grace_option_refuses_a_negative_value(tmp_path: Path) -> None:
 
     from tidemq.cli.servers import namesrv_cmd  # noqa: PLC0415
 
-    r = CliRunner().invoke(namesrv_cmd, ["--ready-grace", "-1", "--listen", "127.0.0.1:0"])
-    assert r.exit_code == 2 and "--ready-grace" in r.output and "Traceback" not in r.output
-    with pytest.raises(ConfigError, match="ready_grace"):
-        NamesrvConfig(ready_grace=-1)
+    for flag in ("--ready-grace", "--ready-delay"):
+        r = CliRunner().invoke(namesrv_cmd, [flag, "-1", "--listen", "127.0.0.1:0"])
+        assert r.exit_code == 2 and flag in r.output and "Traceback" not in r.output
+    for field in ("ready_grace", "ready_delay"):
+        with pytest.raises(ConfigError, match=field):
+            NamesrvConfig(**{field: -1})
 
 
 class _Conn:
@@ -103,7 +123,7 @@ def _registration() -> RemotingCommand:
 @pytest.mark.parametrize("broker_at", [None, 1.0])
 async def test_readiness_follows_the_clock_and_the_first_registration(broker_at: float | None) -> None:
     now = [100.0]
-    server = NamesrvServer(NamesrvConfig(listen_host="127.0.0.1", listen_port=0, ready_grace=40),
+    server = NamesrvServer(NamesrvConfig(listen_host="127.0.0.1", listen_port=0, ready_delay=33, ready_grace=40),
                            monotonic=lambda: now[0])
     assert not server.ready  # not listening
     await server.start()
@@ -114,7 +134,10 @@ async def test_readiness_follows_the_clock_and_the_first_registration(broker_at:
             conn: Connection = _Conn()  # type: ignore[assignment]
             resp = server.handle(conn, _registration())
             assert isinstance(resp, RemotingCommand) and resp.code == 0
-            assert server.ready  # holds routes: ready long before the grace ends
+            now[0] += 33 - broker_at - 0.1
+            assert not server.ready  # holds routes, but other brokers may not have come round yet
+            now[0] += 0.1
+            assert server.ready  # a registration period: every live broker has registered
         else:
             now[0] += 39.9
             assert not server.ready

@@ -1,10 +1,12 @@
 """The probes a managed Cluster's pods get mean useful (issue 18, item 10).
 
-A name server is ready once a broker registered with it (``--ready-grace`` bounds the wait when
-no broker exists), and counts available one more registration period later (minReadySeconds), so
-a name-server roll moves on only after every live broker re-registered with the new pod; the
-rollout waits on availableReplicas (tests/operator/test_operator_rollout.py). The name-server args
-the operator writes are run here as a real process.
+A name server is ready once a broker registration period has passed since it started
+(``--ready-delay``: every live broker has registered with it again by then) and a broker
+registered (``--ready-grace`` bounds the wait when no broker exists). The StatefulSet controller
+rolls the name servers (podManagementPolicy Parallel) pod by pod on readiness alone, so a roll
+moves on only after every live broker re-registered with the new pod; the operator's rollout
+waits on availableReplicas (tests/operator/test_operator_rollout.py). The name-server args the
+operator writes are run here as a real process.
 """
 
 from __future__ import annotations
@@ -42,17 +44,18 @@ def arg(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-@pytest.mark.parametrize(("config", "grace", "min_ready"), [
-    (None, "40", 35),                                        # the brokers' default 30 s
-    ({"registerNameServerPeriod": "60000"}, "70", 65),       # RocketMQ's key, in milliseconds
-    ({"register-interval": "5"}, "15", 10),                  # our option name, in seconds
-    ({"registerNameServerPeriod": "soon"}, "40", 35),        # no number: the broker refuses it
-    ({"registerNameServerPeriod": "-1"}, "40", 35),
+@pytest.mark.parametrize(("config", "delay", "grace"), [
+    (None, "33", "40"),                                        # the brokers' default 30 s
+    ({"registerNameServerPeriod": "60000"}, "63", "70"),       # RocketMQ's key, in milliseconds
+    ({"register-interval": "5"}, "8", "15"),                   # our option name, in seconds
+    ({"registerNameServerPeriod": "soon"}, "33", "40"),        # no number: the broker refuses it
+    ({"registerNameServerPeriod": "-1"}, "33", "40"),
 ])
-def test_name_servers_wait_for_a_broker_and_one_more_registration_period(config, grace, min_ready) -> None:
+def test_name_servers_are_ready_a_registration_period_after_start(config, delay, grace) -> None:
     sts = namesrv_sts(cluster(config))
+    assert arg(args_of(sts), "--ready-delay") == delay
     assert arg(args_of(sts), "--ready-grace") == grace
-    assert sts["spec"]["minReadySeconds"] == min_ready
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"  # why readiness, not minReadySeconds, paces it
 
 
 def test_every_server_is_probed_for_readiness_on_readyz() -> None:
@@ -70,9 +73,10 @@ def status(url: str) -> int:
 
 
 def test_the_operators_name_server_args_make_a_name_server_ready_only_with_routes(tmp_path: Path) -> None:
-    """The args as the StatefulSet gives them (ports moved to free loopback ones): not ready
-    while no broker registered, ready once one did."""
-    args = args_of(namesrv_sts(cluster(), namesrv_acl=False))
+    """The args as the StatefulSet gives them (ports moved to free loopback ones; brokers
+    registering every second): not ready while no broker registered, ready once one did and a
+    registration period passed."""
+    args = args_of(namesrv_sts(cluster({"register-interval": "1"}), namesrv_acl=False))
     port, mport = free_port(), free_port()
     args[args.index("--listen") + 1] = f"127.0.0.1:{port}"
     args[args.index("--metrics-listen") + 1] = f"127.0.0.1:{mport}"
@@ -84,7 +88,7 @@ def test_the_operators_name_server_args_make_a_name_server_ready_only_with_route
         b_metrics = free_port()
         broker = ServerProcess(tidemq_cmd(
             "broker", "--namesrv", f"127.0.0.1:{port}", "--listen", f"127.0.0.1:{free_port()}",
-            "--store", str(tmp_path / "store"), "--segment-size", str(4 << 20),
+            "--store", str(tmp_path / "store"), "--segment-size", str(4 << 20), "--register-interval", "1",
             "--metrics-listen", f"127.0.0.1:{b_metrics}"),
             tmp_path / "broker.log", f"http://127.0.0.1:{b_metrics}/readyz").start()
         wait_ready(f"http://127.0.0.1:{mport}/readyz", timeout=10)

@@ -126,8 +126,8 @@ def test_group_one_waits_for_group_zero():
 
 
 def test_the_brokers_wait_until_the_rolled_name_servers_are_available():
-    """Ready is not enough (issue 18, item 10): a name-server pod counts once it has been ready for
-    minReadySeconds (a broker registration period), so every broker has re-registered with it."""
+    """Ready is not enough (issue 18, item 10): a pod counts once it has been ready for the
+    StatefulSet's minReadySeconds (status.availableReplicas)."""
     old, new = desired(image="tidemq:1"), desired(image="tidemq:2")
     live = live_from(old)
     live["demo-namesrv"] = live_from(new, generation=2)["demo-namesrv"]

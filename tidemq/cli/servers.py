@@ -160,13 +160,14 @@ def tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--broker-expiry", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds of silence before a broker leaves the routes.")
 @click.option("--acl-file", default=None, type=click.Path(dir_okay=False), help="RocketMQ plain_acl.yml: requests that change routes (REGISTER_BROKER, UNREGISTER_BROKER, WIPE/ADD_WRITE_PERM_OF_BROKER, DELETE_TOPIC_IN_NAMESRV, KV writes ...) must be signed by an account with admin: true; reads stay open. Reloaded on change.")
 @click.option("--acl-reload-interval", default=2.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between checks of the ACL file for changes.")
-@click.option("--ready-grace", default=0.0, show_default=True, type=click.FloatRange(min=0), help="/readyz answers 503 until a broker registered, at most this many seconds after start (0: ready at once). Set it a little above the brokers' registration period, so a restarted name server counts as ready only once it holds routes again.")
+@click.option("--ready-delay", default=0.0, show_default=True, type=click.FloatRange(min=0), help="/readyz answers 503 for at least this many seconds after start. Set it a little above the brokers' registration period: by then every live broker has registered with a restarted name server again.")
+@click.option("--ready-grace", default=0.0, show_default=True, type=click.FloatRange(min=0), help="/readyz answers 503 until a broker registered, at most this many seconds after start (0: no wait): when none comes, there is none to wait for.")
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_options
 @user_errors
 def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, log_level: str,
                 tls: TlsFlags, acl_file: str | None = None, acl_reload_interval: float = 2.0,
-                ready_grace: float = 0.0) -> None:
+                ready_delay: float = 0.0, ready_grace: float = 0.0) -> None:
     """Run a name server."""
     setup_logging(log_level)
     log_config_notes(click.get_current_context())
@@ -174,7 +175,8 @@ def namesrv_cmd(listen: str, metrics_listen: str | None, broker_expiry: float, l
     mhost_port = parse_listen(metrics_listen, "--metrics-listen") if metrics_listen else None
     cfg = NamesrvConfig(
         listen_host=host, listen_port=port, broker_expiry=broker_expiry,
-        scan_interval=min(10.0, max(0.1, broker_expiry / 4)), tls=tls.server, ready_grace=ready_grace,
+        scan_interval=min(10.0, max(0.1, broker_expiry / 4)), tls=tls.server, ready_delay=ready_delay,
+        ready_grace=ready_grace,
     )
     # The accounts file is parsed and reloaded by the broker's ACL service (one parser for both).
     write_acl = (AclService(Path(acl_file).expanduser().resolve(), acl_reload_interval)
