@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,8 @@ class ScaleInReport:
     @property
     def keep(self) -> tuple[str, ...]:
         """Budgets not to delete: a retiring group's pods still run."""
-        return tuple(s.name for s in self.steps if s.action is not Action.REMOVE)
+        return tuple(s.name for s in self.steps if s.action is not Action.REMOVE) + tuple(
+            str(r["name"]) for r in self.pending if isinstance(r.get("name"), str))
 
     def status(self) -> list[dict[str, Any]] | None:
         """status.scaleIn (None: nothing retires, the field goes)."""
@@ -151,7 +152,7 @@ async def _observe(admin: Admin, addr: str) -> Observation:
 
 
 async def _retire(c: dict[str, Any], group: int, namespace: str, replicated: bool, since: float | None,
-                  known: bool, admin: Admin, timeout: float, grace: float, report: ScaleInReport) -> None:
+                  known: bool, admin: Admin, timeout: float, grace: float, now: float, report: ScaleInReport) -> None:
     name = c["metadata"]["name"]
     sts = workloads.broker_name(name, group)
     claims = "deleted" if scalein.delete_claim(c["spec"]) else "kept"
@@ -164,9 +165,9 @@ async def _retire(c: dict[str, Any], group: int, namespace: str, replicated: boo
     try:
         addr = await _master(c, group, namespace, replicated, admin, timeout)
         seen = await asyncio.wait_for(_observe(admin, addr), timeout)
-    except (TideMQError, TimeoutError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 (broker or API failure: the group waits, retried next pass)
         problem = f"{exc.__class__.__name__}: {exc}" if str(exc) else "timed out"
-    step = scalein.plan_group(sts, time.time(), grace, since, seen, problem)
+    step = scalein.plan_group(sts, now, grace, since, seen, problem)
     try:
         if step.action is Action.STOP_WRITES:
             await asyncio.wait_for(admin.update_broker_config(addr, {"brokerPermission": str(scalein.READ_ONLY)}),
@@ -200,18 +201,20 @@ async def _restore(c: dict[str, Any], sts: str, namespace: str, replicated: bool
     try:
         addr = await _master(c, group, namespace, replicated, admin, timeout)
         await asyncio.wait_for(admin.update_broker_config(addr, {"brokerPermission": perm}), timeout)
-    except (TideMQError, TimeoutError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 (broker or API failure: retried next pass)
         log.warning("cluster %s: cannot give broker group %s its writes back yet: %s", name, sts, exc)
         if isinstance(rows, list):  # the row stays, so the next pass tries again
             report.pending += [dict(r) for r in rows if isinstance(r, Mapping) and r.get("name") == sts]
         return
+    log.info("cluster %s: broker group %s stays, its writes are back (brokerPermission %s)", name, sts, perm)
     report.events.append(("ScaleInCancelled", f"broker group {sts} stays (spec.brokers.groups is "
                           f"{c['spec']['brokers']['groups']} again): its writes are back (brokerPermission {perm})"))
 
 
 async def scale_in(cluster: dict[str, Any], namespace: str, client_config: ClientConfig, timeout: float,
-                   grace: float) -> ScaleInReport:
-    """One scale-in pass over a managed Cluster (its body as a mapping, status included)."""
+                   grace: float, clock: Callable[[], float] = time.time) -> ScaleInReport:
+    """One scale-in pass over a managed Cluster (its body as a mapping, status included);
+    ``clock`` gives the epoch seconds the drain grace is measured in."""
     report = ScaleInReport()
     c = workloads.cluster_with_defaults(cluster)
     spec = c["spec"]
@@ -240,7 +243,7 @@ async def scale_in(cluster: dict[str, Any], namespace: str, client_config: Clien
         for g in retiring:
             sts = workloads.broker_name(name, g)
             await _retire(c, g, namespace, rollout.is_replicated(live[sts]), since.get(sts), sts in known,
-                          admin, timeout, grace, report)
+                          admin, timeout, grace, clock(), report)
     return report
 
 
