@@ -180,9 +180,11 @@ async def delete_topic(admin: Admin, topic: str) -> list[str]:
     return done
 
 
-async def update_group(admin: Admin, spec: GroupSpec) -> list[str]:
-    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every master broker."""
-    brokers = await masters(admin)
+async def update_group(view: ClusterView, spec: GroupSpec, max_age: float = 0.0) -> list[str]:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every master broker (the masters from ``view``, a
+    copy at most ``max_age`` seconds old). A broker stores an unchanged group without a write."""
+    admin = view.admin
+    brokers = await view.masters(max_age)
     done = await asyncio.gather(*(
         admin.update_subscription_group(spec.group_name, broker_addr=addr, **spec.admin_kwargs())
         for addr in sorted(brokers.values())
@@ -190,9 +192,11 @@ async def update_group(admin: Admin, spec: GroupSpec) -> list[str]:
     return [a for part in done for a in part]
 
 
-async def group_lag(admin: Admin, group: str) -> tuple[dict[str, int], list[str]]:
-    """(lag per topic = sum of max offset minus committed offset, consumer client ids online)."""
-    progress = await admin.consumer_progress(group)
+async def group_lag(view: ClusterView, group: str, max_age: float = 0.0) -> tuple[dict[str, int], list[str]]:
+    """(lag per topic = sum of max offset minus committed offset, consumer client ids online),
+    from the masters of ``view`` (a copy at most ``max_age`` seconds old)."""
+    admin = view.admin
+    progress = await admin.consumer_progress(group, broker_addrs=list((await view.masters(max_age)).values()))
     lag: dict[str, int] = {}
     for q in progress.queues:
         lag[q.queue.topic] = lag.get(q.queue.topic, 0) + max(0, q.lag)

@@ -321,11 +321,9 @@ async def group_pass(config: OperatorConfig, metrics: OperatorMetrics, body: kop
             return _not_ready(kind, patch, body, config, metrics, "ClusterInvalid", str(exc))
         try:
             async with adminpool.borrow(pool, servers, config.client_config) as view:
-                admin = view.admin
-
                 async def both() -> tuple[list[str], tuple[dict[str, int], list[str]]]:
-                    done = await brokers.update_group(admin, gspec)
-                    return done, await brokers.group_lag(admin, gspec.group_name)
+                    done = await brokers.update_group(view, gspec, config.timer_interval)
+                    return done, await brokers.group_lag(view, gspec.group_name, config.timer_interval)
                 done, (lag, online) = await asyncio.wait_for(both(), config.admin_timeout)
         except (TideMQError, TimeoutError) as exc:
             return _not_ready(kind, patch, body, config, metrics, "BrokerUnavailable",

@@ -107,3 +107,43 @@ async def test_a_pass_without_a_pool_gets_a_connection_of_its_own(cluster):
     async with borrow(None, [cluster.namesrv_addr], CONFIG) as view:
         assert await view.masters(0.0) == {cluster.broker_name: cluster.broker_addr}
     assert _closed(view)
+
+
+async def test_the_passes_of_many_groups_ask_the_name_servers_for_the_cluster_once_a_round(cluster):
+    """Before, each ConsumerGroup pass asked for the cluster info (GET_BROKER_CLUSTER_INFO) to
+    find the masters it updates: one request per group per round."""
+    import kopf  # noqa: PLC0415 (the other tests need no kopf)
+
+    from tidemq.operator import handlers  # noqa: PLC0415
+    from tidemq.operator.metrics import OperatorMetrics  # noqa: PLC0415
+
+    port = free_port()
+    namesrv = await CountingProxy(cluster.namesrv_addr).start(port)
+    clock = Clock()
+    pool = AdminPool(clock=clock)
+    index = {("default", "ext"): [{"spec": {"external": {"nameServers": [f"127.0.0.1:{port}"]}}, "status": {},
+                                   "metadata": {"name": "ext", "namespace": "default"}}]}
+    config = handlers.OperatorConfig(timer_interval=30.0)
+    prefix = "pool_g_" + uuid.uuid4().hex[:6]
+
+    async def one(i: int) -> kopf.Patch:
+        body = kopf.Body({"apiVersion": "tidemq.io/v1alpha1", "kind": "ConsumerGroup",
+                          "metadata": {"name": f"g{i}", "namespace": "default", "uid": f"uid-{prefix}-{i}",
+                                       "generation": 1},
+                          "spec": {"clusterRef": {"name": "ext"}, "groupName": f"{prefix}_{i}"}, "status": {}})
+        patch = kopf.Patch()
+        await handlers.group_pass(config, OperatorMetrics(), body, patch, index, pool=pool)
+        return patch
+
+    try:
+        for _ in range(2):  # two rounds in one timer interval, then one in the next
+            patches = await asyncio.gather(*(one(i) for i in range(20)))
+            assert all(p["status"]["conditions"][0]["reason"] == "Reconciled" for p in patches)
+        assert namesrv.requests[RequestCode.GET_BROKER_CLUSTER_INFO] == 1
+        clock.now += 30.0
+        await asyncio.gather(*(one(i) for i in range(20)))
+        assert namesrv.requests[RequestCode.GET_BROKER_CLUSTER_INFO] == 2
+        assert namesrv.connections == 1
+    finally:
+        await pool.close()
+        await namesrv.close()

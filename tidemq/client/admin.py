@@ -270,14 +270,18 @@ class Admin(ClientBase):
 
         return await self._gather_brokers(addrs, one)
 
-    async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
+    async def consumer_progress(self, group: str, topic: str | None = None,
+                                broker_addrs: Sequence[str] | None = None) -> ConsumerProgress:
         """Per-queue broker offset, consumer offset and last consume time; ``.total_lag``.
 
         With a topic, asks that topic's brokers about it; without, asks every master of every
-        cluster about all topics the group has offsets for.
+        cluster about all topics the group has offsets for (``broker_addrs``: these masters, for
+        a caller that knows them already; the operator asks for many groups at once).
         """
         check_group(group)
-        if topic is not None:
+        if broker_addrs is not None:
+            addrs = sorted(set(broker_addrs))
+        elif topic is not None:
             route = await self.topic_route(topic)
             addrs = sorted(set(route.master_addrs().values()))
         else:
