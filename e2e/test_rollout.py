@@ -1,9 +1,10 @@
 """Rolling updates under load.
 
 - A change of the name servers alone rolls them one pod at a time, and clients always find the
-  topic's route (issue 18, item 10): a new name-server pod is ready only once a broker registered
-  with it and counts as available a registration period later, which is what the operator's roll
-  waits on, so the old pods are never all gone before the new ones hold routes.
+  topic's route (issue 18, item 10): a new name-server pod is ready only once a broker
+  registration period has passed since it started and a broker registered with it, and the
+  StatefulSet controller replaces the next pod only then, so the old pods are never all gone
+  before the new ones hold routes.
 - A new image in the Cluster spec rolls the name servers, then broker group 0, then group 1, one
   pod at a time, while a producer keeps sending with retries: no acknowledged message is lost.
 """
