@@ -174,6 +174,14 @@ def plan_group(name: str, now: float, grace: float, since: float | None, seen: O
     return GroupStep(name, Action.REMOVE, start, f"group {name}: drained, removing it")
 
 
+def master_of(roles: Mapping[int, tuple[str, int] | None]) -> int | None:
+    """The replica of a replicated group to make read only: of the replicas' reports (ordinal ->
+    (role, epoch), None when it did not answer), the one that is master with the highest epoch (a
+    deposed master may still say master for a moment during a failover). None when none is."""
+    masters = [(r[1], o) for o, r in roles.items() if r is not None and r[0] == "master"]
+    return max(masters)[1] if masters else None
+
+
 def since_of(rows: object) -> dict[str, float]:
     """broker name -> when its writes were stopped, from status.scaleIn rows."""
     return since_from_status(rows)

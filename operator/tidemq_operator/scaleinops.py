@@ -123,15 +123,18 @@ async def _master(c: dict[str, Any], group: int, namespace: str, replicated: boo
             raise TideMQError("its pod does not exist")
         return addrs[0]
     problems = []
+    roles: dict[int, tuple[str, int] | None] = {}
     for ordinal, addr in sorted(addrs.items()):
         try:
             view = grouproll.replica_view(await asyncio.wait_for(admin.get_broker_runtime_info(addr), timeout))
         except (TideMQError, TimeoutError, OSError, ValueError) as exc:
             problems.append(f"replica {ordinal}: {exc or 'timed out'}")
-            continue
-        if view is not None and view.role == "master":
-            return addr
-    raise TideMQError("no replica reports itself master" + (f" ({'; '.join(problems)})" if problems else ""))
+            view = None
+        roles[ordinal] = None if view is None else (view.role, view.epoch)
+    master = scalein.master_of(roles)
+    if master is None:
+        raise TideMQError("no replica reports itself master" + (f" ({'; '.join(problems)})" if problems else ""))
+    return addrs[master]
 
 
 async def _observe(admin: Admin, addr: str) -> Observation:

@@ -115,6 +115,12 @@ def test_cancelled_groups_and_what_their_writes_become():
     assert scalein.restored_permission({"brokers": {"config": {"brokerPermission": "4"}}}) == "4"
 
 
+def test_a_replicated_group_is_drained_through_its_newest_master():
+    assert scalein.master_of({0: ("follower", 3), 1: ("master", 3), 2: None}) == 1
+    assert scalein.master_of({0: ("master", 2), 1: ("master", 3), 2: ("follower", 3)}) == 1  # 0 was deposed
+    assert scalein.master_of({0: ("follower", 3), 1: None}) is None
+
+
 def test_only_the_statefulsets_claims_are_its_claims():
     claims = ["data-demo-broker-1-0", "data-demo-broker-1-1", "data-demo-broker-10-0", "data-demo-broker-1-x",
               "other-demo-broker-1-0"]
