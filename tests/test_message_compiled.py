@@ -1,7 +1,7 @@
 """The compiled message codecs (tidemq/_message_c.pyx) against their pure-Python twins in
 tidemq.message: ``decode_records`` gives equal messages (every field, lazy ones included) or the
-same error, and ``encode_batch`` the same bytes or the same error, on any input, hostile input
-and the fuzz corpora included.
+same error, ``encode_batch`` the same bytes and ``encode_properties`` the same text, or the same
+error, on any input, hostile input and the fuzz corpora included.
 
 Needs the extension: skipped, with the reason, in a ``TIDEMQ_NO_EXTENSIONS=1`` run or where it
 was not built (the rest of the suite then tests the Python twins alone).
@@ -103,6 +103,7 @@ def test_layout_constants_are_tidemq_messages():
 def test_the_compiled_twins_are_the_ones_that_run():
     assert message.decode_records is message._c.decode_records
     assert message.encode_batch is message._c.encode_batch
+    assert message.encode_properties is message._c.encode_properties
 
 
 # -- decode_records ------------------------------------------------------------------------------
@@ -242,3 +243,36 @@ def test_the_fuzz_corpus_of_batches_encodes_alike():
                           st.text(max_size=20)), max_size=8))
 def test_random_batches_encode_alike(items):
     assert_encoders_agree(items)
+
+
+# -- encode_properties ---------------------------------------------------------------------------
+
+
+def assert_property_encoders_agree(props) -> tuple:
+    py = _outcome(message._encode_properties_py, props)
+    c = _outcome(message._c.encode_properties, props)
+    assert c == py
+    if c[0] == "ok":
+        assert type(c[1]) is str
+    return c
+
+
+class _Text(str):
+    def __format__(self, spec: str) -> str:
+        return "formatted"
+
+
+@pytest.mark.parametrize("props", [
+    {}, {"": "v"}, {"k": ""}, {"": ""}, {"TAGS": "a", "": "x", "KEYS": "", "UNIQ_KEY": "u"},
+    {"k\u00e9": "\U0001f600", "a": "\u0100"}, {"k": "\ud800"},  # wide characters, a lone surrogate
+    {"k": 1}, {1: "v"}, {0: "v"}, {"k": None}, {"k": _Text("v")}, {_Text("k"): "v"},
+    __import__("collections").OrderedDict([("a", "b")]), [("a", "b")], None,
+])
+def test_unusual_properties_encode_alike(props):
+    assert_property_encoders_agree(props)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=8))
+def test_random_properties_encode_alike(props):
+    assert_property_encoders_agree(props)

@@ -1,12 +1,13 @@
-"""Compiled twins of :mod:`tidemq.message`'s client hot paths: ``decode_records`` (pull bodies to
-lazy MessageExt objects; bench/client_decode.py) and ``encode_batch`` (SEND_BATCH_MESSAGE bodies;
-bench/client_decode.py --encode).
+"""Compiled twins of :mod:`tidemq.message`'s client hot paths (bench/client_decode.py):
+``decode_records`` (pull bodies to lazy MessageExt objects), ``encode_batch`` (SEND_BATCH_MESSAGE
+bodies) and ``encode_properties`` (every send, client and broker).
 
 Same signatures, results and errors as the Python functions, which stay the reference and the
 fallback: a record that is not on the fast path (IPv6 hosts, anything that fails a check) is handed
 to the same Python ``decode_record`` the twin calls, which decodes it or raises its CodecError; a
 batch element that is not (int flag, bytes body, str properties) within the wire's ranges makes the
-whole batch go through the Python ``encode_batch``, which encodes it or raises its error. Every read
+whole batch go through the Python ``encode_batch``, and properties that are not a dict of str to
+str go through the Python ``encode_properties``, which encode them or raise their errors. Every read
 of a record is bounds-checked against the body before it happens. tidemq.message is imported
 lazily (it imports this module while it loads).
 """
@@ -14,7 +15,13 @@ lazily (it imports this module while it loads).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLong
 from cpython.object cimport PyObject, PyTypeObject, newfunc
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Concat, PyUnicode_DecodeUTF8
+from cpython.dict cimport PyDict_Next
+from cpython.unicode cimport (
+    PyUnicode_AsUTF8AndSize,
+    PyUnicode_Concat,
+    PyUnicode_DecodeUTF8,
+    PyUnicode_GET_LENGTH,
+)
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
@@ -214,4 +221,48 @@ def encode_batch(items):
         w[1] = <char>plen
         memcpy(w + 2, p, plen)
         w += 2 + plen
+    return out
+
+
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    Py_UCS4 PyUnicode_MAX_CHAR_VALUE(object o)
+    Py_ssize_t PyUnicode_CopyCharacters(object to, Py_ssize_t to_start, object src,
+                                        Py_ssize_t src_start, Py_ssize_t how_many) except -1
+    int PyUnicode_WriteChar(object u, Py_ssize_t index, Py_UCS4 ch) except -1
+
+
+def encode_properties(props):
+    """Java form: pairs joined by \\x02, no trailing separator; pairs with an empty name or value
+    left out. tidemq.message.encode_properties' twin (a dict of anything but str names and
+    values goes to it). One pass sizes the text, a second copies into it."""
+    cdef Py_ssize_t pos = 0, size = -1, at = 0, kn, vn
+    cdef Py_UCS4 maxchar = 127
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef object out
+    if props.__class__ is not dict:
+        return _deps()._encode_properties_py(props)
+    while PyDict_Next(props, &pos, &k, &v):
+        if (<object>k).__class__ is not str or (<object>v).__class__ is not str:
+            return _deps()._encode_properties_py(props)
+        kn, vn = PyUnicode_GET_LENGTH(<object>k), PyUnicode_GET_LENGTH(<object>v)
+        if kn and vn:
+            size += kn + vn + 2
+            maxchar = max(maxchar, PyUnicode_MAX_CHAR_VALUE(<object>k), PyUnicode_MAX_CHAR_VALUE(<object>v))
+    if size <= 0:
+        return ""
+    out = PyUnicode_New(size, maxchar)
+    pos = 0
+    while PyDict_Next(props, &pos, &k, &v):
+        kn, vn = PyUnicode_GET_LENGTH(<object>k), PyUnicode_GET_LENGTH(<object>v)
+        if kn and vn:
+            if at:
+                PyUnicode_WriteChar(out, at, 2)
+                at += 1
+            PyUnicode_CopyCharacters(out, at, <object>k, 0, kn)
+            at += kn
+            PyUnicode_WriteChar(out, at, 1)
+            PyUnicode_CopyCharacters(out, at + 1, <object>v, 0, vn)
+            at += 1 + vn
     return out

@@ -96,8 +96,9 @@ def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
     return out
 
 
-def encode_properties(props: dict[str, str]) -> str:
-    """Java form: pairs joined by \\x02, no trailing separator."""
+def _encode_properties_py(props: dict[str, str]) -> str:
+    """Java form: pairs joined by \\x02, no trailing separator. ``encode_properties`` is this
+    function or its compiled twin (end of module)."""
     # a list, not a generator: join is faster on one (hot path: every send, both ends)
     return PROPERTY_SEP.join([f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if k and v != ""])
 
@@ -798,7 +799,9 @@ def local_ip_bytes() -> bytes:
 
 decode_records = _decode_records_py
 encode_batch = _encode_batch_py
+encode_properties = _encode_properties_py
 _c = compiled.load("tidemq._message_c")
 if _c is not None:
     decode_records = _c.decode_records
     encode_batch = _c.encode_batch
+    encode_properties = _c.encode_properties
