@@ -7,7 +7,8 @@ KEYS, UNIQ_KEY and WAIT properties, IPv4 hosts) and times, per message, CPU time
 
   decode   tidemq.message.decode_records with a pull's MIN_OFFSET/MAX_OFFSET extra properties
            (what every PullConsumer/PushConsumer pull pays), then reading body and queue offset;
-  encode   tidemq.message.encode_batch of 64 elements (a SEND_BATCH_MESSAGE body);
+  encode   tidemq.message.encode_batch of 64 elements (a SEND_BATCH_MESSAGE body), and
+           encode_properties of a sent message's four properties (every send);
   spark    tidemq.spark.arrow collect + to_batch into Arrow batches of 8192 rows (the Spark
            executor's decode; skipped without pyarrow).
 
@@ -108,6 +109,12 @@ def main() -> int:
              for m in message._decode_records_py(pull_body(64, args.size))]
     compare("encode_batch (64 elements)", lambda: message._encode_batch_py(items),
             lambda: compiled.encode_batch(items), 64, args.rounds)
+    props = {"TAGS": "TagA", "KEYS": "order-1", "UNIQ_KEY": "7F00000100002A9F0000000000000001",
+             "WAIT": "true"}
+    calls = range(1000)
+    compare("encode_properties (4 properties, per call)",
+            lambda: [message._encode_properties_py(props) for _ in calls],
+            lambda: [compiled.encode_properties(props) for _ in calls], len(calls), args.rounds)
     try:
         from tidemq.spark import arrow  # noqa: PLC0415 (optional: needs pyarrow and pyspark)
     except ImportError:
