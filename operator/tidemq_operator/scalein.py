@@ -11,7 +11,9 @@ group and pass (:func:`plan_group`):
   from its config file, which does not keep the runtime permission): the quiet period starts now.
 - WAIT_DRAIN while a queue of a topic on the group holds messages some consumer group has not
   consumed (:func:`undrained`, the Topic shrink's rule: a queue with retained messages and no
-  consumer group's offsets counts as undrained; retention or deleting the topic ends the wait).
+  consumer group's offsets counts as undrained; retention or deleting the topic ends the wait), or
+  the group still holds delayed or timer messages not delivered into their topic yet
+  (:func:`undelivered`: they would be lost with it).
 - WAIT_QUIET once drained, until ``grace`` seconds (--drain-grace, longer than a client's route
   refresh and its offset commit interval) have passed since writes stopped; the consumption
   check that lets the group go is the one made in that later pass.
@@ -52,6 +54,8 @@ SYSTEM_TOPICS = frozenset({
 })
 SYSTEM_PREFIXES = ("rmq_sys_", "%DLQ%")
 REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"  # request-reply answers, read by the requester only while it waits
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages: queue level - 1, delivered into their topic when due
+TIMER_TOPIC = "rmq_sys_wheel_timer"     # timer messages (a delivery time of their own): queue 0
 MAX_NAMED_TOPICS = 3  # topics a message names before "..."
 
 
@@ -140,6 +144,22 @@ def undrained(configs: Mapping[str, Mapping[str, Any]], ranges: Mapping[str, Map
                                 {q: hi for q, (_lo, hi) in r.items()}, committed.get(topic) or {})
         if left:
             out[topic] = left
+    return out
+
+
+def undelivered(levels: Mapping[int, int], level_max: Mapping[int, int], timer: int | None,
+                timer_max: int) -> dict[str, tuple[int, ...]]:
+    """The held-for-later queues of a broker still holding messages not delivered into their
+    topic (delivered ones land in a topic queue and are waited for there): ``levels`` and
+    ``timer`` are its delivery progress (GET_ALL_DELAY_OFFSET: level -> next offset, the timer's
+    lowest undelivered offset, None when not reported), ``level_max`` / ``timer_max`` the max
+    offsets of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` and of the timer queue."""
+    out: dict[str, tuple[int, ...]] = {}
+    late = tuple(sorted(lv - 1 for lv, hi in level_max.items() if hi > levels.get(lv, 0)))
+    if late:
+        out[SCHEDULE_TOPIC] = late
+    if timer is not None and timer_max > timer:
+        out[TIMER_TOPIC] = (0,)
     return out
 
 

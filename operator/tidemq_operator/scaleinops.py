@@ -31,9 +31,10 @@ from typing import Any
 
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
-from tidemq.errors import TideMQError
+from tidemq.errors import BrokerError, TideMQError
 from tidemq.operator import brokers, groupops, grouproll, rollout, scalein, workloads
 from tidemq.operator.scalein import Action, GroupStep, Observation
+from tidemq.remoting import ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,24 @@ async def _observe(admin: Admin, addr: str) -> Observation:
         got = await asyncio.gather(*(admin.queue_offset_range(addr, topic, q) for q in ids))
         ranges[topic] = dict(zip(ids, got, strict=True))
     committed = await admin.broker_consumer_offsets(addr)  # after the offsets: never newer than them
-    return Observation(writable, scalein.undrained(topics, ranges, committed))
+    left = scalein.undrained(topics, ranges, committed)
+    return Observation(writable, {**left, **await _undelivered(admin, addr)})
+
+
+async def _undelivered(admin: Admin, addr: str) -> dict[str, tuple[int, ...]]:
+    """The group's delayed and timer messages not delivered into their topic yet (progress read
+    before the max offsets: never ahead of them)."""
+    try:
+        levels, timer = await admin.broker_delay_progress(addr)
+    except BrokerError as exc:
+        if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            raise
+        log.warning("broker %s does not report the progress of its delayed messages (older TideMQ): the "
+                    "scale-in cannot wait for them", addr)
+        return {}
+    level_max = {lv: (await admin.queue_offset_range(addr, scalein.SCHEDULE_TOPIC, lv - 1))[1] for lv in levels}
+    timer_max = (await admin.queue_offset_range(addr, scalein.TIMER_TOPIC, 0))[1] if timer is not None else 0
+    return scalein.undelivered(levels, level_max, timer, timer_max)
 
 
 async def _retire(c: dict[str, Any], group: int, namespace: str, replicated: bool, since: float | None,

@@ -314,6 +314,7 @@ REQUEST_ACCESS: dict[int, str] = {
     RequestCode.GET_ALL_TOPIC_CONFIG: "open: topic names and queue counts, as RocketMQ (admin tools, operator)",
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "open: group settings, as RocketMQ (admin tools, operator)",
     RequestCode.GET_ALL_CONSUMER_OFFSET: "open: committed offsets (numbers, no messages), as RocketMQ",
+    RequestCode.GET_ALL_DELAY_OFFSET: "open: delivery progress of delayed messages (numbers), as RocketMQ",
     RequestCode.GET_BROKER_CONFIG: "open: settings without secrets, as RocketMQ (admin tools)",
     RequestCode.GET_TOPIC_STATS_INFO: "open: queue offsets of a topic (numbers), as RocketMQ",
     RequestCode.GET_MAX_OFFSET: "open: one queue's offset, as RocketMQ (producers' and consumers' clients)",

@@ -56,6 +56,7 @@ from tidemq.broker.processors.offsets import OffsetProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.reply import ConnectedRequesters, ReplyProcessor
+from tidemq.broker.processors.delayprogress import DelayProgressProcessor
 from tidemq.broker.processors.runtime import RuntimeProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.processors.sendback import SendBackProcessor
@@ -201,6 +202,7 @@ class Broker:
                 reregister=lambda: self.topics_changed(persist=False)), callers=callers),
             RuntimeProcessor(RuntimeService(broker_name=config.broker_name, store=self.store,
                                             totals=self.metrics.totals, replica=self.replica, clock=clock)),
+            DelayProgressProcessor(self.schedule.progress),
         ):
             self.handlers.update(family.handlers())
         # Hooks around dispatch, in order: ACL (when on) refuses first, then flow control; metrics

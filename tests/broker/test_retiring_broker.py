@@ -80,3 +80,32 @@ async def test_committed_offsets_of_one_broker_by_topic_and_group(cluster):
 
 async def _offsets_of(admin: Admin, addr: str, topic: str) -> dict | None:
     return (await admin.broker_consumer_offsets(addr)).get(topic)
+
+
+async def test_delay_progress_tells_delayed_messages_not_delivered_yet(cluster):
+    """GET_ALL_DELAY_OFFSET: a message held at delay level 5 (1 min) is not delivered, one at
+    level 1 (1 s) soon is; the operator's scale-in waits for the first (tidemq.operator.scalein)."""
+    from tidemq.client import Producer  # noqa: PLC0415
+    from tidemq.message import Message, Prop  # noqa: PLC0415
+    from tidemq.operator import scalein  # noqa: PLC0415
+
+    topic = f"Later_{uuid.uuid4().hex[:8]}"
+    async with Admin(cluster.namesrv_addr) as admin:
+        await create_topic(cluster, topic, 1, admin=admin)
+        levels, _timer = await admin.broker_delay_progress(cluster.broker_addr)
+        before = {lv: (await admin.queue_offset_range(cluster.broker_addr, scalein.SCHEDULE_TOPIC, lv - 1))[1]
+                  for lv in (1, 5)}
+        async with Producer("later_pg", cluster.namesrv_addr) as producer:
+            await producer.send(Message(topic, b"in a minute", properties={Prop.DELAY: "5"}))
+            await producer.send(Message(topic, b"in a second", properties={Prop.DELAY: "1"}))
+
+        async def progress() -> tuple[dict[int, int], dict[int, int]] | None:
+            levels, timer = await admin.broker_delay_progress(cluster.broker_addr)
+            assert timer is not None  # TideMQ reports its timer queue too
+            highs = {lv: (await admin.queue_offset_range(cluster.broker_addr, scalein.SCHEDULE_TOPIC, lv - 1))[1]
+                     for lv in (1, 5)}
+            return (levels, highs) if levels.get(1, 0) >= highs[1] > before[1] else None
+
+        levels, highs = await wait_until(progress, "the 1 s message delivered", timeout=15)
+        assert highs[5] == before[5] + 1 and levels.get(5, 0) == before[5]  # held for a minute
+        assert scalein.undelivered(levels, highs, None, 0) == {scalein.SCHEDULE_TOPIC: (4,)}

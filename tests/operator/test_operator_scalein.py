@@ -94,6 +94,15 @@ def test_undrained_counts_read_and_write_queues_and_every_group():
     assert scalein.undrained(configs, ranges, committed) == {"Nobody": (0,), "Orders": (0,)}
 
 
+def test_delayed_and_timer_messages_not_delivered_yet_hold_the_group():
+    levels = {1: 5, 2: 0, 4: 7}
+    highs = {1: 5, 2: 0, 4: 9}  # level 4 (queue 3): 2 messages still held
+    assert scalein.undelivered(levels, highs, 12, 12) == {scalein.SCHEDULE_TOPIC: (3,)}
+    assert scalein.undelivered(levels, highs, 12, 13) == {scalein.SCHEDULE_TOPIC: (3,), scalein.TIMER_TOPIC: (0,)}
+    assert scalein.undelivered({1: 5}, {1: 5}, None, 99) == {}  # a broker that reports no timer (RocketMQ's)
+    assert scalein.undelivered({}, {3: 1}, None, 0) == {scalein.SCHEDULE_TOPIC: (2,)}  # no progress: none delivered
+
+
 def test_conditions_while_scaling_in():
     base = [("Ready", True, "AllReady", ""), ("Progressing", False, "Idle", ""),
             ("Degraded", True, "ReplicasNotReady", "fewer ready replicas than desired: demo-broker-0")]

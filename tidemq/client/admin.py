@@ -374,6 +374,20 @@ class Admin(ClientBase):
             raise AdminError(f"consumer offsets from {broker_addr} are malformed: {exc}") from None
         return out
 
+    async def broker_delay_progress(self, broker_addr: str) -> tuple[dict[int, int], int | None]:
+        """How far one broker has delivered the messages it holds for later (GET_ALL_DELAY_OFFSET):
+        delay level -> next offset of its ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``, and the lowest
+        undelivered offset of the timer queue (None from a broker that reports none, RocketMQ's)."""
+        cmd = RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET)
+        resp = await self._broker(broker_addr, cmd, "delay offsets")
+        try:
+            doc: Any = fastjson.loads(resp.body_bytes() or b"{}")  # not an object: AttributeError
+            levels = {int(k): int(v) for k, v in (doc.get("offsetTable") or {}).items()}
+            timer = doc.get("timerOffset")
+            return levels, None if timer is None else int(timer)
+        except (TideMQError, ValueError, TypeError, AttributeError) as exc:
+            raise AdminError(f"delay offsets from {broker_addr} are malformed: {exc}") from None
+
     # broker config (mqadmin getBrokerConfig / updateBrokerConfig) -------------------------------
     async def broker_config(self, broker_addr: str) -> dict[str, str]:
         """One broker's GET_BROKER_CONFIG: RocketMQ key -> value (``brokerPermission`` ...)."""
