@@ -19,7 +19,7 @@ whether tidemq's median reaches the 400,000 rows/s target. The tidemq source's r
 checked against what was loaded (exit 1 on a mismatch). MB/s counts value bytes only.
 
     python bench/spark_read.py [--messages 1000000] [--size 1024] [--queues 8] [--runs 3]
-                               [--min-partitions N] [--quick] [--write]
+                               [--min-partitions N] [--max-pull-bytes N] [--quick] [--write]
 
 --quick is a smoke run (100,000 messages, one timed run) that finishes in well under 90 s.
 """
@@ -252,7 +252,9 @@ def write_doc(table: str, args: argparse.Namespace) -> None:
     text = doc.read_text()
     head = "## Spark batch read"
     entry = (f"\n### {time.strftime('%Y-%m-%d')}: `python bench/spark_read.py --messages "
-             f"{args.messages} --queues {args.queues} --runs {args.runs}`\n\n"
+             f"{args.messages} --queues {args.queues} --runs {args.runs}"
+             + ("" if args.max_pull_bytes is None else f" --max-pull-bytes {args.max_pull_bytes}")
+             + "`\n\n"
              f"Machine: {machine()}.\n\n{table}\n")
     i = text.find(head)
     if i < 0:
@@ -274,6 +276,9 @@ def main() -> int:
     ap.add_argument("--partitions", "--min-partitions", dest="min_partitions", type=int,
                     default=None, help="the tidemq source's minPartitions option")
     ap.add_argument("--driver-memory", default="4g")
+    ap.add_argument("--max-pull-bytes", type=int, default=None,
+                    help="the broker's --max-pull-bytes (default: the broker's, 256 KiB as RocketMQ's "
+                         "maxTransferBytesOnMessageInMemory); 1048576 makes ~4x fewer pulls")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run (< 90 s): 100,000 messages, 1 timed run; fixed per-query "
                          "costs dominate at that size, so its rates are not the benchmark's")
@@ -291,7 +296,8 @@ def main() -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="tidemq-bench-spark-"))
-    cluster = Cluster(tmp, flush="async", segment_size=1024 * 1024 * 1024)
+    broker_args = [] if args.max_pull_bytes is None else ["--max-pull-bytes", str(args.max_pull_bytes)]
+    cluster = Cluster(tmp, flush="async", segment_size=1024 * 1024 * 1024, extra_broker_args=broker_args)
     topic = f"bench_spark_{os.getpid()}"
     spark = None
     try:
