@@ -11,6 +11,10 @@ controller must (a StatefulSet scaled by hand goes back to the declared size). A
 nothing is a no-op for the API server (no new resourceVersion, no generation bump), so re-applying
 an object on every pass costs one request and repairs drift.
 
+Objects an operator from before server-side apply wrote belong to the Python client's Update
+manager; the first apply takes those fields over (:func:`adopt_legacy_fields`), so what that
+operator set and the Cluster no longer asks for goes too.
+
 Invariants: an object is always sent whole (an applied configuration lists every field the
 operator owns; a partial one would give up the rest); Secrets holding keys are never applied but
 created once (:func:`create_once`), so a key is never rotated silently. Blocking calls: run them
@@ -19,13 +23,20 @@ in a worker thread.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from typing import Any
 
 from tidemq.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 FIELD_MANAGER = "tidemq-operator"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+# Update managers of the operator before server-side apply: the kubernetes Python client's
+# User-Agent product ("OpenAPI-Generator/<version>/python"), as the API server names a manager
+LEGACY_MANAGERS = frozenset({"OpenAPI-Generator"})
 
 # apiVersion -> the kubernetes client's API class serving it
 _APIS = {"v1": "CoreV1Api", "apps/v1": "AppsV1Api", "policy/v1": "PolicyV1Api",
@@ -46,14 +57,68 @@ def _api(client: Any, obj: dict[str, Any]) -> Any:
     return getattr(kubernetes.client, api_name)(client)
 
 
+def adopt_legacy_fields(managed_fields: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The managedFields with the fields of :data:`LEGACY_MANAGERS`' Update entries moved into the
+    operator's Apply entry, or None when there is nothing to move (or no Apply entry yet).
+
+    An object an operator from before server-side apply created or patched belongs to the
+    Python client's Update manager; the API server removes only fields the apply manager owned, so
+    a field that older operator set would never go. Taking its fields over once (what kubectl's
+    csaupgrade does for client-side apply) makes the next apply remove those no longer sent."""
+    ours = next((e for e in managed_fields if e.get("manager") == FIELD_MANAGER
+                 and e.get("operation") == "Apply" and not e.get("subresource")), None)
+    legacy = [e for e in managed_fields if e.get("manager") in LEGACY_MANAGERS
+              and e.get("operation") == "Update" and not e.get("subresource")]
+    if ours is None or not legacy:
+        return None
+    fields = dict(ours.get("fieldsV1") or {})
+    for entry in legacy:
+        fields = _union(fields, entry.get("fieldsV1") or {})
+    return [{**e, "fieldsV1": fields} if e is ours else e for e in managed_fields if not any(e is x for x in legacy)]
+
+
+def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two FieldsV1 trees as one (a field either owns is in the result)."""
+    out = dict(a)
+    for key, sub in b.items():
+        out[key] = _union(out.get(key) or {}, sub or {})
+    return out
+
+
 def apply_object(client: Any, obj: dict[str, Any], namespace: str) -> None:
-    """Server-side apply one object (created when missing) through ``client`` (an ApiClient)."""
+    """Server-side apply one object (created when missing) through ``client`` (an ApiClient);
+    fields an older operator owned are taken over first (:func:`adopt_legacy_fields`)."""
+    import kubernetes  # noqa: PLC0415
+
     api = _api(client, obj)
     ns = obj.get("metadata", {}).get("namespace") or namespace
-    # The raw response is enough (unpreloaded: no model validation of a partly filled status).
-    getattr(api, f"patch_namespaced_{_snake(obj['kind'])}")(
-        obj["metadata"]["name"], ns, obj, field_manager=FIELD_MANAGER, force=True,
-        _content_type=APPLY_CONTENT_TYPE, _preload_content=False)
+    name, kind = obj["metadata"]["name"], _snake(obj["kind"])
+    patch = getattr(api, f"patch_namespaced_{kind}")
+
+    def send() -> dict[str, Any]:
+        # raw JSON: no client-side model validation of a partly filled status
+        resp = patch(name, ns, obj, field_manager=FIELD_MANAGER, force=True,
+                     _content_type=APPLY_CONTENT_TYPE, _preload_content=False)
+        out: dict[str, Any] = json.loads(resp.data)
+        return out
+
+    live = send()
+    adopted = adopt_legacy_fields((live.get("metadata") or {}).get("managedFields") or [])
+    if adopted is None:
+        return
+    version = (live.get("metadata") or {}).get("resourceVersion")
+    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}] if version else []
+    ops.append({"op": "replace", "path": "/metadata/managedFields", "value": adopted})
+    try:
+        patch(name, ns, ops, _content_type="application/json-patch+json", _preload_content=False)
+    except kubernetes.client.ApiException as exc:
+        if exc.status not in (409, 422):  # changed meanwhile (the test op): the next pass retries
+            raise
+        log.info("%s %s/%s changed while taking over an older operator's fields; retrying next pass",
+                 obj["kind"], ns, name)
+        return
+    log.info("%s %s/%s: took over the fields an older operator owned", obj["kind"], ns, name)
+    send()  # now the fields no longer desired go
 
 
 def apply_objects(objs: list[dict[str, Any]], namespace: str) -> list[str]:

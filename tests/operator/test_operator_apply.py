@@ -130,3 +130,36 @@ def test_an_unchanged_apply_changes_nothing(api):
 def test_an_object_of_an_unknown_api_is_refused_with_a_sentence(api):
     with pytest.raises(Exception, match="applies only"):
         apply.apply_objects([{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}}], NS)
+
+
+def test_fields_an_older_operator_set_go_after_the_upgrade(api):
+    """The operator before server-side apply created its objects with a plain POST: the API
+    server recorded their fields under the client's Update manager (OpenAPI-Generator), and an
+    apply never removes fields another manager owns. The first apply takes them over."""
+    apps = kubernetes.client.AppsV1Api(api)
+    old = next(o for o in w.desired_objects(_cluster(**FULL)) if o["metadata"]["name"] == "demo-broker-0")
+    legacy = {"manager": "OpenAPI-Generator", "operation": "Update", "apiVersion": "apps/v1",
+              "fieldsType": "FieldsV1", "fieldsV1": ssa.encode(ssa.field_paths(old))}
+    controller = {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+                  "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}, "subresource": "status"}
+    apps.create_namespaced_stateful_set(NS, {**old, "metadata": {**old["metadata"], "managedFields": [legacy, controller]},
+                                             "status": {"replicas": 1}})
+
+    apply.apply_objects(w.desired_objects(_cluster(**PLAIN)), NS)
+    after = _sts(api)
+    assert {v["name"] for v in after["spec"]["template"]["spec"]["volumes"]} == {"config", "tmp"}
+    assert _broker(after)["resources"] == {"limits": {"memory": "2Gi"}}
+    assert not any(k.startswith("prometheus.io/") for k in after["spec"]["template"]["metadata"]["annotations"])
+    managers = {f["manager"]: f for f in after["metadata"]["managedFields"]}
+    assert set(managers) == {apply.FIELD_MANAGER, "kube-controller-manager"}  # the status writer's stays
+    assert after["status"]["replicas"] == 1
+
+
+def test_adopting_legacy_fields_is_pure_and_needs_an_apply_entry():
+    ours = {"manager": apply.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+    legacy = {"manager": "OpenAPI-Generator", "operation": "Update", "fieldsV1": {"f:spec": {"f:x": {}}}}
+    status = {"manager": "OpenAPI-Generator", "operation": "Update", "subresource": "status", "fieldsV1": {"f:status": {}}}
+    assert apply.adopt_legacy_fields([legacy]) is None  # not applied yet: nothing to move into
+    assert apply.adopt_legacy_fields([ours, status]) is None  # status writes are not the operator's fields
+    assert apply.adopt_legacy_fields([ours, legacy, status]) == [
+        {**ours, "fieldsV1": {"f:spec": {"f:replicas": {}, "f:x": {}}}}, status]

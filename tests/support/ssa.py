@@ -24,7 +24,9 @@ Simplified against the real API server (documented so that a test does not lean 
 - No defaulting, validation, immutability checks or resourceVersion; ``apiVersion``, ``kind``,
   ``metadata.name``/``namespace``, the server's metadata fields and ``status`` (applied to the main
   resource) are not tracked. Objects written before their first apply have no managedFields (the
-  API server tracks every write from creation), so only fields an apply sent can ever be removed.
+  API server tracks every write from creation), so only fields an apply sent can ever be removed;
+  a test that needs the API server's record of earlier writers creates the object with
+  ``metadata.managedFields`` (:func:`encode` gives the FieldsV1 of a set of paths).
 - The apply is computed from the stored object just before kmock's handler stores the result;
   both run on the emulator's one event loop without awaiting in between, so no write interleaves.
 """
@@ -181,7 +183,7 @@ def merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 # managedFields in the API server's FieldsV1 notation ------------------------------------------------
-def _encode(paths: Iterable[Path]) -> dict[str, Any]:
+def encode(paths: Iterable[Path]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for path in paths:
         node = tree
@@ -222,7 +224,7 @@ def managers_of(obj: Mapping[str, Any]) -> dict[str, tuple[str, set[Path]]]:
 
 def _managed_fields(managers: Mapping[str, tuple[str, set[Path]]], api_version: str) -> list[dict[str, Any]]:
     return [{"manager": m, "operation": op, "apiVersion": api_version, "fieldsType": "FieldsV1",
-             "fieldsV1": _encode(paths)} for m, (op, paths) in sorted(managers.items()) if paths]
+             "fieldsV1": encode(paths)} for m, (op, paths) in sorted(managers.items()) if paths]
 
 
 # the two writes --------------------------------------------------------------------------------------
