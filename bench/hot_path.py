@@ -14,6 +14,10 @@ frames per data_received, as 256 in flight arrive), ``batch`` (SEND_BATCH_MESSAG
 ``--profile N`` reruns each under cProfile and prints the N functions with the most own time
 (cProfile slows Python code about 3x; read its figures as shares, not as microseconds).
 
+``--remoting`` runs only the remoting part of a send, in-process: a Connection whose handler decodes
+the send header and answers with a send's response header (frame split, JSON header decode, send
+header decode, response, encode, write), no broker behind it: what tidemq.remoting costs per request.
+
 ``--loop`` measures what the sockets and the event loop add (issue 19, "the loop"): the same
 Broker serves its real port, and a client process (a blocking socket, frames encoded in advance,
 one request in flight, as bench/compare.py row 1) sends SEND_MESSAGE_V2s; the figure is the
@@ -50,6 +54,7 @@ from tidemq.broker.store.config import StoreConfig  # noqa: E402
 from tidemq.message import encode_batch, encode_properties  # noqa: E402
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode  # noqa: E402
 from tidemq.remoting.frame import encode_frame  # noqa: E402
+from tidemq.remoting.headers.send import decode_send_header, send_response_fields  # noqa: E402
 from tidemq.remoting.transport import Connection  # noqa: E402
 
 TOPIC = "HotPath"
@@ -166,6 +171,33 @@ async def drive(port: int, n: int, size: int) -> tuple[float, float]:
     return cpu, wall
 
 
+class AnswerOnly:
+    """--remoting's handler: the send header decoded and a send's answer, nothing stored."""
+
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_send_header(cmd.ext_fields, True)
+        return cmd.response_str(0, None, send_response_fields("7F00000100002A9F0000000000000001", h.queue_id,
+                                                              123, "DefaultRegion"))
+
+    def connection_lost(self, conn: Connection) -> None:
+        pass
+
+
+def remoting_run(args: argparse.Namespace) -> None:
+    """--remoting: CPU per request of the remoting path alone (best of 5 passes)."""
+    chunks = frames("single", args.messages, os.urandom(args.size // 2 + 1).hex().encode()[: args.size])
+    best = float("inf")
+    for _ in range(5):
+        conn = Connection(AnswerOnly())
+        conn.connection_made(CountingTransport())  # type: ignore[arg-type]
+        c0 = time.process_time()
+        for chunk in chunks:
+            conn.data_received(chunk)
+        best = min(best, time.process_time() - c0)
+    print(f"remoting path (split, header decode, send header, answer, encode, write): "
+          f"{best / args.messages * 1e6:.2f} us CPU per request")
+
+
 async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
     """--loop: broker CPU per one-in-flight send over loopback, and the echo floor."""
     answer = encode_frame(RemotingCommand(code=0, opaque=1, flag=1, ext_fields={"msgId": "X" * 32}))
@@ -196,6 +228,9 @@ async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    if args.remoting:
+        remoting_run(args)
+        return 0
     body = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
@@ -257,6 +292,8 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile each workload and print the N functions with most own time")
+    ap.add_argument("--remoting", action="store_true",
+                    help="only the remoting path of a send (no broker): CPU per request")
     ap.add_argument("--loop", action="store_true",
                     help="measure the broker's CPU per one-in-flight send over a real socket, and an echo floor")
     ap.add_argument("--client", nargs=3, type=int, metavar=("PORT", "N", "SIZE"), help=argparse.SUPPRESS)
