@@ -126,9 +126,10 @@ def _merge(base: object, patch: object) -> object:
     return out
 
 
-def build_emulator() -> kmock.KubernetesEmulator:
-    """The emulator with the bundled kinds and our CRDs registered."""
-    emu = GenerateNameEmulator()
+def build_emulator(cls: type | None = None) -> kmock.KubernetesEmulator:
+    """The emulator (``cls``: a subclass of GenerateNameEmulator) with the bundled kinds and our
+    CRDs registered."""
+    emu = (cls or GenerateNameEmulator)()
     emu.resources.load_bundled()
     for kind in crds.KINDS:
         names = crds.load_crd(kind)["spec"]["names"]

@@ -13,7 +13,8 @@ it must cost one table fetch per broker and one cluster-info request, whatever N
 connection and write no status. (Before: every Topic pass opened its own connections, asked for
 the cluster info and fetched the broker's whole topic table, O(N^2) bytes per round, and wrote
 its status.) The 1,000-Topic run prints its time and requests per pass and is in the slow set;
-the default suite runs 100.
+the default suite runs 100. (The emulator's own cost per request stays flat: tests/support/kube.py
+keeps kmock's request log short.)
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ import pytest
 kopf = pytest.importorskip("kopf")
 kubernetes = pytest.importorskip("kubernetes")
 
-kmock = pytest.importorskip("kmock")
+pytest.importorskip("kmock")
 
-from tests.operator.test_operator_integration import GenerateNameEmulator  # noqa: E402
+from tests.operator.test_operator_integration import build_emulator  # noqa: E402
 from tests.procs import free_port  # noqa: E402
 from tests.support.kube import ThreadedEmulator  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
 from tidemq.client.admin import Admin  # noqa: E402
-from tidemq.operator import adminpool, crds, handlers, serial  # noqa: E402
+from tidemq.operator import adminpool, handlers, serial  # noqa: E402
 from tidemq.operator.metrics import OperatorMetrics  # noqa: E402
 from tidemq.remoting import RequestCode  # noqa: E402
 from tidemq.remoting.frame import iter_frames  # noqa: E402
@@ -106,34 +107,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class ShortLogEmulator(GenerateNameEmulator):
-    """kmock 0.8 matches every request to its reactions by walking its log of every request
-    served so far (about 0.6 ms per logged request here): a round over N Topics alone would cost
-    the emulator O(N^2). This one's log holds only the requests being served."""
-
-    async def _handle(self, request):
-        # a watch stays in the log until it ends; nothing here reads the log afterwards
-        inflight = self.__dict__.setdefault("_inflight", {})
-        inflight[id(request)] = request
-        self._requests[:] = list(inflight.values())
-        try:
-            return await super()._handle(request)
-        finally:
-            inflight.pop(id(request), None)
-
-
-def build_emulator() -> ShortLogEmulator:
-    """tests/operator/test_operator_integration.py's emulator, with the short log."""
-    emu = ShortLogEmulator()
-    emu.resources.load_bundled()
-    for kind in crds.KINDS:
-        names = crds.load_crd(kind)["spec"]["names"]
-        emu.resources[f"{GROUP}/{VERSION}/{names['plural']}"] = kmock.ResourceInfo(
-            kind=names["kind"], namespaced=True, singular=names["singular"],
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status"})
-    return emu
 
 
 @pytest.fixture(scope="module")
