@@ -2,9 +2,10 @@
 
 Each pass of a managed Cluster lists its broker StatefulSets; those at or above spec.brokers.groups
 retire (:mod:`tidemq.operator.scalein` plans each one's step). Per retiring group: find its master
-(the group's pods; for a replicated group the replica that reports itself master), ask it through
-:class:`tidemq.client.admin.Admin` for its brokerPermission, topic table, queue offsets and the
-consumer groups' committed offsets (a queue's offsets live on the queue's broker), then carry the
+(the group's pods; for a replicated group the replica that reports itself master with the highest
+epoch), ask it through :class:`tidemq.client.admin.Admin` for its brokerPermission, topic table,
+queue offsets, the consumer groups' committed offsets (a queue's offsets live on the queue's
+broker) and the delivery progress of its delayed and timer messages, then carry the
 step out: stop its writes (UPDATE_BROKER_CONFIG brokerPermission=4), or delete the StatefulSet,
 ConfigMap, headless Service and budget (the pods stop; a broker unregisters from the name servers
 when it stops) and, with spec.brokers.deleteClaim, the group's PVCs. A group the spec asks for
