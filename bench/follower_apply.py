@@ -6,7 +6,9 @@ bench/compare.py's producers send them); its CommitLog is then read back in repl
 of ``--frame-bytes`` (the master's window, ha/replication.py) and a follower MessageStore appends
 them (``append_replicated``: check each record, dispatch it to consume queue and index), which is
 what each follower of a replicated group spends per record (docs/benchmarks.md, "Replicated").
-Also times the master's own ``put_batch`` per message, for comparison.
+Also times the master's own ``put_batch`` per message, for comparison. The loop turns between
+batches and frames, so the stores' background flushes (every ``--flush-interval`` s) run as in a
+broker; CPU is the whole process's (the flush thread's fdatasync included).
 
     .venv/bin/python bench/follower_apply.py [--messages 64000] [--size 1024] [--rounds 3] [--profile 20]
 
@@ -37,9 +39,9 @@ from tidemq.broker.store.store import MessageStore, PutRequest  # noqa: E402
 TOPIC = "FollowerApply"
 
 
-def _store(root: Path) -> MessageStore:
+def _store(root: Path, flush_interval: float) -> MessageStore:
     cfg = StoreConfig(root=root, commitlog_segment_size=256 << 20, flush_mode=FlushMode.ASYNC,
-                      async_flush_interval=3600.0, logics_flush_interval=3600.0, cleanup_interval=3600.0)
+                      async_flush_interval=flush_interval, logics_flush_interval=3600.0, cleanup_interval=3600.0)
     store = MessageStore(cfg)
     store.load()
     return store
@@ -61,17 +63,20 @@ async def run(args: argparse.Namespace) -> int:
     print(f"{'round':<6} {'messages':>9} {'master put_batch us/msg':>24} {'follower apply us/msg':>22}")
     for rnd in range(args.rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            master, follower = _store(Path(tmp) / "m"), _store(Path(tmp) / "f")
+            master = _store(Path(tmp) / "m", args.flush_interval)
+            follower = _store(Path(tmp) / "f", args.flush_interval)
             await master.start()
             await follower.start()
             try:
                 batches = _batches(args.messages, args.size)
                 c0 = time.process_time()
-                for batch in batches:
+                for i, batch in enumerate(batches):
                     r = master.put_batch(batch)
                     if r.status.name != "PUT_OK":
                         print(f"put_batch failed: {r.status.name} {r.remark}", file=sys.stderr)
                         return 1
+                    if i % 4 == 3:
+                        await asyncio.sleep(0)  # the loop turns, as between requests: flushes run
                 put_cpu = time.process_time() - c0
                 frames = []
                 at = 0
@@ -85,6 +90,7 @@ async def run(args: argparse.Namespace) -> int:
                     prof.enable()
                 for at, data in frames:
                     follower.append_replicated(at, data)
+                    await asyncio.sleep(0)  # as between frames: the flusher runs meanwhile
                 if prof:
                     prof.disable()
                 apply_cpu = time.process_time() - c0
@@ -111,6 +117,8 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=64000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--frame-bytes", type=int, default=256 * 1024)
+    ap.add_argument("--flush-interval", type=float, default=0.5,
+                    help="ASYNC_FLUSH interval, s (the broker's default: pages re-dirtied after a flush cost more)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="profile the last round's apply and print the N functions with most own time")
