@@ -128,8 +128,9 @@ def test_lint_every_option_on(helm_python, tmp_path) -> None:
 @pytest.mark.parametrize("change, where", [
     (lambda v: v["cluster"]["nameServers"].__setitem__("replicas", "three"), "values.yaml"),
     (lambda v: v["operator"].__setitem__("watchAllNamespaces", "yes"), "values.yaml"),
-    # more than one operator replica without peering (the schema's if/then)
-    (lambda v: v["operator"].__setitem__("replicas", 2), "values.yaml"),
+    # more than one operator replica without leader election (the schema's if/then)
+    (lambda v: v["operator"].update(replicas=2, leaderElection={**v["operator"]["leaderElection"], "enabled": False}),
+     "values.yaml"),
 ])
 def test_lint_refuses_bad_values(helm_python, tmp_path, change, where) -> None:
     values = load_values()
@@ -164,7 +165,11 @@ def test_schema_accepts_defaults_and_values_all() -> None:
     ("operator.metricsPort", 70000),
     ("operator.nodeSelector", ["linux"]),
     ("operator.tolerations", {"key": "x"}),
-    ("operator.peering.enabled", 1),
+    ("operator.leaderElection.enabled", 1),
+    ("operator.leaderElection.leaseDuration", 1),
+    ("operator.leaderElection.leaseName", "Not_A_Name"),
+    ("operator.manageCRDs", "yes"),
+    ("operator.cleanup.timeout", -1),
     ("serviceAccount.create", "no"),
     ("rbac.create", None),
     ("cluster.enabled", "true"),
@@ -182,10 +187,11 @@ def test_schema_accepts_defaults_and_values_all() -> None:
     ("networkPolicy.enabled", 1),
     ("unknownTopLevel", True),
     ("operator.unknownKey", True),
-    ("operator.replicas", 2),  # without peering.enabled
+    ("operator.leaderElection.enabled", False),  # with replicas 2, below
 ])
 def test_schema_rejects_wrong_types(path, value) -> None:
     values = load_values()
+    values["operator"]["replicas"] = 2  # valid with the default leader election
     *parents, last = path.split(".")
     node = values
     for key in parents:
@@ -359,7 +365,7 @@ def test_rbac_is_least_privilege() -> None:
         ("policy", "poddisruptionbudgets"), ("apps", "statefulsets"), ("", "services"), ("", "configmaps"),
         ("", "persistentvolumeclaims")}
     groups = {g for g, _, _ in granted}
-    assert groups == {"tidemq.io", "apps", "", "policy", "kopf.dev", "rbac.authorization.k8s.io", "coordination.k8s.io"}
+    assert groups == {"tidemq.io", "apps", "", "policy", "rbac.authorization.k8s.io", "coordination.k8s.io"}
     # Leases: exactly what the operator grants the brokers of replicated groups (a Role may only
     # grant what its creator holds); RBAC objects: created and patched, never bound by 'bind'
     assert {v for _, r, v in granted if r == "leases"} == set(replication.LEASE_VERBS)
@@ -413,10 +419,11 @@ def test_rbac_templates_are_namespaced_by_default() -> None:
 
 def test_operator_flags_exist() -> None:
     """Every flag the Deployment passes is a flag of `tidemq operator`."""
-    known = {opt for p in operator_cmd.params for opt in p.opts}
+    known = {opt for p in operator_cmd.params for opt in [*p.opts, *p.secondary_opts]}
     text = (CHART / "templates" / "operator-deployment.yaml").read_text(encoding="utf-8")
     used = set(re.findall(r"^\s*- (--[a-z-]+)", text, re.M))
-    assert used >= {"--liveness", "--metrics-listen", "--all-namespaces", "--namespace", "--standalone", "--peering"}
+    assert used >= {"--liveness", "--metrics-listen", "--all-namespaces", "--namespace", "--leader-election",
+                    "--no-leader-election", "--leader-lease", "--lease-duration", "--manage-crds"}
     assert used <= known, used - known
     assert "readOnlyRootFilesystem: true" in (CHART / "values.yaml").read_text()
     assert load_values()["operator"]["podSecurityContext"]["runAsUser"] == 10001  # the image's user
@@ -428,7 +435,7 @@ def test_crds_never_drift_from_crds_folder() -> None:
     ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
     assert ours
     in_chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
-    assert in_chart == sorted([*ours, "kopf.dev_peerings.yaml"])
+    assert in_chart == ours
     for name in ours:
         assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
             f"charts/tidemq/crds/{name} differs from crds/{name}: cp crds/{name} charts/tidemq/crds/")
@@ -504,9 +511,7 @@ def build_helm_emulator():
               ("tidemq.io/v1alpha1", "topics", "Topic", True),
               ("tidemq.io/v1alpha1", "consumergroups", "ConsumerGroup", True),
               ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", True),
-              ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True),
-              ("kopf.dev/v1", "kopfpeerings", "KopfPeering", True),
-              ("kopf.dev/v1", "clusterkopfpeerings", "ClusterKopfPeering", False)]
+              ("monitoring.coreos.com/v1", "podmonitors", "PodMonitor", True)]
     for gv, plural, kind, namespaced in custom:
         emu.resources[f"{gv}/{plural}"] = kmock.ResourceInfo(
             kind=kind, namespaced=namespaced, singular=kind.lower(), verbs=verbs, subresources={"status"})
@@ -566,8 +571,6 @@ def validate_object(obj: dict) -> None:
         schema = crds.to_json_schema(_thirdparty_schema(obj["kind"]))
         problems = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
         assert problems == [], f"{where}: {problems}"
-    elif group == "kopf.dev":
-        assert obj["kind"] in ("KopfPeering", "ClusterKopfPeering") and obj["metadata"]["name"]
     else:
         kv = pytest.importorskip("kubernetes_validate")
         try:
@@ -604,9 +607,10 @@ def test_validation_catches_a_bad_object(rendered) -> None:
 def test_render_default(rendered) -> None:
     objs = rendered["default"]
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                            "Service", "Deployment", "Cluster"])
-    by_kind = {o["kind"]: o for o in objs}
+    # the operator's Role, the leader election's; the discovery ClusterRole, the CRD upgrades'
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
+                            "Role", "Role", "RoleBinding", "RoleBinding", "Service", "Deployment", "Cluster"])
+    by_kind = {o["kind"]: o for o in objs if not o["metadata"]["name"].endswith(("-leader-election", "-crds"))}
     cluster = by_kind["Cluster"]
     assert cluster["metadata"]["name"] == "tidemq"
     assert cluster["spec"]["brokers"]["flushMode"] == "sync"
@@ -620,7 +624,10 @@ def test_render_default(rendered) -> None:
     container = pod["spec"]["containers"][0]
     assert container["image"] == "ghcr.io/tidemq/tidemq:0.1.0"
     assert container["args"][0] == "operator"
-    assert "--namespace=default" in container["args"] and "--standalone" in container["args"]
+    assert "--namespace=default" in container["args"] and "--leader-election" in container["args"]
+    assert "--leader-lease=tidemq-operator" in container["args"] and "--manage-crds" in container["args"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert by_kind["Deployment"]["spec"]["strategy"] == {"type": "Recreate"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090}
     assert container["args"].count("--liveness=http://0.0.0.0:8080/healthz") == 1
@@ -634,18 +641,20 @@ def test_render_default(rendered) -> None:
 def test_render_everything_on(rendered) -> None:
     objs = rendered["all"]
     kinds = {o["kind"] for o in objs}
-    assert {"ServiceMonitor", "PodMonitor", "NetworkPolicy", "ClusterKopfPeering", "Topic",
-            "ConsumerGroup", "Cluster"} <= kinds
-    assert "Role" not in kinds  # cluster-wide: ClusterRole + ClusterRoleBinding
+    assert {"ServiceMonitor", "PodMonitor", "NetworkPolicy", "Topic", "ConsumerGroup", "Cluster"} <= kinds
+    # cluster-wide: ClusterRole + ClusterRoleBinding; the leader election's Role is in the release namespace
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "Role"] == ["all-tidemq-operator-leader-election"]
     roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
     full = roles["all-tidemq-operator"]["rules"]
     assert any("statefulsets" in r["resources"] for r in full)
-    assert any("clusterkopfpeerings" in r["resources"] for r in roles["all-tidemq-operator-discovery"]["rules"])
     deploy = next(o for o in objs if o["kind"] == "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
-    assert "--all-namespaces" in args and "--peering=tidemq-peering" in args and "--standalone" not in args
+    assert "--all-namespaces" in args and "--leader-lease=tidemq-leader" in args and "--lease-duration=20" in args
     assert deploy["spec"]["replicas"] == 2
+    # standbys are never Ready: replaced all at once, never waited for
+    assert deploy["spec"]["strategy"] == {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert pod["tolerations"][0]["key"] == "dedicated" and "podAntiAffinity" in pod["affinity"]
@@ -799,7 +808,8 @@ COMBOS = {
                                   "topologySpread": []},
                     "tls": {"mode": "enforcing", "secretName": "repl-tls"}, "metrics": {"enabled": False}},
         "networkPolicy": {"enabled": True, "clientsFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
-        "operator": {"clusterKey": {"enabled": False}, "peering": {"enabled": False}, "logLevel": "error"},
+        "operator": {"clusterKey": {"enabled": False}, "leaderElection": {"enabled": False}, "manageCRDs": False,
+                     "cleanup": {"enabled": False}, "logLevel": "error"},
         "metrics": {"podAnnotations": False, "podMonitor": {"enabled": True}},
     },
     "open": {

@@ -55,8 +55,9 @@ app.kubernetes.io/component: operator
 {{- default (printf "%s-cluster-key" (include "tidemq.operatorName" .) | trunc 63 | trimSuffix "-") .Values.operator.clusterKey.secretName }}
 {{- end }}
 
-{{- define "tidemq.peeringName" -}}
-{{- default (include "tidemq.fullname" .) .Values.operator.peering.name }}
+{{/* The operator's leader election Lease (operator/tidemq_operator/leader.py), in the release namespace. */}}
+{{- define "tidemq.leaderLease" -}}
+{{- default (include "tidemq.operatorName" .) .Values.operator.leaderElection.leaseName }}
 {{- end }}
 
 {{/* Namespaces the operator watches when not cluster-wide. */}}
@@ -79,8 +80,8 @@ app.kubernetes.io/component: operator
        operator never reads, lists or patches a Secret;
      - replicated broker groups: pods listed, the brokers' ServiceAccount, Role and RoleBinding
        created and patched, and the Lease verbs those grant (see the rule's comment);
-     - Events: kopf posts handler progress and the operator's warnings;
-     - kopf.dev peerings when peering is on. */}}
+     - Events: kopf posts handler progress and the operator's warnings.
+     The leader election's Lease and the CRDs have their own Roles (templates/rbac.yaml). */}}
 {{- define "tidemq.operatorRules" -}}
 # Exactly what the operator uses (tests/operator/test_operator_integration.py records its API
 # requests and compares): kopf lists/watches the custom resources and patches them and their status;
@@ -104,7 +105,7 @@ app.kubernetes.io/component: operator
   verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["create", "patch", "delete"]
+  verbs: ["list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "delete"]
@@ -140,9 +141,4 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-{{- if .Values.operator.peering.enabled }}
-- apiGroups: ["kopf.dev"]
-  resources: ["kopfpeerings"]
-  verbs: ["get", "list", "watch", "patch"]
-{{- end }}
 {{- end }}
