@@ -151,10 +151,14 @@ cdef object _decode_rocketmq(const unsigned char* p, Py_ssize_t n):
 
 
 cdef object _decode_header(uint32_t serialize_type, const unsigned char* p, Py_ssize_t n):
+    # Both decoders read a private copy of the header: the caller's buffer may be a bytearray, and
+    # the allocations below could in principle run code that resizes it (no pointer into it is
+    # kept past this copy).
+    cdef bytes header = PyBytes_FromStringAndSize(<const char*>p, n)
     if serialize_type == 0:
-        return _decode_json(PyBytes_FromStringAndSize(<const char*>p, n))
+        return _decode_json(header)
     if serialize_type == 1:
-        return _decode_rocketmq(p, n)
+        return _decode_rocketmq(<const unsigned char*>PyBytes_AS_STRING(header), n)
     raise FrameError(f"unknown serialize type {serialize_type}")
 
 
