@@ -4,6 +4,9 @@ A frame is ``int32 length | int32 (serializeType << 24 | headerLength) | header 
 where ``length`` counts everything after itself. Headers are JSON (type 0) or the binary
 "ROCKETMQ" form (type 1). Every length read from the wire is checked against a limit before any
 buffer is made; anything malformed raises :class:`tidemq.errors.FrameError` and nothing else.
+
+The functions here (``*_py``) are the reference; the public names are bound at the end of the
+module to their compiled twins (tidemq/remoting/_frame_c.pyx) when those are built, else to these.
 """
 
 from __future__ import annotations
