@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from tidemq.errors import ConfigError
+from tidemq.operator.workloads import MANAGED_BY
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,59 @@ def apply_objects(objs: list[dict[str, Any]], namespace: str) -> list[str]:
     for obj in objs:
         apply_object(client, obj, namespace)
         done.append(f"{obj['kind']}/{obj['metadata']['name']}")
+    return done
+
+
+def covers(live: Any, want: Any) -> bool:
+    """Whether ``live`` holds every field of ``want`` with its value: maps may have more keys (the
+    API server adds defaults and other managers' fields), lists must match item by item.
+
+    A quantity the API server writes in another form ("1000m" read back as "1") does not match:
+    such an object is applied again on each pass, which server-side apply makes a no-op."""
+    if isinstance(want, dict):
+        return isinstance(live, dict) and all(k in live and covers(live[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(live, list) and len(live) == len(want) and all(map(covers, live, want))
+    return bool(live == want)
+
+
+def _drifted(obj: dict[str, Any], live: dict[str, Any] | None) -> bool:
+    if live is None:
+        return True
+    md = obj.get("metadata") or {}
+    want = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    want["metadata"] = {k: md[k] for k in ("labels", "annotations", "ownerReferences") if k in md}
+    return not covers(live, want)
+
+
+# kinds whose live objects refresh() lists (by the operator's label) to apply only what drifted;
+# others (a replicated group's ServiceAccount/Role/RoleBinding) are applied on every pass
+_LISTED = {"Service": "list_namespaced_service", "ConfigMap": "list_namespaced_config_map"}
+
+
+def refresh(objs: list[dict[str, Any]], namespace: str,
+            statefulsets: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """Drift repair: apply those of ``objs`` (in step with the spec) that are missing or differ
+    from the live objects (``statefulsets``: the live StatefulSets the pass read already; Services
+    and ConfigMaps are listed here). Returns ``Kind/name`` of each applied (worker thread)."""
+    import kubernetes  # noqa: PLC0415
+
+    client = kubernetes.client.ApiClient()
+    core = kubernetes.client.CoreV1Api(client)
+    live: dict[tuple[str, str], Any] = {("StatefulSet", n): o for n, o in statefulsets.items()}
+    for kind in sorted({o["kind"] for o in objs} & _LISTED.keys()):
+        found = getattr(core, _LISTED[kind])(namespace, label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}",
+                                             _preload_content=False)
+        for item in json.loads(found.data).get("items") or []:
+            live[(kind, (item.get("metadata") or {}).get("name", ""))] = item
+    done = []
+    for obj in objs:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key[0] in _LISTED or key[0] == "StatefulSet":
+            if not _drifted(obj, live.get(key)):
+                continue
+        apply_object(client, obj, namespace)
+        done.append(f"{key[0]}/{key[1]}")
     return done
 
 

@@ -432,8 +432,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             scale = await scaleinops.scale_in(cluster, namespace, config.client_config,
                                               min(config.admin_timeout, 10.0), config.drain_grace)
             applied = (await asyncio.to_thread(_apply_objects, to_apply, namespace) if to_apply else [])
-            # drift repair: what is in step with the spec is applied again (a no-op when in place)
-            await asyncio.to_thread(_apply_objects, list(decision.refresh), namespace)
+            # drift repair: what is in step with the spec but differs or is gone is applied again
+            repaired = await asyncio.to_thread(apply.refresh, list(decision.refresh), namespace, live)
             # budgets are kept exact on every pass, not only with their stage (tidemq.operator.budgets)
             applied += await asyncio.to_thread(budgets.reconcile, objs, namespace, meta.name or "",
                                                meta.uid or "", tuple(holds) + scale.keep)
@@ -448,6 +448,8 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
             clusterkey.ENFORCED if enforced else clusterkey.PENDING if signing else clusterkey.OFF)
         if applied:
             log.info("cluster %s: applied %s", meta.name, ", ".join(applied))
+        if repaired:
+            log.info("cluster %s: repaired drift of %s", meta.name, ", ".join(repaired))
         for sts_name in decision.repaired:
             kopf.warn(body, reason="ReplicasRestored",
                       message=f"StatefulSet {sts_name}: spec.replicas was changed outside the Cluster; put "

@@ -26,12 +26,12 @@ Stages, in order: the name servers (their Services, PDB and StatefulSet), then b
   ``blocked`` (Ready=False, ImmutableFieldChange) and not applied: the StatefulSet is sent with
   the live values of those fields, so the rest of the change (the image, say) still rolls, in
   order (issue 18, item 5).
-- Drift repair (issue 18, item 3): the objects are applied server-side
-  (:mod:`tidemq.operator.apply`), so re-applying one that is in place changes nothing. Every pass
-  re-applies the Services, ConfigMaps and RBAC objects of the stages whose StatefulSet is in step
-  with the spec (``refresh``: one deleted by hand comes back), and a StatefulSet whose
-  spec.replicas differs from the spec while its hash is current (``kubectl scale``) is applied
-  again at once (``repaired``; same template, nothing rolls) and counts as rolling until its pods
+- Drift repair (issue 18, item 3): ``refresh`` lists the objects every pass compares with the
+  live ones and applies again when gone or changed (:func:`tidemq.operator.apply.refresh`): the
+  Services, ConfigMaps and RBAC objects of the stages whose StatefulSet is in step with the spec,
+  and each settled StatefulSet whose earlier stages are settled too (a template edited by hand
+  goes back, one stage after the other). A StatefulSet whose spec.replicas differs from the
+  spec while its hash is current (``kubectl scale``) is applied again at once (``repaired``; same template, nothing rolls) and counts as rolling until its pods
   are back, so the Cluster is not Ready meanwhile. Template changes only go through the stages.
   A stage waiting for its turn keeps its old objects until then.
 - A lone broker group that becomes replicated (spec.brokers.replicas 1 -> N) is first restarted
@@ -175,9 +175,11 @@ class Plan:
     ready_name_servers: int
     ready_brokers: int
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    # drift repair (issue 18, item 3): the non-StatefulSet objects of the stages in step with the
-    # spec, re-applied every pass (a deleted Service/ConfigMap comes back), and the StatefulSets
-    # whose replicas were changed by hand, put back in this pass (in ``apply`` too)
+    # drift repair (issue 18, item 3): the objects of the stages in step with the spec, compared
+    # with the live ones every pass and applied again when gone or changed (apply.refresh: a
+    # deleted Service/ConfigMap comes back; a settled StatefulSet after the earlier stages, so a
+    # template edited by hand goes back), and the StatefulSets whose replicas were changed by
+    # hand, put back in this pass (in ``apply``)
     refresh: tuple[dict[str, Any], ...] = ()
     repaired: tuple[str, ...] = ()
 
@@ -259,7 +261,7 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
         # In step with the spec: re-applied each pass to repair drift (SSA: a no-op when in place).
         refresh.extend(o for o in st.objects if o.get("kind") not in _NOT_REFRESHED)
         if state.replicas != int(st.sts["spec"].get("replicas", 1)):  # scaled by hand: put back
-            apply.append(_restore_replicas(st.sts, obj))
+            apply.append(_reapplied(st.sts, obj))
             applied.append(st.name)
             repaired.append(st.name)
             rolling.append(st.name)
@@ -267,6 +269,8 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
             continue
         if state.settled:
             remembered.append(st.name)
+            if earlier_settled:  # a template edited by hand goes back (a no-op when in place)
+                refresh.append(_reapplied(st.sts, obj))
             continue
         earlier_settled = False
         rolling_now = (state.updated < state.replicas or
@@ -289,8 +293,8 @@ def plan(desired: Sequence[dict[str, Any]], live: Mapping[str, Mapping[str, Any]
     )
 
 
-# Re-applied only with their StatefulSet's stage: StatefulSets (template changes roll in order;
-# budgets.reconcile keeps the budgets exact on every pass).
+# Not refreshed with the other objects of a stage: its StatefulSet (only once settled, after the
+# earlier stages: _reapplied) and budgets (budgets.reconcile keeps them exact on every pass).
 _NOT_REFRESHED = frozenset({"StatefulSet", "PodDisruptionBudget"})
 
 
@@ -305,10 +309,10 @@ def _with_live_fields(st: Stage, live: Mapping[str, Any], fields: Sequence[str])
     return Stage(st.component, tuple(sts if o is st.sts else o for o in st.objects), sts)
 
 
-def _restore_replicas(desired: dict[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
-    """The desired StatefulSet (same template: nothing rolls) to put spec.replicas back. A
-    replicated group keeps its live updateStrategy: its partition belongs to the group roll
-    (tidemq.operator.grouproll) between template changes."""
+def _reapplied(desired: dict[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """The desired StatefulSet of a stage in step with the spec, applied again to undo changes
+    made by hand (its replicas, its template). A replicated group keeps its live updateStrategy:
+    its partition belongs to the group roll (tidemq.operator.grouproll) between template changes."""
     out = copy.deepcopy(desired)
     strategy = (live.get("spec") or {}).get("updateStrategy")
     if is_replicated(desired) and strategy:

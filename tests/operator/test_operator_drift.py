@@ -137,8 +137,9 @@ def test_fields_removed_from_a_cluster_leave_its_statefulsets(kube, operator):
 
 
 def test_objects_deleted_or_scaled_by_hand_are_put_back(kube, operator):
-    """Item 3: a Service, ConfigMap or budget deleted by hand was never recreated, and after
-    ``kubectl scale sts --replicas=0`` the Cluster stayed Ready=True."""
+    """Item 3: a Service, ConfigMap or budget deleted by hand was never recreated, after
+    ``kubectl scale sts --replicas=0`` the Cluster stayed Ready=True, and a template edited by
+    hand stayed so."""
     apps, core, policy, _ = _apis(kube)
     create(kube, "Cluster", "drift", {"nameServers": {"replicas": 1}, "brokers": {"groups": 1}})
     sts = ["drift-namesrv", "drift-broker-0"]
@@ -166,6 +167,15 @@ def test_objects_deleted_or_scaled_by_hand_are_put_back(kube, operator):
     assert any(e.reason == "ReplicasRestored" and e.involved_object.name == "drift" and e.type == "Warning"
                for e in events)
     operator.wait("Ready once the pod is back", _settled(kube, "drift", sts))
+
+    # kubectl set image: the template goes back (the controller rolls the pod twice)
+    containers = _sts(kube, "drift-broker-0")["spec"]["template"]["spec"]["containers"]
+    image = containers[0]["image"]
+    apps.patch_namespaced_stateful_set("drift-broker-0", NS, {"spec": {"template": {"spec": {"containers": [
+        {**containers[0], "image": "example.com/other:1"}]}}}}, field_manager="kubectl-set")
+    assert _broker(_sts(kube, "drift-broker-0"))["image"] == "example.com/other:1"
+    operator.wait("the template put back", _settled(kube, "drift", sts,
+                                                    lambda: _broker(_sts(kube, "drift-broker-0"))["image"] == image))
 
 
 def test_a_storage_change_does_not_hold_back_an_image_change(kube, operator):

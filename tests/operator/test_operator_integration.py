@@ -108,6 +108,9 @@ def _record_operator_request(request) -> None:
                            request.params)
     if perm is not None:
         OPERATOR_USED.setdefault(perm, f"{perm[2]} {request.url.path}")
+        created = rbac.apply_implies_create(perm, request.headers.get("Content-Type") or "")
+        if created is not None:
+            OPERATOR_USED.setdefault(created, f"create by server-side apply: {request.url.path}")
         if perm[2] in ("create", "update", "patch"):
             for implied in rbac.owner_finalizer_permissions(request.data):
                 OPERATOR_USED.setdefault(implied, f"blockOwnerDeletion in {request.url.path}")

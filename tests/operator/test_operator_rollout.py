@@ -204,14 +204,17 @@ def test_a_reverted_storage_change_is_ready_again():
     assert p.ready and not p.blocked
 
 
-def test_objects_in_step_are_refreshed_every_pass_statefulsets_and_budgets_are_not():
+def test_objects_in_step_are_refreshed_every_pass_budgets_are_not():
     """Issue 18, item 3: re-applying what is in place is a no-op with server-side apply, and a
-    Service or ConfigMap deleted by hand comes back on the next pass."""
+    Service or ConfigMap deleted by hand, or a template edited by hand, comes back next pass."""
     objs = desired()
     p = rollout.plan(objs, live_from(objs))
     assert p.ready and p.apply == ()
-    assert names(p.refresh) == [n for n in names(objs)
-                                if not n.startswith(("StatefulSet/", "PodDisruptionBudget/"))]
+    assert sorted(names(p.refresh)) == sorted(n for n in names(objs) if not n.startswith("PodDisruptionBudget/"))
+    assert sts_of(p.refresh, "demo-broker-0") == sts_of(objs, "demo-broker-0")
+    # a StatefulSet is re-applied only once it and every earlier one are settled (one roll at a time)
+    p = rollout.plan(objs, live_from(objs, ready={"demo-broker-0": 0}))
+    assert [o["metadata"]["name"] for o in p.refresh if o["kind"] == "StatefulSet"] == ["demo-namesrv"]
     # a stage waiting for its turn keeps its old objects until then
     new = desired(image="tidemq:2")
     p = rollout.plan(new, live_from(objs))

@@ -48,6 +48,15 @@ def permission(method: str, path: str, query: Mapping[str, str]) -> Permission |
     return group, resource, verb
 
 
+def apply_implies_create(perm: Permission | None, content_type: str) -> Permission | None:
+    """Server-side apply (PATCH ``application/apply-patch+yaml``) creates a missing object, and the
+    API server then also authorizes ``create`` (k8s.io/apiserver, handlers/patch.go: the create
+    validation runs with the create authorizer attributes): the ``create`` a recorded apply needs."""
+    if perm is None or perm[2] != "patch" or "/" in perm[1] or not content_type.startswith("application/apply-patch"):
+        return None
+    return perm[0], perm[1], "create"
+
+
 def granted(rules: Iterable[Mapping]) -> set[Permission]:
     return {(g, r, v) for rule in rules for g in rule.get("apiGroups", [])
             for r in rule.get("resources", []) for v in rule.get("verbs", [])}
