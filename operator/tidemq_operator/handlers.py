@@ -430,7 +430,7 @@ async def cluster_pass(config: OperatorConfig, metrics: OperatorMetrics, body: k
                 to_apply = [o for st in rollout.stages(to_apply) if st.name not in holds for o in st.objects]
             # broker groups above spec.brokers.groups drain, then go (tidemq.operator.scalein)
             scale = await scaleinops.scale_in(cluster, namespace, config.client_config,
-                                              min(config.admin_timeout, 10.0), config.drain_grace)
+                                              min(config.admin_timeout, 10.0), config.drain_grace, pool)
             applied = (await asyncio.to_thread(_apply_objects, to_apply, namespace) if to_apply else [])
             # drift repair: what is in step with the spec but differs or is gone is applied again
             repaired = await asyncio.to_thread(apply.refresh, list(decision.refresh), namespace, live)

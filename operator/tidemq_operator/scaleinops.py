@@ -33,7 +33,7 @@ from typing import Any
 from tidemq.client.admin import Admin
 from tidemq.client.config import ClientConfig
 from tidemq.errors import BrokerError, TideMQError
-from tidemq.operator import brokers, groupops, grouproll, rollout, scalein, workloads
+from tidemq.operator import adminpool, brokers, groupops, grouproll, rollout, scalein, workloads
 from tidemq.operator.scalein import Action, GroupStep, Observation
 from tidemq.remoting import ResponseCode
 
@@ -234,9 +234,11 @@ async def _restore(c: dict[str, Any], sts: str, namespace: str, replicated: bool
 
 
 async def scale_in(cluster: dict[str, Any], namespace: str, client_config: ClientConfig, timeout: float,
-                   grace: float, clock: Callable[[], float] = time.time) -> ScaleInReport:
-    """One scale-in pass over a managed Cluster (its body as a mapping, status included);
-    ``clock`` gives the epoch seconds the drain grace is measured in."""
+                   grace: float, pool: adminpool.AdminPool | None = None,
+                   clock: Callable[[], float] = time.time) -> ScaleInReport:
+    """One scale-in pass over a managed Cluster (its body as a mapping, status included), through
+    the Cluster's pooled admin connection (``pool``; None: one of its own); ``clock`` gives the
+    epoch seconds the drain grace is measured in."""
     report = ScaleInReport()
     c = workloads.cluster_with_defaults(cluster)
     spec = c["spec"]
@@ -258,7 +260,8 @@ async def scale_in(cluster: dict[str, Any], namespace: str, client_config: Clien
         return report
     known = {r.get("name") for r in rows if isinstance(r, Mapping)} if isinstance(rows, list) else set()
     since = scalein.since_of(rows)
-    async with Admin(brokers.name_servers_of(cluster), client_config) as admin:
+    async with adminpool.borrow(pool, brokers.name_servers_of(cluster), client_config) as view:
+        admin = view.admin
         for sts in restore:
             replicated = rollout.is_replicated(live.get(sts) or {})
             await _restore(c, sts, namespace, replicated, admin, timeout, rows, report)
