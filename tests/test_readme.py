@@ -111,6 +111,8 @@ def check_tidemq(args: list[str]) -> str | None:
     cmd: click.Command = cli
     path = ["tidemq"]
     while isinstance(cmd, click.Group):
+        if cmd.invoke_without_command and (not args or args[0].startswith("-")):
+            break  # a group that runs itself (`tidemq operator -A`) takes its own options
         if not args:
             return f"`{' '.join(path)}` needs a subcommand"
         sub = cmd.get_command(click.Context(cmd), args[0])

@@ -44,8 +44,8 @@ Invariants:
   at most one roll step per group (:mod:`tidemq.operator.groupops`): status.groups,
   status.replication, the ReplicasInSync condition, RollBlocked / ReplicaRoll Events; a group
   that shrinks is held back until its master has moved onto a replica that stays.
-- HA: run two replicas with kopf peering (``tidemq operator --peering NAME``, the KopfPeering
-  CRD installed); only the replica with the highest priority acts, the other stays paused.
+- HA: ``tidemq operator`` runs kopf (and so these handlers) only on the replica that holds the
+  leader election's Lease (:mod:`tidemq.operator.leader`); the others stand by.
 """
 
 from __future__ import annotations
