@@ -4,8 +4,9 @@
 (tidemq.broker.store.index.put_entries_py). Same bytes in the mappings, same results: the
 differential tests in tests/broker/store/test_dispatch_twins.py prove it.
 
-Every access to a mapping goes through a bounds-checked typed memoryview; positions come from the
-caller's file geometry (a unit or entry past the mapping raises IndexError, never writes outside).
+Each call checks once that every position it will write lies inside the mapping (IndexError
+otherwise, before any write), then writes through a pointer: a bounds-checked memoryview passed
+to the per-field helpers cost more than the Python twin's pack_into (300 vs 170 ns per unit).
 """
 
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
@@ -41,26 +42,32 @@ cdef inline uint32_t _crc(uint32_t crc, const char* p, Py_ssize_t n):
     return crc ^ 0xFFFFFFFF
 
 
-cdef inline void _put32(unsigned char[::1] m, Py_ssize_t p, uint32_t v):
-    m[p] = v >> 24
-    m[p + 1] = (v >> 16) & 0xFF
-    m[p + 2] = (v >> 8) & 0xFF
-    m[p + 3] = v & 0xFF
+cdef inline void _put32(unsigned char* m, uint32_t v) noexcept:
+    m[0] = v >> 24
+    m[1] = (v >> 16) & 0xFF
+    m[2] = (v >> 8) & 0xFF
+    m[3] = v & 0xFF
 
 
-cdef inline void _put64(unsigned char[::1] m, Py_ssize_t p, int64_t v):
-    _put32(m, p, <uint32_t>((<uint64_t>v) >> 32))
-    _put32(m, p + 4, <uint32_t>((<uint64_t>v) & 0xFFFFFFFF))
+cdef inline void _put64(unsigned char* m, int64_t v) noexcept:
+    _put32(m, <uint32_t>((<uint64_t>v) >> 32))
+    _put32(m + 4, <uint32_t>((<uint64_t>v) & 0xFFFFFFFF))
 
 
-cdef inline int32_t _get32(unsigned char[::1] m, Py_ssize_t p):
-    return <int32_t>((<uint32_t>m[p] << 24) | (<uint32_t>m[p + 1] << 16) | (<uint32_t>m[p + 2] << 8) | m[p + 3])
+cdef inline int32_t _get32(const unsigned char* m) noexcept:
+    return <int32_t>((<uint32_t>m[0] << 24) | (<uint32_t>m[1] << 16) | (<uint32_t>m[2] << 8) | m[3])
 
 
 def write_units(mm, Py_ssize_t pos, int64_t phys, records, Py_ssize_t start, Py_ssize_t n):
     """Units of ``records[start:start + n]`` (back to back from CommitLog offset ``phys``) at byte
-    ``pos`` of a consume-queue mapping; returns the CommitLog offset after them."""
+    ``pos`` of a consume-queue mapping; returns the CommitLog offset after them. Units that would
+    not fit the mapping raise IndexError before anything is written."""
     cdef unsigned char[::1] m = mm
+    if n <= 0:
+        return phys
+    if pos < 0 or pos + n * 20 > m.shape[0]:
+        raise IndexError(f"{n} consume-queue units at byte {pos} do not fit a {m.shape[0]}-byte file")
+    cdef unsigned char* o = &m[pos]  # [pos, pos + n * 20) is inside (checked above)
     cdef Py_ssize_t i
     cdef int32_t size
     cdef int64_t code
@@ -68,31 +75,31 @@ def write_units(mm, Py_ssize_t pos, int64_t phys, records, Py_ssize_t start, Py_
         r = records[i]
         size = r.total
         code = r.tags_code
-        _put64(m, pos, phys)
-        _put32(m, pos + 8, <uint32_t>size)
-        _put64(m, pos + 12, code)
-        pos += 20
+        _put64(o, phys)
+        _put32(o + 8, <uint32_t>size)
+        _put64(o + 12, code)
+        o += 20
         phys += size
     return phys
 
 
-cdef inline int _entry(unsigned char[::1] m, int64_t slots, Py_ssize_t entries_at, int64_t count,
-                       int32_t h, int64_t phys, int64_t diff) except -1:
-    """One entry (IndexFile.put without its header bookkeeping); ``count`` is the new entry's index."""
+cdef inline void _entry(unsigned char* m, int64_t slots, Py_ssize_t entries_at, int64_t count,
+                        int32_t h, int64_t phys, int64_t diff) noexcept:
+    """One entry (IndexFile.put without its header bookkeeping); ``count`` is the new entry's
+    index. The caller checked that the file holds every slot and entry position."""
     cdef int64_t ah = h
     if ah < 0:
         ah = -ah
-    cdef Py_ssize_t slot_pos = HEADER_SIZE + (ah % slots) * 4
-    cdef int64_t prev = _get32(m, slot_pos)
+    cdef unsigned char* slot = m + HEADER_SIZE + (ah % slots) * 4
+    cdef int64_t prev = _get32(slot)
     if not 0 <= prev < count:
         prev = 0
-    cdef Py_ssize_t e = entries_at + count * 20
-    _put32(m, e, <uint32_t>h)
-    _put64(m, e + 4, phys)
-    _put32(m, e + 12, <uint32_t>diff)
-    _put32(m, e + 16, <uint32_t>prev)
-    _put32(m, slot_pos, <uint32_t>count)
-    return 0
+    cdef unsigned char* e = m + entries_at + count * 20
+    _put32(e, <uint32_t>h)
+    _put64(e + 4, phys)
+    _put32(e + 12, <uint32_t>diff)
+    _put32(e + 16, <uint32_t>prev)
+    _put32(slot, <uint32_t>count)
 
 
 cdef inline int32_t _key_hash(uint32_t prefix, str key) except? -1:
@@ -105,10 +112,14 @@ def put_entries(f, str topic, records, Py_ssize_t start, int64_t phys, int64_t s
     """Index entries of ``records[start:]`` into IndexFile ``f`` as IndexService.add puts them,
     stopping before the first record whose entries do not all fit ``f``; updates ``f``'s count
     and bounds. Returns (records done, CommitLog offset after them, entries written)."""
-    cdef unsigned char[::1] m = f.mf.mm
+    cdef unsigned char[::1] view = f.mf.mm
     cdef int64_t slots = f.slots
     cdef Py_ssize_t entries_at = f._entries_at
     cdef int64_t count = f.count, max_entries = f.max_entries
+    if (slots <= 0 or entries_at != HEADER_SIZE + slots * 4 or max_entries < 1
+            or entries_at + max_entries * 20 > view.shape[0]):
+        raise IndexError(f"index file {f.mf.path} is smaller than its {slots} slots and {max_entries} entries")
+    cdef unsigned char* m = &view[0]  # every slot and entry position is inside (checked above)
     cdef int64_t begin_ts = f.begin_ts, begin_phy = f.begin_phy, end_phy = f.end_phy, end_ts = f.end_ts
     cdef Py_ssize_t n = len(records), i = start, need, written = 0
     cdef Py_ssize_t tn

@@ -11,6 +11,8 @@ bytes, sizes that do not add up, no room left in the mapping) is handed to the P
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+import zlib
+
 from tidemq.message import MESSAGE_MAGIC
 
 cdef uint32_t _MAGIC = MESSAGE_MAGIC
@@ -41,7 +43,7 @@ cdef inline bint _i64(object v, int64_t* out):
 
 
 cdef inline bint _i32(object v, int32_t* out):
-    cdef int64_t x
+    cdef int64_t x = 0
     if not _i64(v, &x) or x < -0x80000000 or x > 0x7FFFFFFF:
         return False
     out[0] = <int32_t>x
@@ -119,3 +121,89 @@ def encode_run(fallback, mm, Py_ssize_t pos, pending, int64_t q, int64_t step, i
         phys += total
         q += step
     return pos
+
+
+# ---------------------------------------------------------------------------------------------
+# RecordEncoder._prepare (the twin: writer.RecordEncoder._prepare_py)
+
+cdef object _w = None  # tidemq.broker.store.writer, imported at the first call (it imports this module)
+cdef Py_ssize_t _SIZE_BUT_TEXTS = 0, _MAX_PROPS = 0, _CACHE_LIMIT = 0
+cdef object _HOST_V6_FLAGS = None
+_crc32 = zlib.crc32
+
+
+cdef _bind():
+    global _w, _SIZE_BUT_TEXTS, _MAX_PROPS, _CACHE_LIMIT, _HOST_V6_FLAGS
+    from tidemq.broker.store import writer
+    _SIZE_BUT_TEXTS = writer._SIZE_BUT_TEXTS
+    _MAX_PROPS = writer.MAX_PROPERTIES_LENGTH
+    _CACHE_LIMIT = writer._CACHE_LIMIT
+    _HOST_V6_FLAGS = writer._HOST_V6_FLAGS
+    _w = writer
+
+
+def prepare(self, req, topic_tail, born, store, host_flags, extra):
+    """RecordEncoder._prepare, compiled: the properties encoded straight to UTF-8 bytes, the
+    Pending filled without Python frames. Anything unusual (a body that is not bytes or is too
+    big, properties that are not a dict of str, that do not encode or are too long) goes to the
+    twin, which gives the same Pending or the same refusal."""
+    if _w is None:
+        _bind()
+    body = req.body
+    props_dict = req.properties
+    if type(body) is not bytes or type(props_dict) is not dict or len(body) > self.max_message_size:
+        return self._prepare_py(req, topic_tail, born, store, host_flags, extra)
+    cdef bytearray buf
+    cdef bint first = True
+    if props_dict:
+        buf = bytearray()
+        for k, v in (<dict>props_dict).items():
+            if type(k) is not str or type(v) is not str:
+                return self._prepare_py(req, topic_tail, born, store, host_flags, extra)
+            if not k or not v:  # encode_properties leaves out empty names and values
+                continue
+            try:
+                bk = (<str>k).encode("utf-8")
+                bv = (<str>v).encode("utf-8")
+            except UnicodeEncodeError:
+                return self._prepare_py(req, topic_tail, born, store, host_flags, extra)
+            if not first:
+                buf += b"\x02"
+            buf += bk
+            buf += b"\x01"
+            buf += bv
+            first = False
+        props = bytes(buf)
+        if len(props) > _MAX_PROPS:
+            return self._prepare_py(req, topic_tail, born, store, host_flags, extra)
+    else:
+        props = b""
+    Pending = _w.Pending
+    p = Pending.__new__(Pending)
+    p.req = req
+    p.topic_tail = topic_tail
+    p.props = props
+    p.born = born
+    p.born_port = req.born_host[1]
+    p.store = store
+    p.store_port = req.store_host[1]
+    p.sys_flag = (req.sys_flag & ~_HOST_V6_FLAGS) | host_flags
+    p.total = _SIZE_BUT_TEXTS + len(body) + len(topic_tail) + len(props) + extra
+    p.crc = _crc32(body) & 0x7FFFFFFF
+    code = req.tags_code
+    if code is None:
+        tags = (<dict>props_dict).get("TAGS")
+        if tags:
+            cache = self._tags
+            code = cache.get(tags)
+            if code is None:
+                code = _w.tags_code(tags)
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[tags] = code
+        else:
+            code = 0
+    p.tags_code = code
+    p.keys = (<dict>props_dict).get("KEYS")
+    p.uniq = (<dict>props_dict).get("UNIQ_KEY")
+    return p

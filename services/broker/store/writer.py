@@ -124,8 +124,11 @@ class RecordEncoder:
             extra += 12
         return topic_tail, born, store, host_flags, extra
 
-    def _prepare(self, req: PutRequest, topic_tail: bytes, born: bytes, store: bytes, host_flags: int,
-                 extra: int) -> Pending | PutResult:
+    def _prepare_py(self, req: PutRequest, topic_tail: bytes, born: bytes, store: bytes, host_flags: int,
+                    extra: int) -> Pending | PutResult:
+        """A request as a Pending record (or why not), its batch's common part given. The
+        reference; ``_prepare`` is ``_writer_c.prepare`` when that is built (same results,
+        test_compiled_twins.py), which hands anything unusual back to this method."""
         body = req.body
         if len(body) > self.max_message_size:
             return illegal(PutStatus.MESSAGE_ILLEGAL,
@@ -165,6 +168,8 @@ class RecordEncoder:
         p.keys = props_dict.get(Prop.KEYS)
         p.uniq = props_dict.get("UNIQ_KEY")
         return p
+
+    _prepare = _prepare_py  # the compiled twin replaces it below when built
 
     def prepare_batch(self, reqs: list[PutRequest]) -> tuple[list[Pending], int] | PutResult:
         """Validate a whole batch (one topic and queue, no half messages) before any write."""
@@ -255,3 +260,5 @@ def encode_run_py(mm: mmap.mmap, pos: int, pending: Sequence[Pending], q: int, s
 _c = compiled.load("tidemq.broker.store._writer_c")
 encode_run: Callable[[mmap.mmap, int, Sequence[Pending], int, int, int, int], int] = (
     partial(_c.encode_run, encode_into) if _c is not None else encode_run_py)
+if _c is not None:
+    RecordEncoder._prepare = _c.prepare

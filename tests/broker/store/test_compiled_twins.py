@@ -356,3 +356,53 @@ def test_pull_reads_answer_as_with_the_twin(filled, qid: int, offset: int, max_m
     got = [reader.get_messages(cq, store._commitlog, offset, max_msgs, tag_codes, max_bytes, visible_end,
                                collect=fn) for fn in (_reader_c.collect, collect_py)]
     assert got[0] == got[1]
+
+
+# ------------------------------------------------------------------------------ record preparation
+
+_odd_props = st.dictionaries(
+    st.one_of(_names, _text, st.just("\ud800")),
+    st.one_of(_text, st.just(""), st.just("\udc00"), st.text(min_size=0, max_size=3).map(lambda t: t * 9000)),
+    max_size=5)
+
+
+def _prepared_view(x: object) -> object:
+    if isinstance(x, Pending):
+        return tuple(getattr(x, k) for k in Pending.__slots__)
+    return (type(x), getattr(x, "status", None), getattr(x, "remark", None))
+
+
+def _prepare_outcome(enc: RecordEncoder, fn, req: PutRequest) -> object:
+    common = enc._common(req)
+    if not isinstance(common, tuple):
+        return _prepared_view(common)
+    try:
+        return _prepared_view(fn(enc, req, *common))
+    except UnicodeEncodeError as exc:  # lone surrogates in properties: the twin raises too
+        return (type(exc), str(exc))
+
+
+@given(st.lists(st.tuples(st.one_of(st.binary(max_size=80), st.just(bytearray(b"ba")), st.just(b"x" * 300)),
+                          _odd_props, st.one_of(st.none(), _int_any), st.sampled_from([0, 1, 4, 8, 0x30])),
+                min_size=1, max_size=6))
+def test_requests_are_prepared_as_by_the_twin(cases: list) -> None:
+    a, b = RecordEncoder(256), RecordEncoder(256)  # bodies over 256 bytes are refused
+    for body, props, code, flag in cases:
+        req = PutRequest("T", 0, body, props, sys_flag=flag, tags_code=code,
+                         born_host=("::1", 5), store_host=("10.0.0.1", 6))
+        assert _prepare_outcome(a, _writer_c.prepare, req) == _prepare_outcome(b, RecordEncoder._prepare_py, req)
+    assert a._tags == b._tags
+
+
+def test_plain_requests_are_prepared_without_the_twin() -> None:
+    handed: list[PutRequest] = []
+
+    class Counting(RecordEncoder):
+        def _prepare_py(self, req, *common):  # type: ignore[no-untyped-def]
+            handed.append(req)
+            return super()._prepare_py(req, *common)
+
+    enc, ref = Counting(1 << 20), RecordEncoder(1 << 20)
+    req = PutRequest("T", 0, b"body", {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "u", "x": ""})
+    got = _writer_c.prepare(enc, req, *enc._common(req))
+    assert handed == [] and _prepared_view(got) == _prepared_view(ref._prepare_py(req, *ref._common(req)))
