@@ -247,10 +247,10 @@ async def _serve(run_kopf: Any, leader: Any, liveness: str, manage_crds: bool) -
     from tidemq import __version__  # noqa: PLC0415
 
     client = _kube_client() if (leader or manage_crds) else None
-    elector = None
+    elector = store = None
     if leader is not None:
-        elector = LeaderElector(leader, KubernetesLeaseStore(client, leader.name, leader.namespace,
-                                                             leader.request_timeout))
+        store = KubernetesLeaseStore(client, leader.name, leader.namespace, leader.request_timeout)
+        elector = LeaderElector(leader, store)
     running = [False]  # without an election: ready once kopf runs
 
     async def lead() -> None:
@@ -292,6 +292,8 @@ async def _serve(run_kopf: Any, leader: Any, liveness: str, manage_crds: bool) -
     finally:
         if health is not None:
             await health.close()
+        if store is not None:
+            store.close()
 
 
 def _exit_now(code: int) -> NoReturn:
