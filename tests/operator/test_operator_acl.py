@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import kubernetes_validate
 import pytest
@@ -11,7 +12,7 @@ from tests.operator.test_operator_workloads import _arg, _by, _cluster, _contain
 from tidemq.cli.operator import operator_cmd
 from tidemq.cli.servers import broker_cmd
 from tidemq.client.config import ClientConfig
-from tidemq.operator import crds
+from tidemq.operator import adminpool, crds
 from tidemq.operator import workloads as w
 
 
@@ -65,7 +66,11 @@ def test_operator_signs_broker_calls_with_its_acl_credentials(monkeypatch):
     monkeypatch.setenv("TIDEMQ_OPERATOR_SECRET_KEY", "operator-secret-1")
     params = operator_cmd.make_context("operator", ["--all-namespaces"]).params
     assert params["access_key"] == "operatorKey1" and params["secret_key"] == "operator-secret-1"
+    # every pass borrows its connection from the admin pool with the operator's client config
     src = inspect.getsource(handlers)
-    assert src.count("Admin(servers, config.client_config") == 4 and "Admin(servers)" not in src
+    borrows = re.findall(r"adminpool\.borrow\(pool, [^,]+, ([^,)]+)", src)
+    assert len(borrows) == 6 and set(borrows) == {"config.client_config"} and "Admin(" not in src
+    pool_src = inspect.getsource(adminpool)
+    assert pool_src.count("Admin(list(servers), config, namesrv_credentials=namesrv_credentials)") == 2
     cfg = handlers.OperatorConfig(client_config=ClientConfig(access_key="operatorKey1", secret_key="operator-secret-1"))
     assert "operator-secret-1" not in repr(cfg)
