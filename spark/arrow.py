@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -271,11 +271,12 @@ def _to_batch_py(cols: _ColumnsPy, topic: str, broker: str, queue_id: int) -> pa
 
 # -- the compiled twin's batches: its buffers wrapped as they are ----------------------------------
 
-def _from_binary(column: tuple, n: int, kind: pa.DataType = pa.binary()) -> pa.Array:
+def _from_binary(column: tuple, n: int) -> pa.Array:
+    """A binary array of the compiled Columns' (validity, null count, offsets, data, overflowed)."""
     valid, nulls, offsets, data, overflow = column
     if overflow:
         raise CodecError("one Arrow batch would exceed 2 GiB; lower pullBatchSize")
-    return pa.Array.from_buffers(kind, n, [None if valid is None else pa.py_buffer(valid),
+    return pa.Array.from_buffers(pa.binary(), n, [None if valid is None else pa.py_buffer(valid),
                                            pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=nulls)
 
