@@ -24,6 +24,7 @@ import pytest
 kmock = pytest.importorskip("kmock")
 kubernetes = pytest.importorskip("kubernetes")
 
+from tests.charts import test_chart  # noqa: E402
 from tests.procs import tidemq_cmd  # noqa: E402
 from tests.support.kube import ThreadedEmulator  # noqa: E402
 from tests.support.kube_cas import build_cas_emulator, kubeconfig_text  # noqa: E402
@@ -42,6 +43,7 @@ from tidemq.operator.crdupgrade import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
+helm_python, kubeconfig = test_chart.helm_python, test_chart.kubeconfig  # the Helm fixtures, shared
 
 NAMES = {kind: crds.load_crd(kind)["metadata"]["name"] for kind in crds.KINDS}
 
@@ -191,3 +193,22 @@ def test_the_elected_operator_applies_its_crds_at_start(emulator, tmp_path: Path
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_chart_grants_exactly_what_the_upgrade_uses(emulator, request):
+    """ensure_crds' calls (create one, read and patch the others by name) against the chart's
+    ClusterRole for operator.manageCRDs."""
+    from tests.charts.test_chart_hooks import render_with_hooks  # noqa: PLC0415 (needs the Helm fixtures)
+    from tests.support import rbac  # noqa: PLC0415
+
+    _threaded, client, emu = emulator
+    kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(crds.load_crd("Topic"))
+    emu.seen.clear()
+    ensure_crds(client, __version__)  # creates two, upgrades one
+    used = {rbac.permission(method, path, query) for _token, method, path, query in emu.seen} - {None}
+    objs, _hooks = render_with_hooks(request.getfixturevalue("helm_python"), request.getfixturevalue("kubeconfig"),
+                                     "crdrbac", {"cluster": {"enabled": False}})
+    [role] = [o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-crds")]
+    assert rbac.granted(role["rules"]) == used
+    named = {n for rule in role["rules"] for n in rule.get("resourceNames", [])}
+    assert named == set(NAMES.values())

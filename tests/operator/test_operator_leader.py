@@ -32,6 +32,7 @@ kmock = pytest.importorskip("kmock")
 kubernetes = pytest.importorskip("kubernetes")
 pytest.importorskip("kopf")
 
+from tests.charts import test_chart  # noqa: E402
 from tests.procs import free_port, tidemq_cmd  # noqa: E402
 from tests.support.kube import ThreadedEmulator  # noqa: E402
 from tests.support.kube_cas import build_cas_emulator, kubeconfig_text  # noqa: E402
@@ -49,6 +50,7 @@ from tidemq.operator.leader import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
+helm_python, kubeconfig = test_chart.helm_python, test_chart.kubeconfig  # the Helm fixtures, shared
 
 NS = "default"
 WALL = datetime.datetime(2026, 11, 26, 7, 0, tzinfo=datetime.UTC)
@@ -354,3 +356,20 @@ def test_a_leader_that_finds_another_holder_exits_at_once(emulator, tmp_path):
         assert "op-d lost Lease default/stolen: intruder holds it" in log and "Traceback" not in log, log
     finally:
         op.stop()
+
+
+def test_the_chart_grants_exactly_the_lease_calls_the_operators_made(emulator, request):
+    """The operator processes above (tokens op-*) asked for leases: exactly what the chart's
+    leader election Role grants (create; get and patch of its Lease by name)."""
+    from tests.charts.test_chart_hooks import render_with_hooks  # noqa: PLC0415 (needs the Helm fixtures)
+    from tests.support import rbac  # noqa: PLC0415
+
+    used = {rbac.permission(method, path, query) for token, method, path, query in emulator.emu.seen
+            if token.startswith("op-")}
+    used = {p for p in used if p is not None and p[0] == "coordination.k8s.io"}
+    if not used:
+        pytest.skip("the operator processes of this module did not run")
+    objs, _hooks = render_with_hooks(request.getfixturevalue("helm_python"), request.getfixturevalue("kubeconfig"),
+                                     "leaserbac", {"cluster": {"enabled": False}})
+    [role] = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"].endswith("-leader-election")]
+    assert rbac.granted(role["rules"]) == used == {("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")}
