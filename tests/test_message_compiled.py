@@ -1,7 +1,8 @@
 """The compiled message codecs (tidemq/_message_c.pyx) against their pure-Python twins in
 tidemq.message: ``decode_records`` gives equal messages (every field, lazy ones included) or the
-same error, ``encode_batch`` the same bytes and ``encode_properties`` the same text, or the same
-error, on any input, hostile input and the fuzz corpora included.
+same error, ``encode_batch`` the same bytes, ``encode_properties`` the same text and
+``decode_properties`` the same dict, or the same error, on any input, hostile input and the fuzz
+corpora included.
 
 Needs the extension: skipped, with the reason, in a ``TIDEMQ_NO_EXTENSIONS=1`` run or where it
 was not built (the rest of the suite then tests the Python twins alone).
@@ -104,6 +105,7 @@ def test_the_compiled_twins_are_the_ones_that_run():
     assert message.decode_records is message._c.decode_records
     assert message.encode_batch is message._c.encode_batch
     assert message.encode_properties is message._c.encode_properties
+    assert message.decode_properties is message._c.decode_properties
 
 
 # -- decode_records ------------------------------------------------------------------------------
@@ -276,3 +278,47 @@ def test_unusual_properties_encode_alike(props):
 @given(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=8))
 def test_random_properties_encode_alike(props):
     assert_property_encoders_agree(props)
+
+
+# -- decode_properties ---------------------------------------------------------------------------
+
+
+def assert_property_decoders_agree(data) -> tuple:
+    py = _outcome(message._decode_properties_py, data)
+    c = _outcome(message._c.decode_properties, data)
+    assert c == py
+    if c[0] == "ok":
+        assert list(c[1].items()) == list(py[1].items())  # the same order too
+        assert all(type(k) is str and type(v) is str for k, v in c[1].items())
+    return c
+
+
+@pytest.mark.parametrize("data", [
+    "", "\x02", "\x01", "\x01\x02", "a\x01b", "a\x01b\x02", "\x02a\x01b\x02\x02",
+    "a\x01b\x02a\x01c\x02d\x01e\x02a\x01f",  # a repeated name: first place, last value
+    "a\x01\x02\x01b\x02c", "a\x01b\x01c\x02d\x01\x01",  # empty parts; values holding \x01
+    "k\u00e9\x01\U0001f600\x02\u0100\x01x", "k\x01\ud800",  # wide characters, a lone surrogate
+    b"", b"a\x01b\x02c\x01d", b"a\x01\xff", b"a\x01\xed\xa0\x80", b"\xc0\xaf\x01x", b"a\x01\xe2\x82",
+    bytearray(b"a\x01b"), memoryview(b"a\x01b"), bytearray(b"\xff"), 3, None, ["a"],
+    type("Text", (str,), {"split": lambda self, sep: ["x\x01y"]})("a\x01b"),
+])
+def test_unusual_property_texts_decode_alike(data):
+    assert_property_decoders_agree(data)
+
+
+def test_the_fuzz_corpus_of_properties_decodes_alike():
+    files = sorted((CORPUS / "properties").iterdir())
+    assert files
+    for path in files:
+        raw = path.read_bytes()
+        assert_property_decoders_agree(raw)
+        assert_property_decoders_agree(raw.decode("utf-8", "replace"))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(st.sampled_from("ab\x01\x02\u00e9\U0001f600"), max_size=24)
+       | st.binary(max_size=24) | st.text(max_size=24))
+def test_random_property_texts_decode_alike(data):
+    assert_property_decoders_agree(data)
+    if isinstance(data, str):
+        assert_property_decoders_agree(data.encode("utf-8", "surrogatepass"))

@@ -1,13 +1,15 @@
 """Compiled twins of :mod:`tidemq.message`'s client hot paths (bench/client_decode.py):
 ``decode_records`` (pull bodies to lazy MessageExt objects), ``encode_batch`` (SEND_BATCH_MESSAGE
-bodies) and ``encode_properties`` (every send, client and broker).
+bodies), ``encode_properties`` (every send, client and broker) and ``decode_properties`` (a
+message's properties when read: tag filters, the broker's send path).
 
 Same signatures, results and errors as the Python functions, which stay the reference and the
 fallback: a record that is not on the fast path (IPv6 hosts, anything that fails a check) is handed
 to the same Python ``decode_record`` the twin calls, which decodes it or raises its CodecError; a
 batch element that is not (int flag, bytes body, str properties) within the wire's ranges makes the
-whole batch go through the Python ``encode_batch``, and properties that are not a dict of str to
-str go through the Python ``encode_properties``, which encode them or raise their errors. Every read
+whole batch go through the Python ``encode_batch``, properties that are not a dict of str to str
+go through the Python ``encode_properties`` and properties text that is neither str nor bytes
+through the Python ``decode_properties``, which handle them or raise their errors. Every read
 of a record is bounds-checked against the body before it happens. tidemq.message is imported
 lazily (it imports this module while it loads).
 """
@@ -266,3 +268,36 @@ def encode_properties(props):
             PyUnicode_CopyCharacters(out, at + 1, <object>v, 0, vn)
             at += 1 + vn
     return out
+
+
+cdef extern from "Python.h":
+    Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end,
+                                  int direction) except -2
+    object PyUnicode_Substring(object s, Py_ssize_t start, Py_ssize_t end)
+
+
+def decode_properties(data):
+    """Parse ``k\\x01v\\x02k\\x01v`` into a dict, pairs without a name, value or separator left
+    out: tidemq.message.decode_properties' twin (anything but str or bytes goes to it)."""
+    cdef Py_ssize_t n, i = 0, j, sep
+    cdef dict out = {}
+    if data.__class__ is bytes:
+        try:
+            data = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), NULL)
+        except UnicodeDecodeError:
+            raise _deps().CodecError("properties are not UTF-8") from None
+    elif data.__class__ is not str:
+        return _deps()._decode_properties_py(data)
+    n = PyUnicode_GET_LENGTH(data)
+    if not n:
+        return out
+    while True:
+        j = PyUnicode_FindChar(data, 2, i, n, 1)
+        if j < 0:
+            j = n
+        sep = PyUnicode_FindChar(data, 1, i, j, 1)
+        if sep > i and j > sep + 1:  # a name, a separator and a value
+            out[PyUnicode_Substring(data, i, sep)] = PyUnicode_Substring(data, sep + 1, j)
+        if j == n:
+            return out
+        i = j + 1

@@ -76,10 +76,11 @@ class Prop:
 # properties
 
 
-def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
+def _decode_properties_py(data: str | bytes | memoryview) -> dict[str, str]:
     """Parse ``k\\x01v\\x02k\\x01v`` (Java: no trailing separator; cpp: one after every pair).
 
     Entries with an empty name or value, or without a separator, are skipped as both clients do.
+    ``decode_properties`` is this function or its compiled twin (end of module).
     """
     if not isinstance(data, str):
         try:
@@ -800,8 +801,10 @@ def local_ip_bytes() -> bytes:
 decode_records = _decode_records_py
 encode_batch = _encode_batch_py
 encode_properties = _encode_properties_py
+decode_properties = _decode_properties_py
 _c = compiled.load("tidemq._message_c")
 if _c is not None:
     decode_records = _c.decode_records
     encode_batch = _c.encode_batch
     encode_properties = _c.encode_properties
+    decode_properties = _c.decode_properties
