@@ -13,7 +13,8 @@ pre-delete hook (a Job), while the operator still runs:
    Event on the object says that the topic may remain on the brokers.
 
 Invariants: only objects of the release are deleted or patched; the command ends within about
-``timeout`` plus a few API calls; every step is idempotent (a re-run after a failed hook is safe).
+``timeout`` plus a few API calls; every step is idempotent (a re-run after a failed hook is safe);
+a kind whose CRD is gone counts as cleaned up.
 Clock and sleep are injected.
 """
 
@@ -67,8 +68,13 @@ class Cleanup:
     def _list(self) -> list[dict[str, Any]]:
         out = []
         for kind in KINDS:
-            listed: Any = self._custom.list_namespaced_custom_object(crds.GROUP, crds.VERSION, self.namespace,
-                                                                     crds.PLURALS[kind])
+            try:
+                listed: Any = self._custom.list_namespaced_custom_object(crds.GROUP, crds.VERSION, self.namespace,
+                                                                         crds.PLURALS[kind])
+            except self._errors as exc:
+                if exc.status == 404:  # the CRD is gone: nothing of that kind is left to clean up
+                    continue
+                raise
             items = listed["items"]
             out += [{**o, "kind": kind} for o in items if of_release(o, self.release)]
         return out

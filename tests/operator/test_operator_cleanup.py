@@ -153,3 +153,17 @@ def test_the_hook_role_grants_exactly_what_the_cleanup_uses(emulator, tmp_path, 
     [role] = [h for h in hooks if h["kind"] == "Role"]
     assert rbac.granted(role["rules"]) == used
     assert rbac.risky(used) == []
+
+
+def test_missing_crds_leave_nothing_to_clean_up(tmp_path):
+    """Without the CRDs (deleted by hand before uninstalling) the hook succeeds: nothing is left."""
+    threaded = ThreadedEmulator(lambda: build_cas_emulator(custom=False), name="kmock-nocrds").start()
+    try:
+        kubeconfig_path = tmp_path / "kubeconfig"
+        kubeconfig_path.write_text(kubeconfig_text(threaded.url, "cleanup"))
+        r = subprocess.run(tidemq_cmd("operator", "cleanup", "--release=shop", "--timeout=1"), capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, KUBECONFIG=str(kubeconfig_path)))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "release shop in default: 0 deleted, 0 finalizers released, 0 left" in r.stdout
+    finally:
+        threaded.stop()
