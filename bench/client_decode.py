@@ -7,6 +7,7 @@ KEYS, UNIQ_KEY and WAIT properties, IPv4 hosts) and times, per message, CPU time
 
   decode   tidemq.message.decode_records with a pull's MIN_OFFSET/MAX_OFFSET extra properties
            (what every PullConsumer/PushConsumer pull pays), then reading body and queue offset;
+           and the same followed by a tag subscription's filter (every message's properties parsed);
   encode   tidemq.message.encode_batch of 64 elements (a SEND_BATCH_MESSAGE body), and
            encode_properties of a sent message's four properties (every send);
   spark    tidemq.spark.arrow collect + to_batch into Arrow batches of 8192 rows (the Spark
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tidemq import message  # noqa: E402 (after the sys.path insert)
+from tidemq.client.pull import filter_by_tags  # noqa: E402
 from tidemq.message import encode_properties, encode_record  # noqa: E402
 
 TARGET_DECODE_US = 1.0  # issue 19: client decode <= 1 us per message
@@ -105,6 +107,23 @@ def main() -> int:
     print("|---|---:|---:|---:|")
     _, dec = compare("decode_records (pull body -> MessageExt)", decoding(message._decode_records_py),
                      decoding(compiled.decode_records), args.per_pull, args.rounds)
+    tags = frozenset({"TagA"})
+
+    def filtering(decode: Callable[..., list[message.MessageExt]],
+                  properties: Callable[[str | bytes | memoryview], dict[str, str]]) -> Callable[[], object]:
+        def run() -> object:
+            # MessageExt parses its properties with tidemq.message.decode_properties: point it at
+            # the twin being timed for the run
+            chosen, message.decode_properties = message.decode_properties, properties
+            try:
+                return filter_by_tags(decode(body, extra_properties=extra), tags)
+            finally:
+                message.decode_properties = chosen
+        return run
+
+    compare("decode_records + tag filter (a TagA subscription)",
+            filtering(message._decode_records_py, message._decode_properties_py),
+            filtering(compiled.decode_records, compiled.decode_properties), args.per_pull, args.rounds)
     items = [(0, m.body, encode_properties(m.properties))
              for m in message._decode_records_py(pull_body(64, args.size))]
     compare("encode_batch (64 elements)", lambda: message._encode_batch_py(items),
