@@ -114,7 +114,8 @@ def main() -> int:
         def run() -> object:
             # MessageExt parses its properties with tidemq.message.decode_properties: point it at
             # the twin being timed for the run
-            chosen, message.decode_properties = message.decode_properties, properties
+            chosen = message.decode_properties
+            message.decode_properties = properties  # type: ignore[assignment]
             try:
                 return filter_by_tags(decode(body, extra_properties=extra), tags)
             finally:
