@@ -125,22 +125,32 @@ def test_a_deleted_service_and_a_scaled_statefulset_are_put_back(kube: Kube, dri
 
     wait_for(recreated, REPAIR_TIMEOUT, f"Service {service} recreated", interval=2.0)
 
+    generation = int(kube.get(resources.CLUSTERS, NAME)["metadata"]["generation"])
     kube.kubectl("scale", "statefulset", BROKER, "--replicas=0")
-    seen_not_ready: list[str] = []
+    not_ready: list[str] = []  # the Cluster's Ready while the broker is away (sampled every second)
 
-    def restored() -> dict[str, Any]:
+    def ready_now() -> dict[str, Any]:
         obj = kube.get(resources.CLUSTERS, NAME)
         ready = condition(obj, "Ready") or {}
-        if ready.get("status") != "True":
-            seen_not_ready.append(str(ready.get("reason")))
-        if not _events(kube, "ReplicasRestored"):
-            raise NotYet(f"no ReplicasRestored Event yet; Ready {ready}")
+        if ready.get("status") != "True" and (ready.get("observedGeneration") or 0) >= generation:
+            not_ready.append(f"{ready.get('reason')}: {ready.get('message')}")
+        return ready
+
+    def restored() -> None:
+        ready = ready_now()
         replicas = kube.get("statefulset", BROKER)["spec"]["replicas"]
-        if replicas != 1:
-            raise NotYet(f"{BROKER} at {replicas} replicas")
-        return obj
+        if replicas != 1 or not _events(kube, "ReplicasRestored"):
+            raise NotYet(f"{BROKER} at {replicas} replicas; Ready {ready}")
 
     wait_for(restored, REPAIR_TIMEOUT, f"{BROKER} scaled back to 1", interval=1.0)
-    wait_ready(kube, "the broker pod back")
-    assert seen_not_ready, "the Cluster stayed Ready while its broker was scaled to 0"
+
+    def back() -> None:  # the pod terminates (its grace period), then starts again
+        ready = ready_now()
+        pods = kube.items("pods", selector=BROKERS)
+        if ready.get("status") != "True" or len(pods) != 1 or not pod_ready(pods[0]):
+            raise NotYet(f"Ready {ready}; broker pods {[(p['metadata']['name'], pod_ready(p)) for p in pods]}")
+
+    wait_for(back, READY_TIMEOUT, f"Cluster {NAME} Ready with its broker back", interval=1.0)
+    assert not_ready, "the Cluster stayed Ready while its broker was scaled to 0"
+    assert any(r.startswith(("ReplicasRestored", "WaitingForPods")) for r in not_ready), not_ready
     assert any(BROKER in m for m in _events(kube, "ReplicasRestored"))
