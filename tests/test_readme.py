@@ -113,6 +113,8 @@ def check_tidemq(args: list[str]) -> str | None:
     while isinstance(cmd, click.Group):
         if cmd.invoke_without_command and (not args or args[0].startswith("-")):
             break  # a group that runs itself (`tidemq operator -A`) takes its own options
+        if args and args[0] in {opt for p in cmd.params for opt in p.opts}:
+            break  # the group's own eager option (`tidemq --version`)
         if not args:
             return f"`{' '.join(path)}` needs a subcommand"
         sub = cmd.get_command(click.Context(cmd), args[0])
