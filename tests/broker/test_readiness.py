@@ -9,20 +9,11 @@ tests/operator/test_operator_clusterkey.py.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from tests.support.http import status
 from tests.procs import ServerProcess, free_port, tidemq_cmd
 from tests.support.waiting import wait_until_sync
-
-
-def status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def test_a_broker_is_ready_only_once_a_name_server_took_its_registration(tmp_path: Path) -> None:

@@ -8,25 +8,16 @@ Real processes (tests/procs.py), plus the server in-process with a fake clock fo
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.support.http import status
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
 from tests.support.waiting import wait_until_sync
 from tidemq.errors import ConfigError
 from tidemq.namesrv import NamesrvConfig, NamesrvServer
 from tidemq.remoting import Connection, RemotingCommand, RequestCode
-
-
-def status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def namesrv(root: Path, *args: str) -> tuple[ServerProcess, str, str]:

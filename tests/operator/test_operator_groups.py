@@ -75,14 +75,6 @@ def emulator():
 
 
 @pytest.fixture(scope="module")
-def kube(emulator):
-    cfg = kubernetes.client.Configuration()
-    cfg.host = emulator.url
-    api = kubernetes.client.ApiClient(cfg)
-    return kubernetes.client.CustomObjectsApi(api), api
-
-
-@pytest.fixture(scope="module")
 def operator(emulator, cluster, kube, tmp_path_factory):
     op = Operator(tmp_path_factory.mktemp("operator-groups"), emulator.url).start()
     mount_master_key(kube, op)

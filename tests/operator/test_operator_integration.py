@@ -152,14 +152,6 @@ def emulator():
     emu.stop()
 
 
-@pytest.fixture(scope="module")
-def kube(emulator):
-    cfg = kubernetes.client.Configuration()
-    cfg.host = emulator.url
-    api = kubernetes.client.ApiClient(cfg)
-    return kubernetes.client.CustomObjectsApi(api), api
-
-
 # the operator ------------------------------------------------------------------------------------
 class Operator:
     def __init__(self, root: Path, url: str) -> None:

@@ -11,13 +11,12 @@ operator writes are run here as a real process.
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.http import status
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
 from tidemq.operator import workloads
 
@@ -62,14 +61,6 @@ def test_every_server_is_probed_for_readiness_on_readyz() -> None:
     for sts in (o for o in workloads.desired_objects(cluster()) if o["kind"] == "StatefulSet"):
         probe = sts["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
         assert probe["httpGet"]["path"] == "/readyz" and probe["periodSeconds"] <= 5
-
-
-def status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def test_the_operators_name_server_args_make_a_name_server_ready_only_with_routes(tmp_path: Path) -> None:

@@ -244,14 +244,6 @@ def emulator():
 
 
 @pytest.fixture(scope="module")
-def kube(emulator):
-    cfg = kubernetes.client.Configuration()
-    cfg.host = emulator.url
-    api = kubernetes.client.ApiClient(cfg)
-    return kubernetes.client.CustomObjectsApi(api), api
-
-
-@pytest.fixture(scope="module")
 def operator(emulator, kube, tmp_path_factory):
     op = Operator(tmp_path_factory.mktemp("operator"), emulator.url).start()
     op.master_key = mount_master_key(kube, op)
