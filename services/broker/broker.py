@@ -346,15 +346,16 @@ class Broker:
             snap = self.groups.wrapper()
             await asyncio.to_thread(write_json_atomic, self.groups.path, snap)
 
-    def topics_changed(self, persist: bool = True) -> None:
+    def topics_changed(self, persist: bool = True) -> asyncio.Task:
         """Topics changed (auto-create, retry topic, admin): persist and re-register soon.
 
         Changes made while a round runs trigger another round, so none is left unpersisted
-        or unregistered."""
+        or unregistered. Returns the task doing it (done once this change was registered)."""
         self._topics_dirty = True
         self._topics_persist = self._topics_persist or persist
         if self._register_soon is None or self._register_soon.done():
             self._register_soon = asyncio.get_running_loop().create_task(self._persist_and_register())
+        return self._register_soon
 
     async def _persist_and_register(self) -> None:
         while self._topics_dirty:

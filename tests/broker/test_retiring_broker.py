@@ -45,6 +45,23 @@ async def test_a_read_only_broker_registers_its_topics_without_write(cluster):
                          timeout=10)
 
 
+async def test_the_route_has_the_new_permission_when_the_update_is_answered(cluster):
+    """RocketMQ's updateBrokerConfig registers before it answers: a producer routing right after
+    the admin call must see the new permission. Fails before the fix: the registration ran in a
+    task after the answer, and a round still running for the previous change (4 -> 6 flips here)
+    left the name server with the old permission for a moment."""
+    topic = f"Flip_{uuid.uuid4().hex[:8]}"
+    async with Admin(cluster.namesrv_addr) as admin:
+        await create_topic(cluster, topic, 2, admin=admin)
+        try:
+            for perm in (4, 6, 4, 6, 4, 6):
+                await admin.update_broker_config(cluster.broker_addr, {"brokerPermission": str(perm)})
+                writable = await _writable(admin, topic, cluster.broker_name)
+                assert writable == bool(perm & Perm.WRITE), f"brokerPermission={perm}: route writable={writable}"
+        finally:
+            await admin.update_broker_config(cluster.broker_addr, {"brokerPermission": "6"})
+
+
 async def _readonly(admin: Admin, topic: str, broker: str) -> int | None:
     perm = await _route_perm(admin, topic, broker)
     return None if perm & Perm.WRITE else perm or None

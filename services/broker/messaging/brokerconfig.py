@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemq.broker.messaging.context import Caller, refused
@@ -61,13 +61,19 @@ UPDATABLE: dict[str, tuple[str, Callable[[str], object]]] = {
 
 class BrokerConfigService:
     def __init__(self, *, settings: Callable[[], BrokerConfig], replace: Callable[[BrokerConfig], None],
-                 reregister: Callable[[], None]) -> None:
+                 reregister: Callable[[], Awaitable[None]]) -> None:
         self._settings = settings  # the broker's config now
         self._replace = replace  # installs a changed config (every reader sees it at its next request)
-        self._reregister = reregister  # tells the name servers (the broker's permission is in its routes)
+        # tells the name servers (the broker's permission is in its routes); done when they were told
+        self._reregister = reregister
 
-    def update(self, caller: Caller, items: Sequence[tuple[str, str]]) -> None:
-        """Apply every ``(RocketMQ key, value)`` of ``items``, or refuse them all."""
+    def update(self, caller: Caller, items: Sequence[tuple[str, str]]) -> Awaitable[None] | None:
+        """Apply every ``(RocketMQ key, value)`` of ``items``, or refuse them all.
+
+        A changed brokerPermission returns the re-registration to await before answering:
+        RocketMQ's updateBrokerConfig registers with the name servers before it answers, so a
+        client routing right after the admin call sees the new permission (not the previous
+        round's, which a registration still running could leave behind)."""
         for key, _value in items:
             if key not in UPDATABLE:
                 shown = key if len(key) <= 64 else key[:64] + "..."
@@ -88,7 +94,8 @@ class BrokerConfigService:
         log.info("broker config updated from %s (not persisted): %s", caller.peer,
                  ", ".join(f"{k}={v}" for k, v in items))
         if "broker_permission" in changes:
-            self._reregister()
+            return self._reregister()
+        return None
 
     def current(self) -> list[tuple[str, str]]:
         """The updatable keys (sorted) with their values, then the broker's identity and flush mode."""

@@ -7,9 +7,20 @@ properties2String / string2Properties); the allow-list and the checks are
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable
+
 from tidemq.broker.messaging.brokerconfig import BrokerConfigService
 from tidemq.broker.processors.common import Callers, Handler
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+
+
+log = logging.getLogger(__name__)
+
+# How long an UPDATE_BROKER_CONFIG waits for the name servers to take a permission change before
+# answering anyway (the registration goes on; the periodic rounds repeat it).
+REREGISTER_WAIT = 10.0
 
 
 def parse_properties(text: str) -> list[tuple[str, str]]:
@@ -37,14 +48,26 @@ class BrokerConfigProcessor:
             RequestCode.GET_BROKER_CONFIG: self.get,
         }
 
-    def update(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def update(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             items = parse_properties(cmd.body_bytes().decode("utf-8"))
         except UnicodeDecodeError:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "UPDATE_BROKER_CONFIG: the body is not UTF-8 text")
         if not items:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "UPDATE_BROKER_CONFIG: no key=value in the body")
-        self.service.update(self.callers(conn, cmd), items)
+        # a refusal raises here, before anything awaits (the dispatcher answers it)
+        announced = self.service.update(self.callers(conn, cmd), items)
+        if announced is None:
+            return cmd.response(ResponseCode.SUCCESS)
+        return self._answer_when_registered(cmd, announced)
+
+    @staticmethod
+    async def _answer_when_registered(cmd: RemotingCommand, announced: Awaitable[None]) -> RemotingCommand:
+        try:
+            await asyncio.wait_for(asyncio.shield(announced), REREGISTER_WAIT)
+        except TimeoutError:
+            log.warning("the name servers did not take the new brokerPermission within %.0f s; "
+                        "answering now, the registration goes on", REREGISTER_WAIT)
         return cmd.response(ResponseCode.SUCCESS)
 
     def get(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

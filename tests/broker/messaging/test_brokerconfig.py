@@ -24,16 +24,17 @@ class Holder:
     def _replace(self, config: BrokerConfig) -> None:
         self.config = config
 
-    def _reregister(self) -> None:
+    def _reregister(self) -> object:
         self.reregistered += 1
+        return self  # stands for the registration the adapter awaits before answering
 
 
 def test_allowed_keys_change_at_once_and_a_permission_change_reregisters(tmp_path):
     h = Holder(tmp_path)
-    h.service.update(CALLER, [("autoCreateTopicEnable", "FALSE"), ("shortPollingTimeMills", " 500 ")])
+    assert h.service.update(CALLER, [("autoCreateTopicEnable", "FALSE"), ("shortPollingTimeMills", " 500 ")]) is None
     assert h.config.auto_create_topic is False and h.config.short_polling_ms == 500
     assert h.reregistered == 0
-    h.service.update(CALLER, [("brokerPermission", "4")])
+    assert h.service.update(CALLER, [("brokerPermission", "4")]) is h  # the registration, to await
     assert h.config.broker_permission == 4 and h.reregistered == 1
 
 
