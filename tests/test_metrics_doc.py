@@ -31,8 +31,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.operator.conftest import kube  # noqa: F401 (fixture)
 from tests.operator.test_operator_integration import (  # noqa: F401 (fixtures)
-    Operator, condition, create, emulator, external, get, kube, mount_master_key,
+    Operator, condition, create, emulator, external, get, mount_master_key,
 )
 from tests.procs import Cluster, ServerProcess, free_port, tidemq_cmd
 from tidemq.client import SyncProducer, SyncPullConsumer
