@@ -10,7 +10,7 @@ out of ``seg.mm`` exactly as the twin's ``read`` does.
 
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.list cimport PyList_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
 
 from tidemq.message import MESSAGE_MAGIC, MIN_RECORD_SIZE
 
@@ -33,13 +33,23 @@ cdef inline int64_t _i64(const unsigned char* b) noexcept:
     return <int64_t>((<uint64_t>_u32(b) << 32) | _u32(b + 4))
 
 
+cdef inline bint _beyond(int64_t phys, int64_t size, int64_t visible_end) noexcept:
+    """``phys + size > visible_end`` as the twin's unbounded integers say it, for any unit
+    (a hostile one's phys + size can overflow int64; ``visible_end`` >= 0)."""
+    if size >= 0:
+        return phys > visible_end - size  # >= -2**31: no overflow
+    if visible_end > INT64_MAX + size:  # visible_end - size would pass INT64_MAX, and phys cannot
+        return False
+    return phys > visible_end - size
+
+
 cdef object _read(commitlog, list segs, int64_t first, int64_t seg_size, int64_t write_pos,
                   int64_t phys, int64_t size):
     """CommitLog.read's answer: the record bytes, or None."""
     cdef Py_ssize_t i
     cdef int64_t rel
     cdef const unsigned char* h
-    if size >= _MIN and phys + size <= write_pos and phys >= first:
+    if size >= _MIN and phys >= first and size <= write_pos - phys:  # first >= 0: no overflow
         i = (phys - first) // seg_size
         if i < PyList_GET_SIZE(segs):
             seg = segs[i]
@@ -72,7 +82,7 @@ def collect(const unsigned char[::1] units, list records, int64_t scanned, int64
         p += 20
         if records and (PyList_GET_SIZE(records) >= max_msgs or total + size > max_bytes):
             return PULL_FULL, scanned, total, skip_below, removing
-        if visible_end >= 0 and phys + size > visible_end:
+        if visible_end >= 0 and _beyond(phys, size, visible_end):
             if not records and not scanned:
                 return NOTHING_VISIBLE, scanned, total, skip_below, removing
             return PULL_FULL, scanned, total, skip_below, removing

@@ -406,3 +406,17 @@ def test_plain_requests_are_prepared_without_the_twin() -> None:
     req = PutRequest("T", 0, b"body", {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "u", "x": ""})
     got = _writer_c.prepare(enc, req, *enc._common(req))
     assert handed == [] and _prepared_view(got) == _prepared_view(ref._prepare_py(req, *ref._common(req)))
+
+
+@pytest.mark.parametrize(("phys", "size", "visible_end"), [
+    (-(1 << 63) + (1 << 31) - 1, -(1 << 31), 149),  # phys + size below -2**63: wrapped to "beyond" in C
+    ((1 << 63) - 1, 100, 149),                      # above 2**63 - 1: beyond for both
+    ((1 << 63) - 1, -(1 << 31), (1 << 63) - 10),    # visible_end - size past 2**63 - 1
+])
+def test_a_unit_whose_offset_plus_size_overflows_int64_reads_as_the_twin_reads_it(filled, phys, size, visible_end):
+    """Found by the hypothesis test above in CI: the compiled reader added a hostile unit's offset
+    and size in int64, which wrapped, and ended the pull where the twin went on."""
+    store, where = filled
+    units = b"".join(UNIT.pack(p, s, tags_code("t0")) for p, s in [where[0]] * 3) + UNIT.pack(phys, size, 0)
+    args = (False, 0, 0, 1, False, 1, 1, visible_end, None)
+    assert _collected(_reader_c.collect, units, store, args) == _collected(collect_py, units, store, args)
