@@ -242,6 +242,19 @@ class MappedFile(StoreFile):
         self.mm[pos : pos + len(data)] = data
         self.dirty = True
 
+    def pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``pos`` through the descriptor (the mapping shares its page cache, so
+        it sees the bytes at once); for files that keep it (``keep_fd``: CommitLog segments).
+        Raises OSError (ENOSPC, EIO) where a write through the mapping would SIGBUS."""
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"{self.path} keeps no descriptor to write through (map it with keep_fd=True)")
+        with memoryview(data) as view:
+            done = 0
+            while done < len(view):  # a regular file writes all at once unless an error cuts it
+                done += os.pwrite(fd, view[done:], pos + done)
+        self.dirty = True
+
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]
 

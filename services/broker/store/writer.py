@@ -4,7 +4,8 @@
 lands (sizes, CRC, encoded topic/properties/hosts); ``encode_into`` then writes the record straight
 into the mapped CommitLog segment with one ``pack_into`` for the fixed part and two slice
 assignments (body, topic + properties); ``encode_run`` writes a whole batch that way (compiled:
-``_writer_c.pyx``, its twin ``encode_run_py``). Records use the RocketMQ 4.x V1 layout as
+``_writer_c.pyx``, its twin ``encode_run_py``), into the mapping or into the buffer the store then
+writes with one pwrite. Records use the RocketMQ 4.x V1 layout as
 tidemq.message defines it (``RECORD_FIXED_V4``, ``record_fixed``); nothing here restates it (the
 compiled twin writes the same fields by hand: tests/broker/store/test_compiled_twins.py proves
 the bytes equal).
@@ -55,6 +56,8 @@ _HALF_FLAGS = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBA
 # Topic names become directory names: refuse anything that could escape consumequeue/.
 _UNSAFE_TOPIC = re.compile(r"[/\\\x00]|^\.\.?$")
 _CACHE_LIMIT = 4096
+# Where records are encoded: a mapped segment, or the store's buffer for a pwrite (MessageStore._write).
+Target = mmap.mmap | bytearray
 
 
 def illegal(status: PutStatus, remark: str) -> PutResult:
@@ -221,8 +224,9 @@ class RecordEncoder:
 
 
 # Hot path (bench/produce_consume.py, bench/hot_path.py)
-def encode_into(mm: mmap.mmap, pos: int, p: Pending, queue_offset: int, phys: int, store_ts: int) -> None:
-    """Write prepared record ``p`` at ``pos`` of a mapped CommitLog segment (CommitLog offset ``phys``)."""
+def encode_into(mm: Target, pos: int, p: Pending, queue_offset: int, phys: int, store_ts: int) -> None:
+    """Write prepared record ``p`` at ``pos`` of a mapped CommitLog segment, or of the buffer a run
+    is encoded into before one pwrite (CommitLog offset ``phys``)."""
     req = p.req
     body = req.body
     if len(p.born) == 4 and len(p.store) == 4:
@@ -242,7 +246,7 @@ def encode_into(mm: mmap.mmap, pos: int, p: Pending, queue_offset: int, phys: in
     mm[e : e + len(tail)] = tail
 
 
-def encode_run_py(mm: mmap.mmap, pos: int, pending: Sequence[Pending], q: int, step: int, phys: int,
+def encode_run_py(mm: Target, pos: int, pending: Sequence[Pending], q: int, step: int, phys: int,
                   store_ts: int) -> int:
     """Write ``pending`` back to back from ``pos`` of a mapped segment (CommitLog offset ``phys``),
     at queue offsets ``q``, ``q + step``, ... (step 0: records that enter no consume queue);
@@ -258,7 +262,7 @@ def encode_run_py(mm: mmap.mmap, pos: int, pending: Sequence[Pending], q: int, s
 
 
 _c = compiled.load("tidemq.broker.store._writer_c")
-encode_run: Callable[[mmap.mmap, int, Sequence[Pending], int, int, int, int], int] = (
+encode_run: Callable[[Target, int, Sequence[Pending], int, int, int, int], int] = (
     partial(_c.encode_run, encode_into) if _c is not None else encode_run_py)
 if _c is not None:
     RecordEncoder._prepare = _c.prepare

@@ -1,0 +1,100 @@
+"""A run of records big enough (store._PWRITE_MIN) is written with one pwrite from the store's
+buffer instead of through the mapping: the same bytes in the CommitLog, readable at once through
+the mapping, recovered after a crash, and nothing left behind when the run is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemq.broker.store import store as store_mod
+from tidemq.broker.store.store import PutStatus
+
+from tests.broker.store.util import Clock, config, open_store, read_queue, req
+
+BODY = bytes(range(256)) * 4  # 1 KiB
+
+
+def _batch(n: int, first: int = 0, **kw) -> list:
+    return [req("Big", 1, BODY, tags=f"Tag{i % 3}", keys=f"k{i}", uniq=f"U{i:08d}", born_timestamp=1000 + i,
+                **kw) for i in range(first, first + n)]
+
+
+def _log(store) -> bytes:
+    cl = store._commitlog
+    seg = cl.segments[-1]
+    return seg.mm[: cl.write_pos - seg.start]
+
+
+def test_a_big_batch_is_the_same_bytes_as_through_the_mapping(tmp_path, monkeypatch):
+    """20 x 1 KiB (past _PWRITE_MIN) through pwrite, and the same puts with the threshold out of
+    reach (through the mapping): byte-identical CommitLogs, queues and key lookups."""
+    logs = []
+    for name, through_mapping in (("pwrite", False), ("mapping", True)):
+        if through_mapping:
+            monkeypatch.setattr(store_mod, "_PWRITE_MIN", 1 << 40)
+        store = open_store(config(tmp_path / name), clock=Clock())
+        first = store.put_batch(_batch(20))
+        second = store.put_batch(_batch(20, 20))
+        assert (first.status, second.status) == (PutStatus.PUT_OK, PutStatus.PUT_OK)
+        assert first.end_offset - first.physical_offset >= store_mod._PWRITE_MIN or through_mapping
+        got = read_queue(store, "Big", 1)
+        assert [m.properties["UNIQ_KEY"] for m in got] == [f"U{i:08d}" for i in range(40)]
+        assert all(m.body == BODY for m in got)
+        assert [m.queue_offset for m in got] == list(range(40))
+        assert len(store.query_by_key("Big", "k33", 10, 0, 2**62)) == 1
+        logs.append(_log(store))
+        store.close_abruptly()
+    assert logs[0] == logs[1]
+    assert len(logs[0]) > 40 * 1024
+
+
+def test_a_big_batch_is_recovered_after_a_crash(tmp_path):
+    cfg = config(tmp_path)
+    store = open_store(cfg, clock=Clock())
+    assert store.put_batch(_batch(30)).status is PutStatus.PUT_OK
+    before = _log(store)
+    store.close_abruptly()  # no flush, no checkpoint: recovery re-reads and checks every record
+    again = open_store(cfg, clock=Clock())
+    assert _log(again) == before
+    assert [m.properties["UNIQ_KEY"] for m in read_queue(again, "Big", 1)] == [f"U{i:08d}" for i in range(30)]
+    again.close_abruptly()
+
+
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1])
+def test_a_big_batch_with_a_header_value_out_of_range_writes_nothing(tmp_path, bad):
+    """The 17th message's born timestamp does not fit its i64 field: the batch is refused, the
+    write position stays, no byte of the batch is in the log, and the next put takes its place."""
+    store = open_store(config(tmp_path), clock=Clock())
+    assert store.put_batch(_batch(2)).status is PutStatus.PUT_OK
+    end = store.commitlog_max_offset
+    batch = _batch(20, 2)
+    batch[16].born_timestamp = bad
+    r = store.put_batch(batch)
+    assert r.status is PutStatus.MESSAGE_ILLEGAL and "out of range" in r.remark
+    assert store.commitlog_max_offset == end
+    seg = store._commitlog.segments[-1]
+    assert seg.mm[end - seg.start: end - seg.start + 20 * 1100] == bytes(20 * 1100)
+    assert store.put_batch(_batch(20, 2)).physical_offset == end
+    assert [m.properties["UNIQ_KEY"] for m in read_queue(store, "Big", 1)] == [f"U{i:08d}" for i in range(22)]
+    store.close_abruptly()
+
+
+def test_a_failed_write_refuses_the_batch_and_leaves_no_record(tmp_path):
+    """pwrite failing (here: the segment's descriptor closed under it, EBADF; ENOSPC and EIO
+    take the same path) refuses the batch with SERVICE_NOT_AVAILABLE and leaves the log as it was."""
+    store = open_store(config(tmp_path), clock=Clock())
+    assert store.put_batch(_batch(2)).status is PutStatus.PUT_OK
+    end = store.commitlog_max_offset
+    seg = store._commitlog.segments[-1]
+    fd = seg._fd
+    seg._fd = 10**6  # no such descriptor
+    try:
+        r = store.put_batch(_batch(20, 2))
+    finally:
+        seg._fd = fd
+    assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "cannot write to the commitlog" in r.remark
+    assert store.commitlog_max_offset == end
+    assert seg.mm[end - seg.start: end - seg.start + 20 * 1100] == bytes(20 * 1100)
+    assert store.put_batch(_batch(20, 2)).status is PutStatus.PUT_OK
+    assert len(read_queue(store, "Big", 1)) == 22
+    store.close_abruptly()
