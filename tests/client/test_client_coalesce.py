@@ -51,7 +51,9 @@ async def test_concurrent_sends_are_merged_and_each_caller_gets_its_own_result(c
     stored = await _read_all(cluster, topic)
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert len({r.msg_id for r in results}) == 300 and len({r.offset_msg_id for r in results}) == 300
-    for i in range(0, 300, MAX_MERGED):  # merged in parts of MAX_MERGED: one queue, consecutive offsets
+    # the first found none in flight and went out at once, alone (round-robin: the next queue)
+    assert results[0].message_queue != results[1].message_queue
+    for i in range(1, 300, MAX_MERGED):  # merged in parts of MAX_MERGED: one queue, consecutive offsets
         part = results[i : i + MAX_MERGED]
         assert len({r.message_queue for r in part}) == 1
         assert [r.queue_offset for r in part] == list(range(part[0].queue_offset, part[0].queue_offset + len(part)))
@@ -60,6 +62,19 @@ async def test_concurrent_sends_are_merged_and_each_caller_gets_its_own_result(c
         assert got.body == m.body and got.tags == m.tags and got.keys == [m.keys]
         assert got.msg_id == r.msg_id and got.offset_msg_id == r.offset_msg_id
     assert len(stored) == 301
+
+
+async def test_a_send_made_while_none_is_in_flight_goes_out_at_once_and_alone(cluster):
+    """Nothing to merge it with yet: it does not wait for the end of the loop iteration (two
+    iterations of a one-in-flight send's round trip); the sends that join it there are merged."""
+    topic = _topic(cluster)
+
+    async with Producer("coalesce-lone-pg", config=_config(cluster)) as p:
+        await p.send(Message(topic, b"warm-up"))
+        first, *rest = await asyncio.gather(*(p.send(Message(topic, b"n%d" % i)) for i in range(5)))
+    assert first.message_queue not in {r.message_queue for r in rest}
+    assert len({r.message_queue for r in rest}) == 1
+    assert [r.queue_offset for r in rest] == list(range(rest[0].queue_offset, rest[0].queue_offset + 4))
 
 
 async def test_without_coalescing_concurrent_sends_go_one_by_one(cluster):
@@ -104,7 +119,8 @@ async def test_a_failed_merged_send_fails_every_caller_and_a_cancelled_one_drops
     assert all(isinstance(o, ClientError) and "no route" in str(o) for o in outcomes)
     assert isinstance(done[2], asyncio.CancelledError)
     ok = [d for i, d in enumerate(done) if i != 2]
-    assert all(r.status is SendStatus.SEND_OK for r in ok) and len({r.message_queue for r in ok}) == 1
+    # c0 found none in flight and went out alone; the others were merged
+    assert all(r.status is SendStatus.SEND_OK for r in ok) and len({r.message_queue for r in ok[1:]}) == 1
     bodies = sorted(m.body for m in (await _read_all(cluster, topic)).values())
     assert bodies == [b"c0", b"c1", b"c3", b"c4", b"warm-up"]
 
@@ -145,12 +161,14 @@ async def test_a_large_body_and_a_cancelled_merge_never_leave_a_caller_hanging(c
         # alone, it took a queue of its own (round-robin: the merged part took the next one)
         assert r_big.message_queue != r_small[0].message_queue
         assert len({r.message_queue for r in r_small}) == 1
+        lead = asyncio.ensure_future(p.send(Message(topic, b"lead")))  # in flight: the next are merged
         sends = [asyncio.ensure_future(p.send(Message(topic, b"c%d" % i))) for i in range(3)]
         for _ in range(3):  # let them queue and the merge task start
             await asyncio.sleep(0)
         for task in list(p._tasks):
             task.cancel()
         outcomes = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 5)
+        assert (await lead).status is SendStatus.SEND_OK
     assert all(isinstance(o, ClientError) and "abandoned" in str(o) for o in outcomes), outcomes
 
 
@@ -171,6 +189,6 @@ async def test_delays_timers_odd_wait_values_and_different_timeouts_are_not_merg
         await p.send(Message(topic, b"warm-up"))
         results = await asyncio.gather(*(p.send(Message(topic, b"a%d" % i), timeout=4.0) for i in range(3)),
                                        *(p.send(Message(topic, b"b%d" % i), timeout=9.0) for i in range(3)))
-    a, b = results[:3], results[3:]
+    a, b = results[1:3], results[3:]  # the first found none in flight: sent at once, alone
     assert len({r.message_queue for r in a}) == 1 and len({r.message_queue for r in b}) == 1
     assert a[0].message_queue != b[0].message_queue  # two merged requests, one per time budget

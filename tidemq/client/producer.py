@@ -87,6 +87,7 @@ class Producer(ClientBase):
         self._requests: set[str] = set()
         self._request_topics: set[str] = set()
         self._closing = False
+        self._in_flight = 0  # sends awaiting their answer (Producer.send: a lone one is not merged)
 
     # lifecycle ---------------------------------------------------------------------------------
     def _attach(self, inst: ClientInstance) -> None:
@@ -146,19 +147,30 @@ class Producer(ClientBase):
         own SendResult, the merged messages land on one queue with consecutive offsets, and a
         failure fails each of them, except a refusal for one message's sake (MESSAGE_ILLEGAL: stored
         none), after which each is resent alone so only the culprit's caller fails. Never merged: a
-        lone send, a send with a queue or selector, bodies over 64 KiB, compressed bodies, delay
-        levels, transactional, reply and retry-topic messages, WAIT=false."""
+        send made while none of this producer's sends is in flight (it goes out at once), a send
+        with a queue or selector, bodies over 64 KiB, compressed bodies, delay levels,
+        transactional, reply and retry-topic messages, WAIT=false."""
         sender = self._started()
         props = check_message(msg, self.config.max_message_size)
         fixed = (await sender.fixed_queue(msg, queue, selector, arg)
                  if queue is not None or selector is not None else None)
         out = self._prepare(sender.inst, msg)
-        if fixed is None and self.config.coalesce_sends and mergeable(out, props):
-            merged = await self._accumulator.add(out, timeout)
-            if merged is not None:
-                return merged
-        reply = is_reply(msg)
-        return await sender.send(msg.topic, sender.single(out, reply), out.uniq_key, fixed, timeout, reply)
+        # A send made while none of this producer's is in flight has nothing to be merged with
+        # yet and goes out at once (as the transport writes a lone request at once): waiting for
+        # the end of the loop iteration would cost it two iterations (bench/compare.py row 1).
+        # Sends that join it in the same iteration are merged among themselves.
+        merge = (self._in_flight and fixed is None and self.config.coalesce_sends
+                 and mergeable(out, props))
+        self._in_flight += 1
+        try:
+            if merge:
+                merged = await self._accumulator.add(out, timeout)
+                if merged is not None:
+                    return merged
+            reply = is_reply(msg)
+            return await sender.send(msg.topic, sender.single(out, reply), out.uniq_key, fixed, timeout, reply)
+        finally:
+            self._in_flight -= 1
 
     def send_async(
         self,
