@@ -154,7 +154,7 @@ class Producer(ClientBase):
         props = check_message(msg, self.config.max_message_size)
         fixed = (await sender.fixed_queue(msg, queue, selector, arg)
                  if queue is not None or selector is not None else None)
-        out = self._prepare(sender.inst, msg)
+        out = self._prepare(sender.inst, msg, props)
         # A send made while none of this producer's is in flight has nothing to be merged with
         # yet and goes out at once (as the transport writes a lone request at once): waiting for
         # the end of the loop iteration would cost it two iterations (bench/compare.py row 1).
@@ -331,9 +331,10 @@ class Producer(ClientBase):
                on_exception: ExceptionCallback | None, what: str) -> asyncio.Task[T | None]:
         return keep(self._tasks, _with_callbacks(coro, on_success, on_exception, what))
 
-    def _prepare(self, inst: ClientInstance, msg: Message) -> OutgoingMessage:
+    def _prepare(self, inst: ClientInstance, msg: Message,
+                 props: dict[str, str] | None = None) -> OutgoingMessage:
         return prepare_message(msg, inst.next_uniq_id(), self.config.compress_threshold,
-                               self.config.compress_level)
+                               self.config.compress_level, props)
 
 
 async def _with_callbacks(coro: Awaitable[T], on_success: SuccessCallback | None,

@@ -334,7 +334,7 @@ class Connection(asyncio.Protocol):
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if not self.is_open:
             raise ConnectError(f"connection to {self.peer} is closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop  # hot path: asyncio.get_running_loop() costs a getpid() syscall per call
         cmd.opaque = next_opaque()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         pending = self._pending
