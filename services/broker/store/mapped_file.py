@@ -11,6 +11,8 @@ Invariants:
   ``mmap.flush``) and ``close``/``destroy`` run on store worker threads, serialised by a lock.
 - Callers detach a file from every lookup structure on the loop thread before closing it in a
   worker thread, so no loop code can touch a closed mapping.
+- ``MappedFile.prefault`` (a worker thread faulting pages in ahead of the writer) holds the file's
+  lock like ``flush`` and ``close``, so it never touches a range that was unmapped.
 - A file may be mapped lazily (``LazyMappedFile``: consume-queue files, of which a store can hold
   hundreds of thousands). Its ``mm`` is None while unmapped; ``map``/``unmap`` run on the loop
   thread only, through a ``MappedFileCache`` that bounds how many such files are mapped at once.
@@ -21,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import mmap
@@ -28,7 +31,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tidemq.broker.store.observer import StoreObserver
@@ -39,10 +42,33 @@ _ZERO_CHUNK = bytes(1 << 16)
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only; elsewhere pages fault on first write
+# madvise(MADV_POPULATE_READ) (Linux 5.14+; Python < 3.13 has no name for it): maps pages a pwrite
+# just filled, so readers of the mapping take no fault per page. Elsewhere, or refused: skipped.
+_POPULATE_READ: int | None = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 # CPython's mmap keeps a dup() of the file's descriptor for as long as the mapping lives, unless it
 # is made with trackfd=False (3.13+): below that, every mapped file costs an open descriptor.
 MAPPING_HOLDS_FD = sys.version_info < (3, 13)
 _UNTRACKED: dict[str, bool] = {} if MAPPING_HOLDS_FD else {"trackfd": False}
+
+# madvise(2) advice that faults a range in writable, as a write to each page would, without
+# changing a byte (Linux >= 5.14; older kernels answer EINVAL). mmap.madvise holds the GIL through
+# the call; a ctypes foreign call releases it, so the loop runs while a worker takes the faults.
+MADV_POPULATE_WRITE = 23
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_madvise = _libc_madvise()
 
 
 def create_file(path: Path, size: int, preallocate: bool = False, sync_dir: bool = True,
@@ -200,7 +226,7 @@ class StoreFile:
 class MappedFile(StoreFile):
     """A store file mapped from construction until ``close`` (CommitLog segments, index files)."""
 
-    __slots__ = ()
+    __slots__ = ("_base",)
     mm: mmap.mmap  # mapped for the file's whole life: its users index it without a check
 
     def __init__(self, path: Path, size: int, start: int, keep_fd: bool = False,
@@ -226,6 +252,9 @@ class MappedFile(StoreFile):
         except BaseException:
             os.close(fd)
             raise
+        # The mapping's address, for prefault (a mapping never moves: no resize). Taking it
+        # exports the buffer; the export ends with the temporary, so close() is not refused.
+        self._base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm)) if writable else 0
         if keep_fd:
             self._fd = fd
         else:
@@ -254,9 +283,47 @@ class MappedFile(StoreFile):
             while done < len(view):  # a regular file writes all at once unless an error cuts it
                 done += os.pwrite(fd, view[done:], pos + done)
         self.dirty = True
+        self._map_written(pos, done)
+
+    def _map_written(self, pos: int, n: int) -> None:
+        """Map the pages just written (the pull that reads them next would fault on each: about
+        0.4 us per page here, the same as populating them now, measured in docs/benchmarks.md)."""
+        global _POPULATE_READ
+        if _POPULATE_READ is None or self.mm is None or n <= 0:
+            return
+        start = pos - pos % mmap.PAGESIZE
+        try:
+            self.mm.madvise(_POPULATE_READ, start, pos + n - start)
+        except OSError as exc:  # an older kernel: readers fault the pages in as they read them
+            log.info("madvise(MADV_POPULATE_READ) is not available (%s); store reads map pages on first touch", exc)
+            _POPULATE_READ = None
 
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]
+
+    def prefault(self, pos: int, length: int) -> int:
+        """Fault the pages of [pos, pos + length) in, writable, without changing a byte
+        (MADV_POPULATE_WRITE): the worker calling this takes the page faults -- page allocation,
+        zeroing, the filesystem's block mapping -- that the loop's first write into each fresh
+        page would take, and wait in while a flush writes the file back (bench/latency_probe.py:
+        row 5's tail). The pages become dirty, so a flush may write their zeros once.
+
+        Blocking: worker thread (the call releases the GIL). Holds the file's lock, so it runs
+        between flushes and never after ``close``. Returns 0, or the errno of a kernel or
+        platform that cannot (EINVAL before Linux 5.14, ENOSYS without madvise)."""
+        if _madvise is None or not self._base:
+            return errno.ENOSYS
+        page = mmap.PAGESIZE
+        start = max(0, pos) // page * page
+        end = min(self.size, -(-(pos + length) // page) * page)
+        if start >= end:
+            return 0
+        with self._lock:
+            if self._closed:
+                return 0
+            if _madvise(self._base + start, end - start, MADV_POPULATE_WRITE) != 0:
+                return ctypes.get_errno()
+        return 0
 
 
 class LazyMappedFile(StoreFile):
