@@ -1,9 +1,10 @@
 """Two operator replicas on kind (issue 18, item 1): one leads on the Lease, the other stands by
-(not Ready); deleting the leader pod hands the Lease over and the other reconciles a new Topic;
+(Ready too: every replica that could act is Ready, so rollouts finish); deleting the leader pod hands the Lease over and the other reconciles a new Topic;
 a forced delete (no release, like a crash) hands it over once the lease expired.
 
-The chart's Deployment is scaled to 2 with kubectl (no ``helm --wait``: standbys are never Ready
-by design) and back to 1 at the end, so the other scenarios keep one operator.
+The chart's Deployment is scaled to 2 with kubectl, then `kubectl rollout status` must finish (it
+never did while standbys were not Ready), and back to 1 at the end, so the other scenarios keep
+one operator.
 """
 
 from __future__ import annotations
@@ -59,20 +60,20 @@ def _one_ready(kube: Kube, tidemq: Deployed) -> bool:
 
 
 def _one_leader(kube: Kube, tidemq: Deployed, lease: str, not_this: str | None = None) -> tuple[str, str]:
-    """(leader pod, standby pod) once two pods run, exactly one is Ready and it holds the Lease."""
+    """(leader pod, standby pod) once two pods run, both Ready, and one of them holds the Lease."""
     pods = _running(kube, tidemq)
     if len(pods) != 2:
         raise NotYet(f"{len(pods)} operator pods running")
+    names = [p["metadata"]["name"] for p in pods]
     ready = [p["metadata"]["name"] for p in pods if pod_ready(p)]
-    if len(ready) != 1:
+    if len(ready) != 2:
         raise NotYet(f"ready operator pods: {ready}")
-    leader = ready[0]
+    leader = _holder(kube, lease)
+    if leader not in names:
+        raise NotYet(f"Lease {lease} held by {leader!r}, not by a running pod ({names})")
     if leader == not_this:
         raise NotYet(f"{leader} still leads")
-    holder = _holder(kube, lease)
-    if holder != leader:
-        raise NotYet(f"Lease {lease} held by {holder!r}, Ready pod {leader}")
-    standby = next(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader)
+    standby = next(n for n in names if n != leader)
     return leader, standby
 
 
@@ -84,6 +85,7 @@ def test_a_standby_operator_takes_over_and_reconciles_a_new_topic(kube: Kube, ti
     lease = next(a.split("=", 1)[1] for a in args if a.startswith("--leader-lease="))
     kube.kubectl("scale", "deployment", name, "--replicas=2")
     try:
+        kube.kubectl("rollout", "status", f"deployment/{name}", f"--timeout={int(TAKEOVER_TIMEOUT)}s")
         leader, standby = wait_for(lambda: _one_leader(kube, tidemq, lease), TAKEOVER_TIMEOUT,
                                    "two operator pods, one leading")
         # graceful delete: kopf stops, the Lease is released, the standby leads at its next retry

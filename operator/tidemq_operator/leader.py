@@ -217,8 +217,9 @@ class KubernetesLeaseStore:
 class LeaderElector:
     """Acquire, hold and release the Lease; :meth:`run` runs some work only while leading.
 
-    ``leading`` (read by the readiness probe) is True from a successful claim until the leader
-    steps down or releases. ``holder`` is the holder last seen (for logs and the probe)."""
+    ``leading`` (read by ``/leaderz``) is True from a successful claim until the leader steps
+    down or releases; :meth:`standing_by` (with it, ``/readyz``) says a standby could take over.
+    ``holder`` is the holder last seen (for logs and the probes)."""
 
     def __init__(self, config: LeaderConfig, store: LeaseStore,
                  clock: Callable[[], float] = time.monotonic,
@@ -228,12 +229,19 @@ class LeaderElector:
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.leading = False
         self.holder = ""
+        self.contact_at: float | None = None  # when the Lease was last read (monotonic), None: never
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0
 
     @property
     def lease(self) -> str:
         return f"{self.config.namespace}/{self.config.name}"
+
+    def standing_by(self) -> bool:
+        """True while this replica could take over: it read the Lease within the renew deadline
+        (a standby that cannot reach the API server could not lead, so it is not ready)."""
+        at = self.contact_at
+        return at is not None and self.clock() - at <= self.config.renew_deadline
 
     def _observe(self, record: LeaseRecord | None, now: float) -> None:
         if record is None:
@@ -247,6 +255,7 @@ class LeaderElector:
         A conflict (someone else wrote first) is False; API errors propagate."""
         now = self.clock()
         current = await self.store.get()
+        self.contact_at = now
         self._observe(current, now)
         me = self.config.identity
         if not may_claim(current, me, self._observed_at, now):

@@ -652,9 +652,9 @@ def test_render_everything_on(rendered) -> None:
     args = pod["containers"][0]["args"]
     assert "--all-namespaces" in args and "--leader-lease=tidemq-leader" in args and "--lease-duration=20" in args
     assert deploy["spec"]["replicas"] == 2
-    # standbys are never Ready: replaced all at once, never waited for
+    # standbys are Ready: replaced one at a time behind a surge pod, an operator always running
     assert deploy["spec"]["strategy"] == {"type": "RollingUpdate",
-                                          "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
+                                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert pod["tolerations"][0]["key"] == "dedicated" and "podAntiAffinity" in pod["affinity"]

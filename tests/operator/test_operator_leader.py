@@ -203,6 +203,27 @@ async def test_a_release_lets_the_standby_in_at_once(emulator):
     assert await b.try_acquire_or_renew()  # the clock did not move
 
 
+async def test_a_standby_is_ready_while_it_reads_the_lease_and_not_once_the_api_is_out_of_reach():
+    emu = Emulator().start()
+    clock = Clock()
+    try:
+        a, b = (elector(emu, "standby", who, clock, lease_duration=15, renew_deadline=10, retry_period=2)
+                for who in ("a", "b"))
+        assert not b.standing_by()  # never read the Lease: starting
+        await a.acquire()
+        assert not await b.try_acquire_or_renew()
+        assert b.standing_by() and not b.leading
+        clock.now += 10
+        assert b.standing_by()
+    finally:
+        await asyncio.to_thread(emu.threaded.stop)
+    clock.now += 2
+    with pytest.raises(Exception):  # noqa: B017 (whatever the client raises for a refused connection)
+        await b.try_acquire_or_renew()
+    clock.now += 0.1  # 12.1 s since the last read: past the renew deadline
+    assert not b.standing_by()
+
+
 async def test_a_leader_cut_off_from_the_api_cancels_its_work_within_the_renew_deadline():
     emu = Emulator().start()
     cfg = LeaderConfig("cut", NS, "a", lease_duration=3, renew_deadline=1.0, retry_period=0.2)
@@ -267,7 +288,7 @@ class OperatorProc:
         assert self.proc.poll() is None, self.log.read_text()
 
     def leads(self) -> bool:
-        return self.probe("/readyz") == 200
+        return self.probe("/leaderz") == 200
 
     def writes(self) -> list:
         return [w for w in self.emulator.writes() if w.token == self.name]
@@ -301,7 +322,10 @@ def test_only_the_leader_reconciles_and_a_standby_takes_over_after_sigterm_and_s
         assert len(leader) == 1
         first = leader[0]
         standby = next(p for p in procs.values() if p is not first)
-        assert standby.probe("/readyz") == 503 and standby.probe("/healthz") == 200
+        # every healthy replica is Ready (rollouts finish); /leaderz names the one that acts
+        assert standby.probe("/leaderz") == 503 and standby.probe("/healthz") == 200
+        wait_until_sync(lambda: standby.probe("/readyz") == 200, "the standby Ready", timeout=10, interval=0.2)
+        assert first.probe("/readyz") == 200
         create_topic(emulator, "t1")
         wait_until_sync(lambda: writers(emulator, "t1"), "t1 reconciled", timeout=30)
         time.sleep(2 * RETRY)

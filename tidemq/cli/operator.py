@@ -267,8 +267,9 @@ async def _serve(run_kopf: Any, leader: Any, liveness: str, manage_crds: bool) -
     if liveness:
         u = urlsplit(liveness)
         health = HealthServer(u.hostname or "0.0.0.0", u.port or 80,
-                              ready=(lambda: elector.leading) if elector else (lambda: running[0]),
-                              standby_reason=lambda: f"{elector.holder or 'nobody'} leads" if elector else "starting")
+                              leading=(lambda: elector.leading) if elector else (lambda: running[0]),
+                              standby_reason=lambda: f"{elector.holder or 'nobody'} leads" if elector else "starting",
+                              standing_by=elector.standing_by if elector else (lambda: False))
         try:
             await health.start()
         except OSError as exc:
