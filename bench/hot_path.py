@@ -24,7 +24,12 @@ one request in flight, as bench/compare.py row 1) sends SEND_MESSAGE_V2s; the fi
 broker process's CPU (all threads, user + system) per send. ``echo`` is the floor: an asyncio
 Protocol on the same loop that answers each frame with a fixed response, nothing else.
 
-    .venv/bin/python bench/hot_path.py --loop [--messages 20000] [--profile 25]
+    .venv/bin/python bench/hot_path.py --loop [--messages 20000] [--profile 25] [--flush sync]
+
+``--flush sync`` runs the broker with SYNC_FLUSH (every send answered after the group commit's
+fdatasync covers it, bench/compare.py's sync rows); the figures then include the flush (its
+fdatasync's CPU, the flush thread, the answer's wake-ups). Each run also prints the store's flush
+rounds per send and the share of them run inline on the loop thread.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from tests.procs import free_port  # noqa: E402
 from tidemq.broker.broker import Broker  # noqa: E402
 from tidemq.broker.config import BrokerConfig  # noqa: E402
-from tidemq.broker.store.config import StoreConfig  # noqa: E402
+from tidemq.broker.store.config import FlushMode, StoreConfig  # noqa: E402
 from tidemq.message import encode_batch, encode_properties  # noqa: E402
 from tidemq.remoting import RemotingClient, RemotingCommand, RequestCode  # noqa: E402
 from tidemq.remoting.frame import encode_frame  # noqa: E402
@@ -203,12 +208,13 @@ async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
     answer = encode_frame(RemotingCommand(code=0, opaque=1, flag=1, ext_fields={"msgId": "X" * 32}))
     echo = await asyncio.get_running_loop().create_server(lambda: Echo(answer), "127.0.0.1", 0)
     echo_port = echo.sockets[0].getsockname()[1]
-    print(f"{'loop workload':<14} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12}")
+    print(f"{'loop workload':<14} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12} {'flush rounds/msg':>14} {'inline rounds':>13}")
     try:
         for name, target in (("echo", echo_port), ("broker send", port)):
             for profile in (False, True) if args.profile and name != "echo" else (False,):
                 prof = cProfile.Profile() if profile else None
                 before = broker.store.stats()["messages_put"]
+                rounds, inline = broker.store.stats()["flush_rounds"], broker.store.stats().get("flush_inline_rounds", 0)
                 if prof:
                     prof.enable()
                 cpu, wall = await drive(target, args.messages, args.size)
@@ -221,8 +227,11 @@ async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
                     continue
                 if name != "echo" and broker.store.stats()["messages_put"] - before != args.messages:
                     raise RuntimeError("the broker did not store every message")
+                rounds = broker.store.stats()["flush_rounds"] - rounds
+                inline = broker.store.stats().get("flush_inline_rounds", 0) - inline
                 print(f"{name:<14} {args.messages:>9,} {cpu / args.messages * 1e6:>11.1f} "
-                      f"{wall / args.messages * 1e6:>12.1f}")
+                      f"{wall / args.messages * 1e6:>12.1f} {rounds / args.messages:>14.2f} "
+                      f"{inline / max(rounds, 1):>13.0%}")
     finally:
         echo.close()
 
@@ -234,7 +243,9 @@ async def run(args: argparse.Namespace) -> int:
     body = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        cfg = BrokerConfig(store=StoreConfig(root=Path(tmp) / "store", commitlog_segment_size=256 << 20),
+        store = StoreConfig(root=Path(tmp) / "store", commitlog_segment_size=256 << 20,
+                            flush_mode=FlushMode.SYNC if args.flush == "sync" else FlushMode.ASYNC)
+        cfg = BrokerConfig(store=store,
                            listen_host="127.0.0.1", listen_port=port, advertise_host="127.0.0.1",
                            advertise_port=port)
         broker = Broker(cfg)
@@ -296,10 +307,14 @@ def main() -> int:
                     help="only the remoting path of a send (no broker): CPU per request")
     ap.add_argument("--loop", action="store_true",
                     help="measure the broker's CPU per one-in-flight send over a real socket, and an echo floor")
+    ap.add_argument("--flush", choices=["async", "sync"], default="async",
+                    help="the broker's flush mode (sync: SYNC_FLUSH, each send answered once flushed)")
     ap.add_argument("--client", nargs=3, type=int, metavar=("PORT", "N", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client:
         return client(*args.client)
+    if args.flush == "sync" and not args.loop:
+        ap.error("--flush sync needs --loop (in-process sends never wait for a flush round)")
     if args.messages < 64:
         ap.error("--messages must be at least 64")
     args.messages -= args.messages % 64

@@ -16,8 +16,8 @@ SendMessageProcessor does:
   was checked. A batch that is compressed or holds more than BATCH_SLICE messages is inflated,
   decoded and prepared one slice per event-loop turn, one such batch at a time, then appended in
   one step: frames read together must not stall the loop together.
-- respond: a :class:`SendResult`, at once, or (SYNC_FLUSH, the producer waits) a future resolved
-  when the group commit covers the message.
+- respond: a :class:`SendResult`, at once, or (SYNC_FLUSH or sync replicas, the producer waits) a
+  :class:`PendingSend` answered when the group commit and the in-sync followers cover the message.
 
 A refusal raises BrokerError with the RocketMQ response code; nothing is stored then.
 
@@ -28,11 +28,12 @@ validated once (bounded cache), no per-message object beyond the store request a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemq.broker.delay import DELAY_PROPERTIES, TIMER_TOPIC, has_timer, strip_delay
 from tidemq.broker.messaging.context import Caller, refused
@@ -324,20 +325,15 @@ class SendService:
         acked = gate(result.end_offset) if gate is not None else None  # also wakes replication
         if not wait:
             return stored
-        durable = self._store.durable(result.end_offset) if cfg.store.flush_mode is _SYNC else None
-        if durable is None and acked is None:
-            return stored
-        # A future, not a coroutine (no task per send): answered when the group commit and the
-        # in-sync followers cover it.
-        answer: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        pending = [f for f in (durable, acked) if f is not None]
-
-        def settle(_f: asyncio.Future) -> None:
-            if not answer.done() and all(f.done() for f in pending):
-                _settle(answer, durable, acked, stored, result.end_offset)
-        for f in pending:
-            f.add_done_callback(settle)
-        return answer
+        # Answered when the group commit and the in-sync followers cover it: a PendingSend whose
+        # waits call it back directly (hot path: no future, no task, no loop turn per link).
+        pending = PendingSend(stored, result.end_offset)
+        if cfg.store.flush_mode is _SYNC and self._store.when_durable(result.end_offset, pending.flushed):
+            pending.waits += 1
+        if acked is not None:
+            pending.waits += 1
+            acked.add_done_callback(pending.acked)
+        return pending if pending.waits else stored
 
 
 def _refusal(result: PutResult) -> BrokerError:
@@ -354,20 +350,73 @@ _NOT_REPLICATED: dict[int, str] = {
 }
 
 
-def _settle(answer: asyncio.Future, durable: asyncio.Future | None, acked: "asyncio.Future[int] | None",
-            stored: SendResult, end_offset: int) -> None:
-    """Answer a send once its flush (SYNC_FLUSH) and its replication (sync replicas) are known."""
-    if durable is not None and (durable.cancelled() or not durable.result()):
-        log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", end_offset)
-        answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset,
-                                     ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored"))
-        return
-    code = acked.result() if acked is not None else ResponseCode.SUCCESS
-    if code == ResponseCode.SUCCESS:
-        answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset))
-        return
-    answer.set_result(SendResult(stored.msg_id, stored.queue_id, stored.queue_offset, code,
-                                 _NOT_REPLICATED.get(code, "the message is stored on the master only")))
+class PendingSend:
+    """A stored send answered once its SYNC_FLUSH round (``flushed``) and its in-sync replicas
+    (``acked``) are known, as many as it waits for (``waits``). ``then`` callbacks run at that
+    moment, in the caller of the last report (the flusher's release, on the loop thread), so a
+    flush reaches the connection's answer without a loop iteration per link; awaiting it works
+    too (a big batch, a coroutine caller)."""
+
+    __slots__ = ("stored", "end_offset", "waits", "result", "_flushed", "_code", "_callbacks")
+
+    def __init__(self, stored: SendResult, end_offset: int) -> None:
+        self.stored = stored
+        self.end_offset = end_offset
+        self.waits = 0  # reports still to come
+        self.result: SendResult | None = None
+        self._flushed = True
+        self._code: int = ResponseCode.SUCCESS  # the replicas' answer
+        self._callbacks: list[Callable[[SendResult], None]] = []
+
+    def flushed(self, durable: bool) -> None:
+        """The flusher's report: True once flushed past the send, False on timeout or failure."""
+        self._flushed = durable
+        self._reported()
+
+    def acked(self, fut: "asyncio.Future[int]") -> None:
+        """The replication gate's report: SUCCESS, or why the replicas did not confirm in time."""
+        self._code = ResponseCode.FLUSH_SLAVE_TIMEOUT if fut.cancelled() else fut.result()
+        self._reported()
+
+    def then(self, callback: Callable[[SendResult], None]) -> None:
+        """Call ``callback(result)`` once answered (now, if it is)."""
+        if self.result is not None:
+            callback(self.result)
+        else:
+            self._callbacks.append(callback)
+
+    def __await__(self) -> Generator[Any, None, SendResult]:
+        if self.result is not None:
+            return self.result
+        fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        self.then(functools.partial(_resolve, fut))
+        return (yield from fut.__await__())
+
+    def _reported(self) -> None:
+        self.waits -= 1
+        if self.waits:
+            return
+        self.result = result = self._settle()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(result)
+
+    def _settle(self) -> SendResult:
+        stored = self.stored
+        if not self._flushed:
+            log.warning("SYNC_FLUSH did not complete within the flush timeout (offset %d)", self.end_offset)
+            return SendResult(stored.msg_id, stored.queue_id, stored.queue_offset,
+                              ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored")
+        code = self._code
+        if code == ResponseCode.SUCCESS:
+            return SendResult(stored.msg_id, stored.queue_id, stored.queue_offset)
+        return SendResult(stored.msg_id, stored.queue_id, stored.queue_offset, code,
+                          _NOT_REPLICATED.get(code, "the message is stored on the master only"))
+
+
+def _resolve(fut: "asyncio.Future[SendResult]", result: SendResult) -> None:
+    if not fut.done():  # the awaiting task may have been cancelled
+        fut.set_result(result)
 
 
 class _BatchPut:

@@ -12,10 +12,11 @@ Hot path (guarded by bench/hot_path.py): one header decode, one request and one 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable
 
-from tidemq.broker.messaging.send import SendRequest, SendResult, SendService
+from tidemq.broker.messaging.send import PendingSend, SendRequest, SendResult, SendService
 from tidemq.broker.processors.common import Callers, Handler, born_host
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
@@ -65,10 +66,10 @@ class SendProcessor:
         if isinstance(result, SendResult):  # hot path: answered now
             return cmd.response_str(result.code, result.remark, send_response_fields(
                 result.msg_id, result.queue_id, result.queue_offset, self.region))
-        if isinstance(result, asyncio.Future):  # stored, waiting for SYNC_FLUSH: no task per send
+        if isinstance(result, PendingSend):  # stored, waiting for SYNC_FLUSH / replicas: no task per send
             cmd.body = None  # a send waiting for its flush must not pin its body
-            answer: asyncio.Future[RemotingCommand] = result.get_loop().create_future()
-            result.add_done_callback(lambda f: _answer(answer, f, self, cmd))
+            answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+            result.then(functools.partial(_answer, answer, self, cmd))
             return answer
         return self._later(conn, cmd, result)
 
@@ -85,12 +86,8 @@ class SendProcessor:
                                 send_response_fields(result.msg_id, result.queue_id, result.queue_offset, self.region))
 
 
-def _answer(answer: asyncio.Future, result: asyncio.Future, proc: SendProcessor, cmd: RemotingCommand) -> None:
-    if answer.done():  # the connection went away (its pending answers are cancelled)
-        return
-    if result.cancelled():
-        answer.cancel()
-    elif (exc := result.exception()) is not None:
-        answer.set_exception(exc)
-    else:
-        answer.set_result(proc._respond(cmd, result.result()))
+def _answer(answer: asyncio.Future[RemotingCommand], proc: SendProcessor, cmd: RemotingCommand,
+            result: SendResult) -> None:
+    """A PendingSend's answer, set the moment it is known (in the flusher's release)."""
+    if not answer.done():  # else the connection went away (its pending answers are cancelled)
+        answer.set_result(proc._respond(cmd, result))

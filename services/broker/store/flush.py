@@ -7,7 +7,11 @@ Invariants:
 - Group commit: waiters register and wake the flusher; one flush round captures the write position,
   fdatasyncs the segments below it once, then releases every waiter it covers. Waiters arriving
   during a round are served by the next one. fsync count grows with rounds, never with messages.
-- All fdatasync calls run on store worker threads; the event loop only captures positions.
+  A waiter is answered True only after that fdatasync returned, False after ``timeout`` or a
+  failed flush (which fails every waiter), exactly once either way.
+- fdatasync runs on store worker threads, except SYNC group-commit rounds while the disk has
+  proven fast (see CommitLogFlusher): those run on the loop thread, as Redis's appendfsync always
+  does, and one that turns out slow sends the next rounds back to the flush thread.
 - The checkpoint is written after the files it vouches for were flushed (see checkpoint.py).
 """
 
@@ -17,6 +21,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -42,14 +47,29 @@ def _fsync_all(files: Sequence[StoreFile]) -> int:
 
 
 class CommitLogFlusher:
-    """ASYNC: an fdatasync round every ``interval``. SYNC: group commit on a dedicated thread.
+    """ASYNC: an fdatasync round every ``interval``. SYNC: group commit, on the loop or a thread.
 
-    SYNC hot path (bench/compare.py, SYNC rows): a put's waiter is a plain future in a list; the
-    first waiter of an idle flusher hands (target offset, segments) to the flush thread through a
-    SimpleQueue; the thread fdatasyncs and reports back with one ``call_soon_threadsafe``; every
-    waiter at or below the flushed offset is released then, and the waiters that arrived during
-    the round start the next one. Deadlines are checked by one timer, not one per waiter.
+    SYNC hot path (bench/compare.py SYNC rows, bench/hot_path.py --loop --flush sync): a put's
+    waiter is a plain callback in a deque, called with True/False on the loop thread the moment
+    its round ends (no future, so no loop iteration per link between the fdatasync and the
+    answer). The first waiter of an idle flusher schedules one round for the end of the current
+    loop iteration, so every put read in that iteration shares it; waiters arriving during a round
+    are served by the next one. Deadlines are checked by one timer, not one per waiter.
+
+    Where a round runs (Redis's appendfsync always flushes inline, RocketMQ's GroupCommitService
+    on a thread): *inline* on the loop thread while the disk is fast (recent rounds all under
+    ``INLINE_MAX_SECONDS``), which spares the flush thread's wake-up, the loop's wake-up by it and
+    the GIL hand-offs between them (measured in docs/benchmarks.md); on the *thread* otherwise, so
+    a slow disk never stalls the loop for longer than one round that was expected to be fast:
+    the flusher starts on the thread, moves inline only after ``INLINE_AFTER`` fast rounds in a
+    row, and goes back to the thread after any slow round (thread rounds keep measuring the disk).
+    A test observer (fault injection stalls the disk in ``before_flush_round``) keeps every round
+    on the thread, as do rounds while the flush lock is held (an interval flush or a replica's
+    truncation).
     """
+
+    INLINE_MAX_SECONDS = 0.002  # a round slower than this sends the next rounds to the thread
+    INLINE_AFTER = 8  # fast rounds in a row before rounds run inline again
 
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
                  executor: concurrent.futures.Executor,
@@ -62,17 +82,20 @@ class CommitLogFlusher:
         self.flushed = 0
         self.fsyncs = 0
         self.rounds = 0
+        self.inline_rounds = 0  # of ``rounds``: SYNC rounds run on the loop thread
         self.seconds = 0.0  # summed wall time of flush rounds' fsyncs (a duration, not a timestamp)
         self.error: OSError | None = None
         # Told before each round, on the flushing thread (a test stalls the disk there).
         self.observer = observer
-        self._waiters: collections.deque[tuple[int, float, asyncio.Future[bool]]] = collections.deque()
+        self._waiters: collections.deque[tuple[int, float, Callable[[bool], None]]] = collections.deque()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requests: queue.SimpleQueue[tuple[int, list[MappedFile]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._in_flight = False
+        self._in_flight = False  # a round runs on the thread
+        self._scheduled = False  # a round is scheduled for the end of this loop iteration
+        self._fast = 0  # SYNC rounds in a row that took under INLINE_MAX_SECONDS
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -108,10 +131,9 @@ class CommitLogFlusher:
         if self.error is None:
             log.error("flushing the commitlog failed: %s; the store stops accepting messages", exc)
         self.error = exc
-        while self._waiters:  # nothing will flush them: answer now (FLUSH_DISK_TIMEOUT)
-            _, _, fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(False)
+        waiters = self._waiters
+        while waiters:  # nothing will flush them: answer now (FLUSH_DISK_TIMEOUT)
+            _call(waiters.popleft()[2], False)
 
     async def flush(self) -> None:
         """One flush round of everything written so far (no-op when nothing is pending)."""
@@ -135,26 +157,52 @@ class CommitLogFlusher:
             yield
 
     # ---------------------------------------------------------------- SYNC group commit
-    def durable(self, end_offset: int) -> asyncio.Future[bool] | None:
-        """None when ``end_offset`` is durable already (or in ASYNC mode), else a future that
-        resolves True once flushed past it, False after ``timeout`` or a failed flush."""
+    def when_durable(self, end_offset: int, callback: Callable[[bool], None]) -> bool:
+        """Have ``callback(True)`` called on the loop thread once the CommitLog is flushed past
+        ``end_offset``, ``callback(False)`` after ``timeout`` or a failed flush. Returns False,
+        without calling it, when ``end_offset`` is durable already (or in ASYNC mode)."""
         if self.mode is FlushMode.ASYNC or end_offset <= self.flushed:
-            return None
+            return False
         loop = self._loop or asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
         if self.error is not None or self._thread is None:
-            fut.set_result(False)
-            return fut
-        self._waiters.append((end_offset, loop.time() + self.timeout, fut))
+            loop.call_soon(callback, False)
+            return True
+        self._waiters.append((end_offset, loop.time() + self.timeout, callback))
         if self._timer is None:
             self._timer = loop.call_at(self._waiters[0][1], self._expire, loop)
-        if not self._in_flight:
-            self._start_round()
-        return fut
+        if not self._in_flight and not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._begin_round)
+        return True
 
     async def wait_durable(self, end_offset: int) -> bool:
-        fut = self.durable(end_offset)
-        return True if fut is None else await fut
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        if not self.when_durable(end_offset, functools.partial(_resolve, fut)):
+            return True
+        return await fut
+
+    def _begin_round(self) -> None:
+        """End of the loop iteration that registered the first waiter: one round for all of them."""
+        self._scheduled = False
+        if self._in_flight or not self._waiters or self.error is not None or self._thread is None:
+            return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash)
+        if self._fast >= self.INLINE_AFTER and self.observer is None and not self._lock.locked():
+            self._inline_round()
+        else:
+            self._start_round()
+
+    def _inline_round(self) -> None:
+        target = self.commitlog.write_pos
+        segs = self.commitlog.segments_between(self.flushed, target)
+        started = time.perf_counter()
+        try:
+            n = _fsync_all(segs)
+        except OSError as exc:
+            self._fail(exc)
+            return
+        self.inline_rounds += 1
+        self._flushed_to(target, n, time.perf_counter() - started)
 
     def _start_round(self) -> None:
         target = self.commitlog.write_pos
@@ -186,7 +234,7 @@ class CommitLogFlusher:
         self._in_flight = False
         self._flushed_to(target, n, seconds)
         if self._waiters and self.error is None:
-            self._start_round()  # waiters that arrived during the round
+            self._start_round()  # waiters that arrived during the round: they waited long enough
 
     def _round_failed(self, exc: OSError) -> None:
         self._in_flight = False
@@ -196,6 +244,7 @@ class CommitLogFlusher:
         self.seconds += seconds
         self.fsyncs += n
         self.rounds += 1
+        self._fast = self._fast + 1 if seconds < self.INLINE_MAX_SECONDS else 0
         if target > self.flushed:
             self.flushed = target
         self._release()
@@ -205,9 +254,7 @@ class CommitLogFlusher:
         flushed = self.flushed
         waiters = self._waiters
         while waiters and waiters[0][0] <= flushed:
-            fut = waiters.popleft()[2]
-            if not fut.done():
-                fut.set_result(True)
+            _call(waiters.popleft()[2], True)
 
     def abandon(self) -> None:
         """Stop the flush thread without flushing (a test's emulated crash)."""
@@ -221,12 +268,24 @@ class CommitLogFlusher:
         now = loop.time() + 0.001  # timers may fire up to the clock resolution early
         waiters = self._waiters
         while waiters and waiters[0][1] <= now:
-            end, _, fut = waiters.popleft()
-            if not fut.done():
-                log.warning("commitlog not flushed past offset %d within %.1f s", end, self.timeout)
-                fut.set_result(False)
+            end, _, callback = waiters.popleft()
+            log.warning("commitlog not flushed past offset %d within %.1f s", end, self.timeout)
+            _call(callback, False)
         if waiters:
             self._timer = loop.call_at(waiters[0][1], self._expire, loop)
+
+
+def _call(callback: Callable[[bool], None], durable: bool) -> None:
+    """A waiter's callback: one that raises must not keep the waiters after it from their answer."""
+    try:
+        callback(durable)
+    except Exception:
+        log.exception("a SYNC_FLUSH waiter's callback failed")
+
+
+def _resolve(fut: asyncio.Future[bool], durable: bool) -> None:
+    if not fut.done():  # the awaiting task may have been cancelled
+        fut.set_result(durable)
 
 
 @dataclass(frozen=True, slots=True)

@@ -435,10 +435,11 @@ class MessageStore:
         ``sync_flush_timeout``. ASYNC: True at once."""
         return await self._flusher.wait_durable(end_offset)
 
-    def durable(self, end_offset: int) -> "asyncio.Future[bool] | None":
-        """``wait_durable`` without a coroutine (hot path: SYNC_FLUSH sends): None when durable
-        already (or ASYNC), else a future resolving True (flushed) or False (timeout, failure)."""
-        return self._flusher.durable(end_offset)
+    def when_durable(self, end_offset: int, callback: Callable[[bool], None]) -> bool:
+        """``wait_durable`` as a callback (hot path: SYNC_FLUSH sends): False when durable already
+        (or ASYNC), else True, and ``callback`` is called on the loop thread with True (flushed) or
+        False (timeout, failure) the moment that is known."""
+        return self._flusher.when_durable(end_offset, callback)
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
         """``cb(topic, queue id, queue offset, tags code)`` hears of live puts that entered a
@@ -620,6 +621,7 @@ class MessageStore:
             "flushed_offset": self._flusher.flushed,
             "commitlog_fsyncs": self._flusher.fsyncs,
             "flush_rounds": self._flusher.rounds,
+            "flush_inline_rounds": self._flusher.inline_rounds,  # SYNC rounds run on the loop thread
             "flush_seconds": self._flusher.seconds,
             "checkpoints": self._logics.checkpoints,
             "queues": len(self._queues),

@@ -75,8 +75,11 @@ class FakeStore:
         return PutResult(PutStatus.PUT_OK, appended[0][0], appended[0][1], [a[2] for a in appended],
                          len(appended), self.end)
 
-    def durable(self, end_offset: int) -> asyncio.Future | None:
-        return self.flush
+    def when_durable(self, end_offset: int, callback) -> bool:
+        if self.flush is None:
+            return False
+        self.flush.add_done_callback(lambda f: callback(f.result()))
+        return True
 
     async def wait_durable(self, end_offset: int) -> bool:
         return True if self.flush is None else await self.flush

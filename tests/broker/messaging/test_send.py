@@ -10,7 +10,7 @@ import zlib
 import pytest
 
 from tidemq.broker.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
-from tidemq.broker.messaging.send import BATCH_SLICE, SendRequest, SendResult, SendService
+from tidemq.broker.messaging.send import BATCH_SLICE, PendingSend, SendRequest, SendResult, SendService
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.store.results import PutStatus
 from tidemq.broker.topics import TopicConfig
@@ -203,7 +203,7 @@ def test_sync_flush_answers_when_the_group_commit_covers_the_message(parts):
         loop = asyncio.get_running_loop()
         parts.store.flush = loop.create_future()
         answer = svc.send(request())
-        assert isinstance(answer, asyncio.Future) and not answer.done()
+        assert isinstance(answer, PendingSend) and answer.result is None
         parts.store.flush.set_result(True)
         assert (await answer).code == ResponseCode.SUCCESS
         parts.store.flush = loop.create_future()

@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 from tidemq.broker.messaging.context import refused
-from tidemq.broker.messaging.send import SendRequest, SendResult
+from tidemq.broker.messaging.send import PendingSend, SendRequest, SendResult
 from tidemq.broker.processors.common import Callers
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -89,15 +89,16 @@ def test_refusals_and_bad_headers_answer_with_empty_ids():
 
 def test_a_deferred_result_is_answered_when_it_settles_and_frees_the_body():
     async def main():
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        pending = PendingSend(SendResult("AB", 1, 3), 100)
+        pending.waits = 1  # its flush round
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, V2, b"x" * 100)
-        answer = processor(FakeSend(fut)).send(CONN, cmd)
-        assert isinstance(answer, asyncio.Future) and cmd.body is None
-        fut.set_result(SendResult("AB", 1, 3, ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out"))
+        answer = processor(FakeSend(pending)).send(CONN, cmd)
+        assert isinstance(answer, asyncio.Future) and cmd.body is None and not answer.done()
+        pending.flushed(False)
+        assert answer.done()  # at once, in the flusher's release: no loop turn in between
         resp = await answer
-        assert (resp.code, resp.remark, resp.ext_fields["msgId"]) == (ResponseCode.FLUSH_DISK_TIMEOUT,
-                                                                       "flush to disk timed out", "AB")
+        assert (resp.code, resp.remark, resp.ext_fields["msgId"]) == (
+            ResponseCode.FLUSH_DISK_TIMEOUT, "flush to disk timed out; the message is stored", "AB")
 
         async def big_batch_refused():
             raise refused(ResponseCode.MESSAGE_ILLEGAL, "bad message body: truncated")

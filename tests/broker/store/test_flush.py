@@ -1,9 +1,11 @@
-"""Flushing: SYNC group commit (few fsyncs for many waiters, timeouts), ASYNC background flush,
-the periodic checkpoint."""
+"""Flushing: SYNC group commit (few fsyncs for many waiters, timeouts, rounds inline on the loop
+while the disk is fast, on the flush thread otherwise), ASYNC background flush, the periodic
+checkpoint."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from tidemq.broker.store import flush as flush_module
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.config import FlushMode
+from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.store import PutStatus
 
 from tests.broker.store.util import config, open_store, req
@@ -104,3 +107,122 @@ async def test_checkpoint_follows_flushes(tmp_path):
 def _checkpointed(root) -> int:
     cp = read_checkpoint(root / "checkpoint")
     return min(cp.physic_offset, cp.logics_offset) if cp else -1
+
+
+# SYNC rounds on the loop thread (CommitLogFlusher: inline while the disk proved fast) ------------
+async def _one_in_flight(store, n: int) -> list[bool]:
+    """``n`` sends one at a time, each awaited; whether each was flushed past when answered."""
+    covered = []
+    for _ in range(n):
+        r = store.put(req(body=b"z" * 64))
+        assert await store.wait_durable(r.end_offset)
+        covered.append(store.flushed_offset >= r.end_offset)
+    return covered
+
+
+@pytest.mark.timeout(20, func_only=True)
+async def test_fast_rounds_move_inline_and_still_answer_only_once_flushed(tmp_path, monkeypatch):
+    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)  # any disk counts as fast
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
+    await store.start()
+    after = flush_module.CommitLogFlusher.INLINE_AFTER
+    assert all(await _one_in_flight(store, after))
+    assert store.stats()["flush_inline_rounds"] == 0  # the first rounds run on the thread: the disk is unknown
+    synced_on = []
+    real = flush_module._fsync_all
+    monkeypatch.setattr(flush_module, "_fsync_all", lambda files: synced_on.append(threading.get_ident()) or real(files))
+    assert all(await _one_in_flight(store, 5))
+    assert store.stats()["flush_inline_rounds"] == 5
+    assert set(synced_on) == {threading.get_ident()}  # on the loop thread
+    await store.shutdown()
+
+
+@pytest.mark.timeout(20, func_only=True)
+async def test_a_slow_round_sends_the_next_ones_to_the_thread_where_a_stall_times_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 0.05)
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0,
+                              sync_flush_timeout=0.3))
+    await store.start()
+    await _one_in_flight(store, flush_module.CommitLogFlusher.INLINE_AFTER + 1)
+    inline = store.stats()["flush_inline_rounds"]
+    assert inline >= 1
+    real = flush_module._fsync_all
+    delay = [0.1]  # slower than INLINE_MAX_SECONDS, far below the timeout: this round answers True
+
+    def slow(files):
+        time.sleep(delay[0])
+        return real(files)
+
+    monkeypatch.setattr(flush_module, "_fsync_all", slow)
+    assert all(await _one_in_flight(store, 1))
+    assert store.stats()["flush_inline_rounds"] == inline + 1  # it was expected fast: inline, once
+    delay[0] = 1.5  # now the disk stalls: on the thread, the loop stays free and the timeout answers
+    r = store.put(req())
+    t = time.monotonic()
+    assert await store.wait_durable(r.end_offset) is False
+    assert time.monotonic() - t < 1.2
+    assert store.stats()["flush_inline_rounds"] == inline + 1
+    delay[0] = 0.0
+    await wait_until(lambda: store.flushed_offset >= r.end_offset, "the stalled round ends", interval=0.01)
+    await store.shutdown()
+
+
+@pytest.mark.timeout(20, func_only=True)
+async def test_a_failed_inline_round_fails_every_waiter_and_the_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
+    await store.start()
+    await _one_in_flight(store, flush_module.CommitLogFlusher.INLINE_AFTER)
+    inline = store.stats()["flush_inline_rounds"]
+    real = flush_module._fsync_all
+
+    def broken(files):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(flush_module, "_fsync_all", broken)
+    results = [store.put(req()) for _ in range(3)]
+    answers = []
+    for r in results:
+        assert store.when_durable(r.end_offset, answers.append)
+    await wait_until(lambda: len(answers) == 3, "every waiter answered", interval=0.01)
+    assert answers == [False, False, False]
+    assert store.stats()["flush_inline_rounds"] == inline  # the failed round released nothing as flushed
+    assert store.put(req()).status is PutStatus.SERVICE_NOT_AVAILABLE
+    monkeypatch.setattr(flush_module, "_fsync_all", real)  # the disk is back for the shutdown's flush
+    await store.shutdown()
+
+
+@pytest.mark.timeout(20, func_only=True)
+async def test_a_waiter_callback_that_raises_does_not_hold_back_the_others(tmp_path, caplog):
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
+    await store.start()
+    answers = []
+
+    def bad(durable: bool) -> None:
+        raise RuntimeError("a bug in one waiter")
+
+    first, second = store.put(req()), store.put(req())
+    assert store.when_durable(first.end_offset, bad)
+    assert store.when_durable(second.end_offset, answers.append)
+    await wait_until(lambda: answers, "the second waiter answered", interval=0.01)
+    assert answers == [True]
+    assert "a SYNC_FLUSH waiter's callback failed" in caplog.text
+    await store.shutdown()
+
+
+@pytest.mark.timeout(20, func_only=True)
+async def test_a_store_observer_keeps_every_round_on_the_flush_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
+    rounds_on = []
+
+    class Watch(StoreObserver):
+        def before_flush_round(self) -> None:
+            rounds_on.append(threading.get_ident())
+
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0), observer=Watch())
+    await store.start()
+    n = flush_module.CommitLogFlusher.INLINE_AFTER + 4
+    assert all(await _one_in_flight(store, n))
+    assert store.stats()["flush_inline_rounds"] == 0
+    assert len(rounds_on) == n and threading.get_ident() not in rounds_on
+    await store.shutdown()
