@@ -903,3 +903,25 @@ def test_the_chart_placement_reaches_the_pods(combos) -> None:
     cluster = next(o for o in combos["open"] if o["kind"] == "Cluster")
     assert cluster["spec"]["placement"]["topologySpread"] == [
         {"topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule", "maxSkew": 2}]
+
+
+def test_a_release_named_like_a_yaml_boolean_renders_string_labels(helm_python, kubeconfig) -> None:
+    """`helm install on ...`: YAML 1.1 reads an unquoted `on` (also off, yes, no, 123) as a bool or
+    a number, which an API server refuses as a label value or namespace; every one is quoted."""
+    objs = render(helm_python, kubeconfig, "on", {
+        "cluster": {"name": "yes"}, "networkPolicy": {"enabled": True},
+        "topics": [{"name": "off"}], "consumerGroups": [{"name": "no"}]})
+    assert {o["kind"] for o in objs} >= {"Cluster", "Topic", "ConsumerGroup", "NetworkPolicy"}
+    for obj in objs:
+        meta = obj["metadata"]
+        where = f"{obj['kind']}/{meta.get('name')}"
+        assert all(isinstance(v, str) for v in (meta.get("labels") or {}).values()), where
+        assert isinstance(meta.get("namespace", ""), str), where
+        assert isinstance(meta.get("name"), str), where
+        if obj["kind"] == "Deployment":
+            assert obj["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "on"
+        if obj["kind"] in ("Topic", "ConsumerGroup"):
+            assert obj["spec"]["clusterRef"]["name"] == "yes", where
+        if obj["kind"] == "NetworkPolicy":
+            for v in obj["spec"]["podSelector"].get("matchLabels", {}).values():
+                assert isinstance(v, str), where

@@ -25,7 +25,7 @@
 {{- define "tidemq.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ include "tidemq.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: tidemq
@@ -34,7 +34,7 @@ app.kubernetes.io/part-of: tidemq
 {{/* Selector labels of the operator pods. */}}
 {{- define "tidemq.operatorSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "tidemq.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: operator
 {{- end }}
 
