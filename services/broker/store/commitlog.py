@@ -9,6 +9,11 @@ Invariants:
 - ``write_pos`` (the max offset) always lies inside the active (last) segment.
 - The next segment is created (and preallocated) by a worker thread as soon as a segment becomes
   active, so a rollover on the event loop normally only swaps objects.
+- Once started (``start_preallocation``), a prefault thread keeps the pages up to
+  ``PREFAULT_AHEAD`` bytes past the write position faulted in and writable
+  (``MappedFile.prefault``), asked again each time the writer moved ``PREFAULT_CHUNK`` bytes, so
+  the loop's writes land on present pages instead of taking the first-touch faults itself.
+  Pre-faulting changes no byte; when the kernel cannot do it, it stops and the writes fault as before.
 - Reads verify size, magic and the record's own PHYSICALOFFSET field before returning bytes, so a
   stale or wrong pointer yields None, never foreign bytes.
 - Replication (issue 17) reads whole records of one segment from a record boundary (``read_from``)
@@ -49,6 +54,13 @@ CHECK = struct.Struct(f">iI{PHYSICAL_OFFSET_POS - 8}xq")
 SYSFLAG_STORE_TS = struct.Struct(f">{SYS_FLAG_POS}xi{STORE_TIMESTAMP_POS - SYS_FLAG_POS - 4}xq")
 _Q = struct.Struct(">q")
 FILLER_MIN = 8
+# bench/latency_probe.py (compare.py row 5): a first write into a fresh page of the preallocated
+# segment faulted on the loop (page allocation, zeroing, ext4's block mapping) and, while a flush
+# wrote the file back, sometimes waited milliseconds in the fault. 512 KiB is 0.1 s of row 5's
+# 5 MB/s; the pages it dirties early (zeros) cost at most one extra write-back each.
+PREFAULT_AHEAD = 512 * 1024
+PREFAULT_CHUNK = 128 * 1024
+_NEVER = 1 << 62  # no commitlog offset reaches it
 
 
 def segment_name(offset: int) -> str:
@@ -78,6 +90,12 @@ class CommitLog:
         self.created_segments = 0
         self.sync_creations = 0
         self.warm = False  # pre-fault segments created off the loop (StoreConfig.warm_segments)
+        self._prefaulter: concurrent.futures.Executor | None = None
+        self._own_prefaulter = False
+        self._prefault_job: concurrent.futures.Future[None] | None = None
+        self._prefaulted = 0  # pre-faulting was asked for up to this offset
+        self._prefault_at = _NEVER  # ask again once the write position reaches this offset
+        self._prefault_errno = 0  # set by the prefault thread when the kernel cannot pre-fault
 
     # ------------------------------------------------------------------------------ opening
     def open_segments(self) -> None:
@@ -167,6 +185,34 @@ class CommitLog:
 
     def commit(self, total: int) -> None:
         self.write_pos += total
+        if self.write_pos >= self._prefault_at:
+            self._prefault_ahead()
+
+    def _prefault_ahead(self) -> None:
+        """Ask the prefault thread for the pages up to PREFAULT_AHEAD past the write position."""
+        if self._prefault_errno or self._prefaulter is None or not self.segments:
+            self._prefault_at = _NEVER
+            return
+        job = self._prefault_job
+        if job is not None and not job.done():  # the thread is behind (a flush holds the file)
+            self._prefault_at = self.write_pos + PREFAULT_CHUNK
+            return
+        seg = self.segments[-1]
+        start = max(self._prefaulted, self.write_pos)
+        end = min(seg.end, self.write_pos + PREFAULT_AHEAD)
+        if start < end:
+            self._prefault_job = self._prefaulter.submit(self._prefault, seg, start - seg.start, end - start)
+            self._prefaulted = end
+        # the segment's last pages: the next ask is the first commit into the next segment
+        self._prefault_at = end - PREFAULT_AHEAD + PREFAULT_CHUNK if end < seg.end else seg.end
+
+    def _prefault(self, seg: MappedFile, pos: int, length: int) -> None:
+        """Prefault thread."""
+        err = seg.prefault(pos, length)
+        if err and not self._prefault_errno:
+            self._prefault_errno = err
+            log.info("pre-faulting commitlog pages is not available here (%s); writes fault pages in "
+                     "themselves (Linux >= 5.14 can pre-fault)", os.strerror(err))
 
     def fits_one_segment(self, total: int) -> bool:
         return total + FILLER_MIN <= self.segment_size
@@ -200,9 +246,17 @@ class CommitLog:
         # Pre-faulted off the loop (populate): the loop's writes into it take no page faults.
         self._pending = self.executor.submit(self._create, start, self.warm)
 
-    def start_preallocation(self, executor: concurrent.futures.Executor) -> None:
+    def start_preallocation(self, executor: concurrent.futures.Executor,
+                            prefaulter: concurrent.futures.Executor | None = None) -> None:
+        """Pre-create each next segment on ``executor`` and pre-fault pages ahead of the writer
+        on ``prefaulter`` (one thread; by default the commitlog's own, ended by ``close``)."""
         self.executor = executor
         self._prepare_next()
+        if prefaulter is None:
+            prefaulter = concurrent.futures.ThreadPoolExecutor(1, "tidemq-commitlog-prefault")
+            self._own_prefaulter = True
+        self._prefaulter = prefaulter
+        self._prefault_ahead()
 
     def drop_pending(self) -> None:
         """Forget a pre-created segment (at shutdown); its zeroed file is harmless on disk."""
@@ -371,6 +425,10 @@ class CommitLog:
 
     def close(self) -> None:
         self.drop_pending()
+        self._prefault_at = _NEVER
+        prefaulter, self._prefaulter = self._prefaulter, None
+        if prefaulter is not None and self._own_prefaulter:
+            prefaulter.shutdown(wait=True, cancel_futures=True)
         for seg in self.segments:
             seg.close()
         self.segments = []
