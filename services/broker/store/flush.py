@@ -63,6 +63,9 @@ class CommitLogFlusher:
     a slow disk never stalls the loop for longer than one round that was expected to be fast:
     the flusher starts on the thread, moves inline only after ``INLINE_AFTER`` fast rounds in a
     row, and goes back to the thread after any slow round (thread rounds keep measuring the disk).
+    Inline pays when nothing else waits for the loop (one send in flight per producer); a round
+    for more than ``INLINE_MAX_WAITERS`` sends means more are coming, and on the thread the loop
+    reads and appends them during the fdatasync (the next round takes them all).
     A test observer (fault injection stalls the disk in ``before_flush_round``) keeps every round
     on the thread, as do rounds while the flush lock is held (an interval flush or a replica's
     truncation).
@@ -70,6 +73,7 @@ class CommitLogFlusher:
 
     INLINE_MAX_SECONDS = 0.002  # a round slower than this sends the next rounds to the thread
     INLINE_AFTER = 8  # fast rounds in a row before rounds run inline again
+    INLINE_MAX_WAITERS = 4  # a round for more runs on the thread: the loop has other work meanwhile
 
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
                  executor: concurrent.futures.Executor,
@@ -187,7 +191,8 @@ class CommitLogFlusher:
         self._scheduled = False
         if self._in_flight or not self._waiters or self.error is not None or self._thread is None:
             return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash)
-        if self._fast >= self.INLINE_AFTER and self.observer is None and not self._lock.locked():
+        if (self._fast >= self.INLINE_AFTER and len(self._waiters) <= self.INLINE_MAX_WAITERS
+                and self.observer is None and not self._lock.locked()):
             self._inline_round()
         else:
             self._start_round()

@@ -138,6 +138,22 @@ async def test_fast_rounds_move_inline_and_still_answer_only_once_flushed(tmp_pa
 
 
 @pytest.mark.timeout(20, func_only=True)
+async def test_a_round_for_many_waiters_runs_on_the_thread_while_the_loop_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
+    await store.start()
+    await _one_in_flight(store, flush_module.CommitLogFlusher.INLINE_AFTER + 1)
+    inline = store.stats()["flush_inline_rounds"]
+    assert inline >= 1
+    many = [store.put(req()) for _ in range(flush_module.CommitLogFlusher.INLINE_MAX_WAITERS + 1)]
+    assert all(await asyncio.gather(*(store.wait_durable(r.end_offset) for r in many)))
+    assert store.stats()["flush_inline_rounds"] == inline
+    assert all(await _one_in_flight(store, 2))  # alone again: inline
+    assert store.stats()["flush_inline_rounds"] == inline + 2
+    await store.shutdown()
+
+
+@pytest.mark.timeout(20, func_only=True)
 async def test_a_slow_round_sends_the_next_ones_to_the_thread_where_a_stall_times_out(tmp_path, monkeypatch):
     monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 0.05)
     store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0,
