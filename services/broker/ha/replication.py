@@ -33,6 +33,7 @@ from tidemq.errors import BrokerError, StoreError
 
 from tidemq.broker.ha import protocol
 from tidemq.broker.ha.epochs import EpochHistory, EpochStart
+from tidemq.broker.ha.link import FrameLink
 from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Refusal, Welcome
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
@@ -53,6 +54,10 @@ class ReplicationConfig:
     heartbeat_interval: float = 1.0  # an idle master sends a heartbeat, the follower acks it
     timeout: float = 10.0  # every network wait (connect, read, drain)
     poll_interval: float = 0.05  # a caught-up master looks for new records this often (or on wake)
+    # A moved high-water mark waits this long for a data frame to carry it before a heartbeat
+    # does: under load the next frame follows within a millisecond, and a heartbeat per ack
+    # (then acked in turn) doubled the frames and wake-ups per batch (bench/compare.py row 3).
+    mark_linger: float = 0.005
     retry_interval: float = 1.0  # a follower reconnects after a failed session
 
 
@@ -119,6 +124,9 @@ class ReplicationMaster:
         self._followers: dict[int, FollowerState] = {}  # connected followers only
         self._owners: dict[int, asyncio.Task[None]] = {}  # the session that owns each follower's state
         self._wake = asyncio.Event()
+        # The last data frame made (CommitLog offset asked for, frame, its head): the followers
+        # streaming from the same offset share one read, one CRC and one encoding of it.
+        self._last: tuple[int, Data, bytes] | None = None
 
     async def start(self, host: str, port: int) -> int:
         """Listen on (host, port); returns the port bound (0 picks a free one)."""
@@ -226,6 +234,7 @@ class ReplicationMaster:
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
         sent_mark = -1
+        mark_due = 0.0  # when a moved mark goes out in a heartbeat if no data frame carries it
         while True:
             state = self._followers[replica]
             if pos - state.acked >= cfg.max_unacked_bytes:
@@ -233,26 +242,51 @@ class ReplicationMaster:
                 async with asyncio.timeout(cfg.timeout):  # a follower that stops acking is dropped
                     await acked.wait()
                 continue
-            at, data = self.store.read_commitlog(pos, min(cfg.frame_bytes, cfg.max_unacked_bytes))
-            if data:
-                sent_mark = self._mark()
-                await _send(writer, Data(self.epoch, at, data, self._mark()), cfg.timeout)
-                pos = at + len(data)
+            frame, head = self._data(pos)
+            if frame.records:
+                # Hot path (bench/compare.py --replicated, row 3): head and records go out as two
+                # buffers, the records as read from the CommitLog.
+                writer.writelines((head, frame.records))
+                async with asyncio.timeout(cfg.timeout):
+                    await writer.drain()
+                sent_mark = frame.high_water
+                pos = frame.end
                 self._followers[replica] = FollowerState(replica, state.acked, pos)
                 idle_since = loop.time()
                 continue
-            pos = at
+            pos = frame.offset
             mark = self._mark()
-            if loop.time() - idle_since >= cfg.heartbeat_interval or mark > sent_mark:
+            now = loop.time()
+            if mark <= sent_mark:
+                mark_due = 0.0
+            elif not mark_due:
+                mark_due = now + cfg.mark_linger
+            if now - idle_since >= cfg.heartbeat_interval or (mark_due and now >= mark_due):
                 # Idle, or the mark moved since this follower last heard it (acks from the
-                # others): a heartbeat, so its consumers see what is now acknowledged.
+                # others) and no data frame carried it within the linger: a heartbeat, so its
+                # consumers see what is now acknowledged.
                 await _send(writer, Heartbeat(self.epoch, self.store.commitlog_max_offset, mark), cfg.timeout)
-                sent_mark = mark
-                idle_since = loop.time()
+                sent_mark, mark_due = mark, 0.0
+                idle_since = now = loop.time()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(cfg.poll_interval):
+                async with asyncio.timeout(min(cfg.poll_interval, mark_due - now) if mark_due else cfg.poll_interval):
                     await self._wake.wait()
+
+    def _data(self, pos: int) -> tuple[Data, bytes]:
+        """The data frame streaming from CommitLog offset ``pos`` (no records: nothing there yet;
+        its offset is where the next record will be) and its head."""
+        last = self._last
+        if last is not None and last[0] == pos:
+            return last[1], last[2]
+        cfg = self.config
+        at, data = self.store.read_commitlog(pos, min(cfg.frame_bytes, cfg.max_unacked_bytes))
+        frame = Data(self.epoch, at, data, self._mark())
+        if not data:
+            return frame, b""
+        head = protocol.data_head(frame)
+        self._last = (pos, frame, head)
+        return frame, head
 
     async def _read_acks(self, reader: asyncio.StreamReader, replica: int, acked: asyncio.Event) -> None:
         # A follower acks every frame and heartbeat: silence past the heartbeat interval plus the
@@ -319,15 +353,16 @@ class ReplicationFollower:
     async def run_session(self) -> None:
         """One connection: handshake, truncation, then frames until it breaks (raises why)."""
         cfg = self.config
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(cfg.timeout):
-            reader, writer = await asyncio.open_connection(*self.master)
+            _, link = await loop.create_connection(FrameLink, *self.master)
         try:
             store = self.store
             end = store.commitlog_max_offset
             log_epoch = self.history.epoch_at(end) if self.history is not None else self.epoch
-            await _send(writer, Handshake(cfg.cluster, cfg.broker_name, self.replica_id, log_epoch,
-                                          store.commitlog_max_offset), cfg.timeout)
-            answer = await _read_frame(reader, cfg.timeout)
+            await link.send(Handshake(cfg.cluster, cfg.broker_name, self.replica_id, log_epoch,
+                                      store.commitlog_max_offset), cfg.timeout)
+            answer = await link.next_frame(cfg.timeout)
             if isinstance(answer, Refusal):
                 raise ReplicationError(f"the master refused: {answer.reason}")
             if not isinstance(answer, Welcome):
@@ -345,27 +380,38 @@ class ReplicationFollower:
                                        f"{store.commitlog_max_offset}")
             if self.history is not None:  # before any record of the master's is appended
                 self.history.adopt(answer.history)
-            await self._follow(reader, writer, answer.epoch)
+            await self._follow(link, answer.epoch)
         finally:
-            await _close(writer)
+            await link.close()
 
-    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, epoch: int) -> None:
+    async def _follow(self, link: FrameLink, epoch: int) -> None:
         cfg = self.config
+        loop = asyncio.get_running_loop()
         wait = cfg.heartbeat_interval + cfg.timeout  # the master is gone if silent past this
+        # An ack only for news (a new offset), or to say it is alive: the master drops a follower
+        # silent past its heartbeat interval plus its timeout.
+        keepalive = cfg.heartbeat_interval / 2
+        acked_at = -keepalive
         while True:
-            frame = await _read_frame(reader, wait)
-            if isinstance(frame, Data):
-                if frame.epoch != epoch:
-                    raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
-                self.store.append_replicated(frame.offset, frame.records)
-            elif isinstance(frame, Heartbeat):
-                if frame.epoch != epoch:
-                    raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
-            else:
-                raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
-            if frame.high_water > self.high_water:
-                self.high_water = frame.high_water
-                if self.on_high_water is not None:
-                    self.on_high_water(frame.high_water)
-            self.acked = await self.store.flush_commitlog() if self.ack_flushed else self.store.commitlog_max_offset
-            await _send(writer, Ack(self.acked), cfg.timeout)
+            # Every frame that arrived since the last ack: appended (or heard) in order, then one
+            # ack for them all (bench/compare.py --replicated, row 3).
+            for frame in await link.frames(wait):
+                if isinstance(frame, Data):
+                    if frame.epoch != epoch:
+                        raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
+                    self.store.append_replicated(frame.offset, frame.records)
+                elif isinstance(frame, Heartbeat):
+                    if frame.epoch != epoch:
+                        raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
+                else:
+                    raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
+                if frame.high_water > self.high_water:
+                    self.high_water = frame.high_water
+                    if self.on_high_water is not None:
+                        self.on_high_water(frame.high_water)
+            # Never more than this log holds (and, acking what is flushed, more than is on disk).
+            acked = await self.store.flush_commitlog() if self.ack_flushed else self.store.commitlog_max_offset
+            now = loop.time()
+            if acked != self.acked or now - acked_at >= keepalive:
+                self.acked, acked_at = acked, now
+                await link.send(Ack(acked), cfg.timeout)

@@ -51,7 +51,7 @@ def _refused(phys: int, why: str) -> StoreCorruptError:
     return StoreCorruptError(f"record at commitlog offset {phys} is refused: {why}")
 
 
-def scan_records_py(data: bytes, base: int, check_crc: bool) -> list[Run]:
+def scan_records_py(data: bytes | memoryview, base: int, check_crc: bool) -> list[Run]:
     """The records of ``data`` (CommitLog offset ``base`` on) as dispatch runs; see the module."""
     mv = memoryview(data)
     end = len(data)
@@ -120,4 +120,4 @@ def scan_records_py(data: bytes, base: int, check_crc: bool) -> list[Run]:
 
 
 _c = compiled.load("tidemq.broker.store._scan_c")
-scan_records: Callable[[bytes, int, bool], list[Run]] = _c.scan_records if _c is not None else scan_records_py
+scan_records: Callable[[bytes | memoryview, int, bool], list[Run]] = _c.scan_records if _c is not None else scan_records_py

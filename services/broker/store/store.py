@@ -361,7 +361,7 @@ class MessageStore:
         """Whether ``offset`` is the CommitLog's end or where a record (or filler) starts."""
         return self._commitlog.is_boundary(offset)
 
-    def append_replicated(self, offset: int, records: bytes) -> int:
+    def append_replicated(self, offset: int, records: bytes | memoryview) -> int:
         """Follower: append a master's whole ``records`` at exactly CommitLog ``offset`` (this
         log's end, or the next segment's start after the master's filler), check each as recovery
         does and dispatch them; returns the new end. Raises StoreError and keeps nothing of the

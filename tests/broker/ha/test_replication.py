@@ -1,21 +1,24 @@
 """CommitLog replication between two real MessageStores on loopback (no broker process): catch-up
 to a byte-identical log and the same consume queues, truncation of a diverged follower, resuming
-after a restart, a connection dropped mid-frame and a corrupt frame leaving nothing behind."""
+after a restart, a connection dropped mid-frame and a corrupt frame leaving nothing behind, one
+ack for the frames of one read, and a moved high-water mark reaching an idle follower; the
+connection scenarios again on uvloop, the broker's loop (its transports are not asyncio's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from tidemq.errors import StoreError
 from tidemq.message import decode_record_header
 
 from tidemq.broker.ha import protocol
-from tidemq.broker.ha.protocol import Data, Handshake, Refusal, Welcome
+from tidemq.broker.ha.protocol import Ack, Data, Handshake, Heartbeat, Refusal, Welcome
 from tidemq.broker.ha.replication import (
     EpochStart,
     ReplicationConfig,
@@ -295,3 +298,112 @@ async def test_a_truncation_across_segments_survives_a_crash(tmp_path: Path) -> 
         put(reopened, 200, 1000)  # and the log grows on from the cut, across segments again
     finally:
         await reopened.shutdown()
+
+
+async def test_two_followers_of_one_master_both_match_it(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        other = await started(tmp_path / "f2")
+        try:
+            put(master, 200)
+            m = ReplicationMaster(master, CFG, 1, (EpochStart(1, 0),))
+            port = await m.start("127.0.0.1", 0)
+            followers = [ReplicationFollower(s, CFG, r, 1, ("127.0.0.1", port)) for r, s in ((1, follower), (2, other))]
+            for f in followers:
+                f.start()
+            try:
+                for n in (0, 120, 60):  # caught up, then live writes while both stream
+                    put(master, n, 1000 + n)
+                    m.wake()
+                    await until(lambda: m.acked_offset(1) == m.acked_offset(2) == master.commitlog_max_offset)
+            finally:
+                for f in followers:
+                    await f.close()
+                await m.close()
+            assert_same(master, follower)
+            assert_same(master, other)
+        finally:
+            await other.shutdown()
+
+
+async def test_a_follower_acks_the_frames_of_one_read_once_and_only_news(tmp_path: Path) -> None:
+    """Three data frames written at once get one ack, for all three; a heartbeat with nothing new
+    gets none (its keepalive is not due); the next frame gets its own."""
+    async with stores(tmp_path) as (master, follower):
+        ends = []
+        for i in range(4):
+            put(master, 1, i)
+            ends.append(master.commitlog_max_offset)
+        _, records = master.read_commitlog(0, 1 << 20)
+        starts = [0, *ends[:3]]
+        frames = [Data(1, lo, records[lo:hi]) for lo, hi in zip(starts[:3], ends[:3])]
+        last = Data(1, ends[2], records[ends[2] : ends[3]])
+        cuts = [ends[2], ends[3]]
+        acks: list[int] = []
+        step = asyncio.Event()
+        got_ack = asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            kind, length = protocol.decode_head(await reader.readexactly(protocol.FRAME_HEAD.size))
+            assert isinstance(protocol.decode_body(kind, await reader.readexactly(length)), Handshake)
+            writer.write(protocol.encode(Welcome(1, -1, 0)) + b"".join(protocol.encode(f) for f in frames))
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:
+                    kind, length = protocol.decode_head(await reader.readexactly(protocol.FRAME_HEAD.size))
+                    ack = protocol.decode_body(kind, await reader.readexactly(length))
+                    assert isinstance(ack, Ack)
+                    acks.append(ack.offset)
+                    got_ack.set()
+                    await step.wait()
+                    step.clear()
+                    if len(acks) == 1:
+                        writer.write(protocol.encode(Heartbeat(1, cuts[1])))
+                        await asyncio.sleep(0.2)  # an ack for it would be read by now
+                        writer.write(protocol.encode(last))
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        quiet = ReplicationConfig("c", "broker-a", heartbeat_interval=10.0, timeout=3.0)  # keepalive: 5 s
+        f = ReplicationFollower(follower, quiet, 1, 1, ("127.0.0.1", server.sockets[0].getsockname()[1]),
+                                ack_flushed=False)
+        f.start()
+        try:
+            for _ in range(2):
+                async with asyncio.timeout(5):
+                    await got_ack.wait()
+                got_ack.clear()
+                step.set()
+            await asyncio.sleep(0.1)
+        finally:
+            await f.close()
+            server.close()
+            await server.wait_closed()
+        assert acks == cuts  # never past what it held, nothing for the heartbeat
+        assert commitlog(follower) == commitlog(master)
+
+
+async def test_a_moved_high_water_mark_reaches_an_idle_follower_before_its_heartbeat(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        put(master, 5)
+        mark = [-1]
+        slow = ReplicationConfig("c", "broker-a", heartbeat_interval=30.0, timeout=3.0, poll_interval=0.01)
+        m = ReplicationMaster(master, slow, 1, (EpochStart(1, 0),), high_water=lambda: mark[0])
+        port = await m.start("127.0.0.1", 0)
+        f = ReplicationFollower(follower, slow, 1, 1, ("127.0.0.1", port), ack_flushed=False)
+        f.start()
+        try:
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            mark[0] = master.commitlog_max_offset  # acknowledged now, as the others' acks would make it
+            await until(lambda: f.high_water == mark[0], timeout=5.0)  # not at the 30 s idle heartbeat
+        finally:
+            await f.close()
+            await m.close()
+
+
+@pytest.mark.parametrize("scenario", [
+    test_follower_catches_up_to_a_byte_identical_log_and_the_same_queues,
+    test_a_connection_dropped_mid_frame_leaves_no_partial_record,
+    test_a_data_frame_damaged_in_transit_fails_its_crc,
+    test_a_follower_acks_the_frames_of_one_read_once_and_only_news,
+    test_two_followers_of_one_master_both_match_it,
+], ids=lambda f: f.__name__.removeprefix("test_"))
+def test_on_uvloop(scenario: Callable[[Path], Coroutine[None, None, None]], tmp_path: Path) -> None:
+    uvloop.run(scenario(tmp_path))
