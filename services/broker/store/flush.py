@@ -62,7 +62,9 @@ class CommitLogFlusher:
     the GIL hand-offs between them (measured in docs/benchmarks.md); on the *thread* otherwise, so
     a slow disk never stalls the loop for longer than one round that was expected to be fast:
     the flusher starts on the thread, moves inline only after ``INLINE_AFTER`` fast rounds in a
-    row, and goes back to the thread after any slow round (thread rounds keep measuring the disk).
+    row, and goes back to the thread after any slow round (thread rounds keep measuring the disk);
+    each slow inline round doubles the fast streak needed next time, so a disk with latency
+    spikes stalls the loop ever more rarely (the cost of a spike inline is the whole loop's).
     Inline pays when nothing else waits for the loop (one send in flight per producer); a round
     for more than ``INLINE_MAX_WAITERS`` sends means more are coming, and on the thread the loop
     reads and appends them during the fdatasync (the next round takes them all).
@@ -72,7 +74,8 @@ class CommitLogFlusher:
     """
 
     INLINE_MAX_SECONDS = 0.002  # a round slower than this sends the next rounds to the thread
-    INLINE_AFTER = 8  # fast rounds in a row before rounds run inline again
+    INLINE_AFTER = 8  # fast rounds in a row before rounds run inline (at first; see _inline_after)
+    INLINE_AFTER_MAX = 1 << 16
     INLINE_MAX_WAITERS = 4  # a round for more runs on the thread: the loop has other work meanwhile
 
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
@@ -100,6 +103,10 @@ class CommitLogFlusher:
         self._in_flight = False  # a round runs on the thread
         self._scheduled = False  # a round is scheduled for the end of this loop iteration
         self._fast = 0  # SYNC rounds in a row that took under INLINE_MAX_SECONDS
+        # Fast rounds in a row needed before the next inline one: doubled by every slow inline
+        # round (a disk with spikes stalls the loop ever more rarely), halved back by a streak of
+        # four times as many fast rounds.
+        self._inline_after = self.INLINE_AFTER
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -191,7 +198,7 @@ class CommitLogFlusher:
         self._scheduled = False
         if self._in_flight or not self._waiters or self.error is not None or self._thread is None:
             return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash)
-        if (self._fast >= self.INLINE_AFTER and len(self._waiters) <= self.INLINE_MAX_WAITERS
+        if (self._fast >= self._inline_after and len(self._waiters) <= self.INLINE_MAX_WAITERS
                 and self.observer is None and not self._lock.locked()):
             self._inline_round()
         else:
@@ -207,7 +214,10 @@ class CommitLogFlusher:
             self._fail(exc)
             return
         self.inline_rounds += 1
-        self._flushed_to(target, n, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        if seconds >= self.INLINE_MAX_SECONDS:  # it stalled the loop: inline only after a longer streak
+            self._inline_after = min(self._inline_after * 2, self.INLINE_AFTER_MAX)
+        self._flushed_to(target, n, seconds)
 
     def _start_round(self) -> None:
         target = self.commitlog.write_pos
@@ -249,7 +259,13 @@ class CommitLogFlusher:
         self.seconds += seconds
         self.fsyncs += n
         self.rounds += 1
-        self._fast = self._fast + 1 if seconds < self.INLINE_MAX_SECONDS else 0
+        if seconds < self.INLINE_MAX_SECONDS:
+            self._fast += 1
+            if self._fast >= 4 * self._inline_after > 4 * self.INLINE_AFTER:
+                self._inline_after //= 2
+                self._fast = self._inline_after
+        else:
+            self._fast = 0
         if target > self.flushed:
             self.flushed = target
         self._release()
