@@ -13,8 +13,11 @@ checkpoint, as with Kafka.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
+import os
+import threading
+from collections.abc import AsyncGenerator, Iterator
 
 from tidemq.client.pull import PullStatus, parse_tag_expression
 from tidemq.client.route import MessageQueue
@@ -31,6 +34,7 @@ from tidemq.spark.offsets import (
     data_loss_message,
 )
 from tidemq.spark.options import SourceOptions
+from tidemq.spark.pulling import Pull, ReaderLoop
 
 log = logging.getLogger(__name__)
 
@@ -143,63 +147,99 @@ class TopicView:
 
 
 def _reader_key(opts: SourceOptions) -> tuple:
-    return ("reader", opts.name_servers, opts.credentials, opts.pull_timeout_ms)
+    # one ReaderLoop per process and thread (see tidemq.spark.pulling: a loop has one driver)
+    return ("reader", os.getpid(), threading.get_ident(), opts.name_servers, opts.credentials,
+            opts.pull_timeout_ms)
 
 
-def _reader(opts: SourceOptions) -> SyncPullConsumer:
-    key = _reader_key(opts)
-
-    def make() -> SyncPullConsumer:
-        c = SyncPullConsumer(READER_GROUP, config=clients.client_config(
-            opts.name_servers, opts.credentials, opts.pull_timeout_ms))
-        c.start()
-        return c
-    return clients.cached(key, make)
+def _reader(opts: SourceOptions) -> ReaderLoop:
+    config = clients.client_config(opts.name_servers, opts.credentials, opts.pull_timeout_ms)
+    return clients.cached(_reader_key(opts), lambda: ReaderLoop(READER_GROUP, config))
 
 
 def read_slice(opts: SourceOptions, part: Slice) -> Iterator[object]:
     """Pull messages [start, end) of one queue and yield Arrow record batches (executor side).
-    Offsets retention removed fail the task (``failOnDataLoss``) or are skipped."""
+    Offsets retention removed fail the task (``failOnDataLoss``) or are skipped.
+
+    Each batch is read by one run of the reading thread's own event loop (tidemq.spark.pulling);
+    the pull in flight when a batch is handed over stays in flight while Spark takes it."""
+    # hot path: bench/spark_read.py (one loop run per Arrow batch, one pull ahead)
+    reader = _reader(opts)
+    batches = _batches(reader, opts, part)
+    try:
+        while True:
+            try:
+                batch = reader.run(anext(batches, None))
+            except TideMQError as exc:
+                if not isinstance(exc, SourceError):  # the client failed: start afresh next time
+                    clients.drop(_reader_key(opts))
+                raise
+            if batch is None:
+                return
+            yield batch
+    finally:
+        if not reader.loop.is_closed():  # ended early (Spark closing the generator): drop the pull ahead
+            reader.run(batches.aclose())
+
+
+async def _batches(reader: ReaderLoop, opts: SourceOptions, part: Slice) -> AsyncGenerator[object, None]:
+    """read_slice's batches. The pull after an answer is sent before the answer is decoded, from
+    where this loop pulls next unless the decode says otherwise (then it is dropped and the right
+    one sent), so the pulls and rows are exactly those of one pull at a time."""
     from tidemq.spark.arrow import Columns, collect, to_batch
 
-    consumer = _reader(opts)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
     tags = parse_tag_expression(opts.tag_expression)
+    expr, end = opts.tag_expression, part.end
     offset = part.start
     cols = Columns(props=[] if opts.include_properties else None)
-    while offset < part.end:
-        want = min(opts.pull_batch_size, part.end - offset)
-        try:
-            res = consumer.pull_raw(mq, offset, want, opts.tag_expression)
-        except TideMQError:
-            clients.drop(_reader_key(opts))
-            raise
-        if res.min_offset > offset:  # retention removed [offset, min_offset)
-            lost = {QueueKey(part.topic, part.broker, part.queue_id): res.min_offset}
-            if opts.fail_on_data_loss:
-                raise SourceError(data_loss_message(lost, {k: offset for k in lost}))
-            log.warning("skipping %d messages of %s removed by retention (failOnDataLoss=false)",
-                        res.min_offset - offset, mq)
-            offset = res.min_offset
-            continue
-        if res.status is PullStatus.OFFSET_ILLEGAL:
-            raise SourceError(f"{mq}: offset {offset} is beyond the queue's end "
-                              f"{res.max_offset}; was the topic deleted and recreated?")
-        if res.status is PullStatus.FOUND:
-            last = collect(res.body, cols, part.end, tags)
-            if last < 0:
-                break
-            offset = max(last, min(res.next_begin_offset, part.end))
-        elif res.status is PullStatus.NO_MATCHED_MSG:
-            offset = res.next_begin_offset
-        else:  # NO_NEW_MSG below the planned end: the driver saw these messages when planning
-            raise SourceError(f"{mq}: the queue now ends at {res.max_offset}, before offset "
-                              f"{offset}, although it reached {part.end} when the read was "
-                              "planned; was the topic deleted and recreated, or the broker's "
-                              "store replaced?")
-        if len(cols) >= ROWS_PER_BATCH:
-            yield to_batch(cols, part.topic, part.broker, part.queue_id)
-            cols = Columns(props=[] if opts.include_properties else None)
+
+    def send(start: int) -> Pull:
+        return reader.send(mq, start, min(opts.pull_batch_size, end - start), expr)
+
+    pending: Pull | None = None
+    try:
+        while offset < end:
+            if pending is None or pending.offset != offset:
+                if pending is not None:
+                    reader.cancel(pending)
+                pending = send(offset)
+            res = await reader.answer(pending)
+            pending = None
+            if res.min_offset > offset:  # retention removed [offset, min_offset)
+                lost = {QueueKey(part.topic, part.broker, part.queue_id): res.min_offset}
+                if opts.fail_on_data_loss:
+                    raise SourceError(data_loss_message(lost, {k: offset for k in lost}))
+                log.warning("skipping %d messages of %s removed by retention (failOnDataLoss=false)",
+                            res.min_offset - offset, mq)
+                offset = res.min_offset
+                continue
+            if res.status is PullStatus.OFFSET_ILLEGAL:
+                raise SourceError(f"{mq}: offset {offset} is beyond the queue's end "
+                                  f"{res.max_offset}; was the topic deleted and recreated?")
+            if res.status is PullStatus.FOUND:
+                # the branch below moves to min(next begin, end) unless the records say otherwise
+                ahead = min(res.next_begin_offset, end)
+                if offset < ahead < end:
+                    pending = send(ahead)
+                    await asyncio.sleep(0)  # one loop turn: its request leaves before the decode
+                last = collect(res.body, cols, end, tags)
+                if last < 0:
+                    break
+                offset = max(last, ahead)
+            elif res.status is PullStatus.NO_MATCHED_MSG:
+                offset = res.next_begin_offset
+            else:  # NO_NEW_MSG below the planned end: the driver saw these messages when planning
+                raise SourceError(f"{mq}: the queue now ends at {res.max_offset}, before offset "
+                                  f"{offset}, although it reached {end} when the read was "
+                                  "planned; was the topic deleted and recreated, or the broker's "
+                                  "store replaced?")
+            if len(cols) >= ROWS_PER_BATCH:
+                yield to_batch(cols, part.topic, part.broker, part.queue_id)
+                cols = Columns(props=[] if opts.include_properties else None)
+    finally:
+        if pending is not None:  # the read ended early (an error, Spark closing the generator)
+            reader.cancel(pending)
     if len(cols):
         yield to_batch(cols, part.topic, part.broker, part.queue_id)
 

@@ -1,8 +1,10 @@
 """Client configuration and per-process client caches for the Spark source and sink.
 
 Spark runs ``read``/``write`` in Python worker processes that it reuses between tasks
-(``spark.python.worker.reuse``), so executors keep one blocking client per configuration for the
-life of the worker instead of connecting per task; :func:`close_all` runs at interpreter exit.
+(``spark.python.worker.reuse``), so executors keep one client per configuration for the life of
+the worker instead of connecting per task (a blocking client for writes, a
+:class:`~tidemq.spark.pulling.ReaderLoop` per reading thread for reads); :func:`close_all` runs
+at interpreter exit.
 """
 
 from __future__ import annotations
