@@ -273,7 +273,9 @@ def test_control_followers_stopped_before_a_burst_then_the_master_killed(fault_g
     """The harness has teeth: with nothing replicated, `async` acknowledges and loses; `sync` does not
     acknowledge, so loses nothing acknowledged. (Unclean election is allowed so that a follower
     takes over even if the master dropped it from the in-sync set: in sync mode that cannot lose
-    an acknowledged message, in async mode it is where the loss shows.)"""
+    an acknowledged message, in async mode it is where the loss shows.) The followers are killed,
+    not SIGSTOPped: a stopped process's kernel still takes the master's frames into its socket
+    buffer, and a follower that reads them once continued holds the burst (nothing lost)."""
     g: ReplicaGroup = fault_group(lease=LEASE, replication=replication, extra_args=("--allow-unclean-election",))
     g.wait_all_registered(20)
     g.wait_in_sync(30)
@@ -295,13 +297,13 @@ def test_control_followers_stopped_before_a_burst_then_the_master_killed(fault_g
         g.wait_converged(15)
         followers = [r for r in g.replicas if r.rid != master.rid]
         for r in followers:
-            g.stop(r.rid)
+            g.kill(r.rid)
         with ThreadPoolExecutor(10) as pool:
             burst = list(pool.map(send, [f"burst-{k}" for k in range(20)]))
     attempts += burst
     g.kill(master.rid)
     for r in followers:
-        g.cont(r.rid)
+        g.restart(r.rid)
     new = g.wait_master(FAILOVER_BOUND + 5, other_than=master.rid)
     g.restart(master.rid)  # rejoins the new master's history as a follower
     g.wait_converged(30)
