@@ -323,12 +323,13 @@ class SendService:
         stored = SendResult(",".join(result.msg_ids), queue_id, result.queue_offset, code)
         gate = self._replicated
         acked = gate(result.end_offset) if gate is not None else None  # also wakes replication
-        if not wait:
+        sync = cfg.store.flush_mode is _SYNC
+        if not wait or (acked is None and not sync):  # hot path (ASYNC_FLUSH): no PendingSend
             return stored
         # Answered when the group commit and the in-sync followers cover it: a PendingSend whose
         # waits call it back directly (hot path: no future, no task, no loop turn per link).
         pending = PendingSend(stored, result.end_offset)
-        if cfg.store.flush_mode is _SYNC and self._store.when_durable(result.end_offset, pending.flushed):
+        if sync and self._store.when_durable(result.end_offset, pending.flushed):
             pending.waits += 1
         if acked is not None:
             pending.waits += 1
