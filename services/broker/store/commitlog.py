@@ -13,7 +13,10 @@ Invariants:
   ``PREFAULT_AHEAD`` bytes past the write position faulted in and writable
   (``MappedFile.prefault``), asked again each time the writer moved ``PREFAULT_CHUNK`` bytes, so
   the loop's writes land on present pages instead of taking the first-touch faults itself.
-  Pre-faulting changes no byte; when the kernel cannot do it, it stops and the writes fault as before.
+  Pre-faulting changes no byte; when the kernel cannot do it, it stops and the writes fault as
+  before. ``prefault`` off (the store's choice under SYNC_FLUSH, whose next round would write
+  each dirtied page's zeros before its data: twice the page writes, one slower round per chunk)
+  starts no thread.
 - Reads verify size, magic and the record's own PHYSICALOFFSET field before returning bytes, so a
   stale or wrong pointer yields None, never foreign bytes.
 - Replication (issue 17) reads whole records of one segment from a record boundary (``read_from``)
@@ -90,6 +93,7 @@ class CommitLog:
         self.created_segments = 0
         self.sync_creations = 0
         self.warm = False  # pre-fault segments created off the loop (StoreConfig.warm_segments)
+        self.prefault = True  # pre-fault pages ahead of the writer once started (ASYNC_FLUSH)
         self._prefaulter: concurrent.futures.Executor | None = None
         self._own_prefaulter = False
         self._prefault_job: concurrent.futures.Future[None] | None = None
@@ -252,6 +256,8 @@ class CommitLog:
         on ``prefaulter`` (one thread; by default the commitlog's own, ended by ``close``)."""
         self.executor = executor
         self._prepare_next()
+        if not self.prefault:
+            return
         if prefaulter is None:
             prefaulter = concurrent.futures.ThreadPoolExecutor(1, "tidemq-commitlog-prefault")
             self._own_prefaulter = True

@@ -96,6 +96,7 @@ class MessageStore:
         self._io_exec = concurrent.futures.ThreadPoolExecutor(1, "tidemq-store-io")
         self._commitlog = CommitLog(config.commitlog_dir, config.commitlog_segment_size, observer)
         self._commitlog.warm = config.warm_segments
+        self._commitlog.prefault = config.flush_mode is FlushMode.ASYNC  # see commitlog.py
         self._dirty: set[StoreFile] = set()
         self._new_dirs: set[Path] = set()
         self._index = IndexService(config.index_dir, config.index_hash_slots, config.index_max_entries,

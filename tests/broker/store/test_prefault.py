@@ -13,7 +13,10 @@ import threading
 import pytest
 
 from tidemq.broker.store.commitlog import PREFAULT_AHEAD, CommitLog
+from tidemq.broker.store.config import FlushMode
 from tidemq.broker.store.mapped_file import MappedFile
+
+from tests.broker.store.util import config, open_store, req
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise pre-faulting is Linux only")
 
@@ -23,6 +26,10 @@ RECORD = os.urandom(1024)
 
 def _thread_minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
+def _prefault_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("tidemq-commitlog-prefault")}
 
 
 def _can_prefault(tmp_path) -> None:
@@ -104,9 +111,25 @@ def test_the_commitlog_ends_its_prefault_thread_at_close(tmp_path):
     cl.open_segments()
     cl.ensure_active(0)
     io = concurrent.futures.ThreadPoolExecutor(1)
+    before = _prefault_threads()
     cl.start_preallocation(io)
     _write(cl, 200, None)
-    assert any(t.name.startswith("tidemq-commitlog-prefault") for t in threading.enumerate())
+    assert _prefault_threads() - before
     cl.close()
     io.shutdown()
-    assert not any(t.name.startswith("tidemq-commitlog-prefault") for t in threading.enumerate())
+    assert not _prefault_threads() - before
+
+
+@pytest.mark.parametrize("mode", [FlushMode.ASYNC, FlushMode.SYNC])
+async def test_only_an_async_flush_store_prefaults(tmp_path, mode):
+    """SYNC_FLUSH rounds follow the writes within a millisecond: zeros dirtied ahead would be
+    written by the next round, then the data over them again."""
+    before = _prefault_threads()
+    store = open_store(config(tmp_path, flush_mode=mode))
+    await store.start()
+    try:
+        assert store.put(req(body=b"x" * 1000)).ok
+        assert bool(_prefault_threads() - before) is (mode is FlushMode.ASYNC)
+    finally:
+        await store.shutdown()
+    assert not _prefault_threads() - before
