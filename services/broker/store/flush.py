@@ -66,8 +66,9 @@ class CommitLogFlusher:
     each slow inline round doubles the fast streak needed next time, so a disk with latency
     spikes stalls the loop ever more rarely (the cost of a spike inline is the whole loop's).
     Inline pays when nothing else waits for the loop (one send in flight per producer); a round
-    for more than ``INLINE_MAX_WAITERS`` sends means more are coming, and on the thread the loop
-    reads and appends them during the fdatasync (the next round takes them all).
+    for more than ``INLINE_MAX_WAITERS`` sends, or more than ``INLINE_MAX_BYTES`` (batches), means
+    more are coming, and on the thread the loop reads and appends them during the fdatasync (the
+    next round takes them all).
     A test observer (fault injection stalls the disk in ``before_flush_round``) keeps every round
     on the thread, as do rounds while the flush lock is held (an interval flush or a replica's
     truncation).
@@ -77,6 +78,7 @@ class CommitLogFlusher:
     INLINE_AFTER = 8  # fast rounds in a row before rounds run inline (at first; see _inline_after)
     INLINE_AFTER_MAX = 1 << 16
     INLINE_MAX_WAITERS = 4  # a round for more runs on the thread: the loop has other work meanwhile
+    INLINE_MAX_BYTES = 32 * 1024  # so does a round of more bytes (batches); it also takes longer
 
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
                  executor: concurrent.futures.Executor,
@@ -199,6 +201,7 @@ class CommitLogFlusher:
         if self._in_flight or not self._waiters or self.error is not None or self._thread is None:
             return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash)
         if (self._fast >= self._inline_after and len(self._waiters) <= self.INLINE_MAX_WAITERS
+                and self.commitlog.write_pos - self.flushed <= self.INLINE_MAX_BYTES
                 and self.observer is None and not self._lock.locked()):
             self._inline_round()
         else:

@@ -138,7 +138,7 @@ async def test_fast_rounds_move_inline_and_still_answer_only_once_flushed(tmp_pa
 
 
 @pytest.mark.timeout(20, func_only=True)
-async def test_a_round_for_many_waiters_runs_on_the_thread_while_the_loop_goes_on(tmp_path, monkeypatch):
+async def test_a_round_for_many_waiters_or_bytes_runs_on_the_thread_while_the_loop_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
     store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
     await store.start()
@@ -149,6 +149,10 @@ async def test_a_round_for_many_waiters_runs_on_the_thread_while_the_loop_goes_o
     assert all(await asyncio.gather(*(store.wait_durable(r.end_offset) for r in many)))
     assert store.stats()["flush_inline_rounds"] == inline
     assert all(await _one_in_flight(store, 2))  # alone again: inline
+    assert store.stats()["flush_inline_rounds"] == inline + 2
+    big = store.put(req(body=b"b" * (flush_module.CommitLogFlusher.INLINE_MAX_BYTES + 1)))
+    assert big.status is PutStatus.PUT_OK
+    assert await store.wait_durable(big.end_offset)  # one waiter, but more bytes than an inline round takes
     assert store.stats()["flush_inline_rounds"] == inline + 2
     await store.shutdown()
 
