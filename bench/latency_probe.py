@@ -168,9 +168,9 @@ def sampler(pids: dict[str, int], seconds: float, out) -> None:  # noqa: ANN001
     out.put(series)
 
 
-def waited(series: list[tuple[int, int, int]], t0: int, t1: int, field: int = 1) -> int:
-    """Growth of ``field`` (1: run-queue wait ns, 2: major faults) between t0 and t1 (nearest samples)."""
-    ts = [s[0] for s in series]
+def waited(series: list[tuple[int, int, int]], ts: list[int], t0: int, t1: int, field: int = 1) -> int:
+    """Growth of ``field`` (1: run-queue wait ns, 2: major faults) between t0 and t1 (nearest
+    samples); ``ts``: the series' sample times."""
     i = max(0, bisect.bisect_left(ts, t0) - 1)
     j = min(len(series) - 1, bisect.bisect_left(ts, t1))
     return series[j][field] - series[i][field] if series else 0
@@ -266,12 +266,14 @@ async def one_run(client, spec: dict, broker_pid: int, k: int, args) -> dict:  #
     res["stalls"] = {"producer": len(p_stalls), "producer_max_ms": max((s[1] for s in p_stalls), default=0) / 1e6,
                      "consumer": len(watch.stalls), "consumer_max_ms": max((s[1] for s in watch.stalls), default=0) / 1e6,
                      "producer_gc2": sum(1 for g in p_gcs if g[2] == 2), "consumer_gc2": sum(1 for g in watch.gcs if g[2] == 2)}
+    times = {name: [x[0] for x in ser] for name, ser in series.items()}
     for name, ser in series.items():  # median run-queue wait of each process during a tail message
-        res["tail"][f"runq_{name}_ms"] = statistics.median(waited(ser, d, a) for _l, _s, d, a in tail) / 1e6
-        res["tail"][f"majflt_{name}"] = sum(1 for _l, _s, d, a in tail if waited(ser, d, a, 2)) / len(tail)
+        ts = times[name]
+        res["tail"][f"runq_{name}_ms"] = statistics.median(waited(ser, ts, d, a) for _l, _s, d, a in tail) / 1e6
+        res["tail"][f"majflt_{name}"] = sum(1 for _l, _s, d, a in tail if waited(ser, ts, d, a, 2)) / len(tail)
         res["stalls"][f"majflt_{name}"] = ser[-1][2] - ser[0][2] if ser else 0
     res["tail"]["runq_sum_ms"] = statistics.median(
-        sum(waited(ser, d, a) for ser in series.values()) for _l, _s, d, a in tail) / 1e6
+        sum(waited(ser, times[name], d, a) for name, ser in series.items()) for _l, _s, d, a in tail) / 1e6
     res["tail"]["lat_ms"] = statistics.median(x[0] for x in tail) / 1e6
     all_send = sorted(a - s for s, a in legs.values())
     res["send_rtt_p50_p99_ms"] = (all_send[len(all_send) // 2] / 1e6, all_send[int(0.99 * len(all_send))] / 1e6)
