@@ -42,9 +42,6 @@ _ZERO_CHUNK = bytes(1 << 16)
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only; elsewhere pages fault on first write
-# madvise(MADV_POPULATE_READ) (Linux 5.14+; Python < 3.13 has no name for it): maps pages a pwrite
-# just filled, so readers of the mapping take no fault per page. Elsewhere, or refused: skipped.
-_POPULATE_READ: int | None = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 # CPython's mmap keeps a dup() of the file's descriptor for as long as the mapping lives, unless it
 # is made with trackfd=False (3.13+): below that, every mapped file costs an open descriptor.
 MAPPING_HOLDS_FD = sys.version_info < (3, 13)
@@ -283,20 +280,6 @@ class MappedFile(StoreFile):
             while done < len(view):  # a regular file writes all at once unless an error cuts it
                 done += os.pwrite(fd, view[done:], pos + done)
         self.dirty = True
-        self._map_written(pos, done)
-
-    def _map_written(self, pos: int, n: int) -> None:
-        """Map the pages just written (the pull that reads them next would fault on each: about
-        0.4 us per page here, the same as populating them now, measured in docs/benchmarks.md)."""
-        global _POPULATE_READ
-        if _POPULATE_READ is None or self.mm is None or n <= 0:
-            return
-        start = pos - pos % mmap.PAGESIZE
-        try:
-            self.mm.madvise(_POPULATE_READ, start, pos + n - start)
-        except OSError as exc:  # an older kernel: readers fault the pages in as they read them
-            log.info("madvise(MADV_POPULATE_READ) is not available (%s); store reads map pages on first touch", exc)
-            _POPULATE_READ = None
 
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]

@@ -311,11 +311,15 @@ class MessageStore:
             # Hot path (bench/hot_path.py batch, bench/compare.py row 3): a run is encoded into a
             # reused buffer and written with one pwrite. Written through the mapping, each fresh
             # page of the preallocated segment faulted and was zeroed by the kernel first
-            # (readahead over unwritten extents): ~1.8 us per KiB against ~0.25 through pwrite,
-            # measured on ext4 (docs/benchmarks.md, "The broker's CPU per batched message").
+            # (readahead over unwritten extents): 0.2-1.9 us per KiB as the machine's free memory
+            # goes, against a steady ~0.25 through pwrite, measured on ext4 (docs/benchmarks.md, "The broker's CPU per batched message").
             scratch = self._scratch
-            if len(scratch) < total:
-                scratch = self._scratch = bytearray(min(max(total, 2 * len(scratch)), _PWRITE_MAX))
+            if not scratch:
+                # Made once at the bound (4 MiB resident): a buffer this big is mapped apart from
+                # malloc's heap. A ~77 KiB one sat in the heap, which then shrank and regrew around
+                # it every batch: fresh zeroed pages each time (perf: 4 % of the in-process batch
+                # in do_anonymous_page).
+                scratch = self._scratch = bytearray(_PWRITE_MAX)
             try:
                 encode_run(scratch, 0, pending, first_q, step, base, now)
             except (struct.error, OverflowError, TypeError, ValueError) as exc:  # a header int out of range

@@ -4,12 +4,8 @@ the mapping, recovered after a crash, and nothing left behind when the run is re
 
 from __future__ import annotations
 
-import mmap
-import resource
-
 import pytest
 
-from tidemq.broker.store import mapped_file
 from tidemq.broker.store import store as store_mod
 from tidemq.broker.store.store import PutStatus
 
@@ -103,20 +99,3 @@ def test_a_failed_write_refuses_the_batch_and_leaves_no_record(tmp_path):
     assert len(read_queue(store, "Big", 1)) == 22
     store.close_abruptly()
 
-
-@pytest.mark.skipif(mapped_file._POPULATE_READ is None, reason="no madvise(MADV_POPULATE_READ) here")
-def test_pages_a_run_wrote_are_mapped_for_readers(tmp_path):
-    """A pull reads the run through the mapping next: its pages are mapped by the write already
-    (madvise POPULATE_READ), so reading them takes no page fault (without it: one per 16 pages,
-    the kernel's fault-around)."""
-    store = open_store(config(tmp_path, commitlog_segment_size=1 << 20), clock=Clock())
-    r = store.put_batch(_batch(200))
-    seg = store._commitlog.segments[-1]
-    pages = range(r.physical_offset - seg.start, r.end_offset - seg.start, mmap.PAGESIZE)
-    assert len(pages) >= 50
-    mm = seg.mm
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    touched = sum(mm[p] for p in pages)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    assert touched >= 0 and faults < 2, f"{faults} page faults reading {len(pages)} pages"
-    store.close_abruptly()
