@@ -5,9 +5,13 @@ A session: the follower connects and sends its Handshake (group, replica id, the
 its CommitLog end); the master answers Welcome (its epoch, the truncation point, the offset it
 streams from) or a Refusal; the follower cuts its log at the truncation point and then appends the
 master's data frames at exactly the offsets they carry, checking every record (the store's
-``append_replicated``), and acks the offset it has flushed. The master streams whole records
-within a bounded window (at most ``max_unacked_bytes`` past the follower's ack), sends heartbeats
-when idle, and records each follower's acked offset: what sync acknowledgement will wait on.
+``append_replicated``), and acks its end (what it has flushed, on a SYNC_FLUSH broker): once for
+all the frames one read brought (ha/link.py), and only when that end moved or a keepalive is due.
+The master streams whole records within a bounded window (at most ``max_unacked_bytes`` past the
+follower's ack), sends heartbeats when idle or when a moved high-water mark found no data frame to
+carry it within ``mark_linger``, and records each follower's acked offset: what sync
+acknowledgement waits on. Followers streaming from the same offset share one read and encoding
+of a frame.
 
 Invariants:
 - Truncation follows Kafka's leader-epoch rule: a follower's log agrees with the master's up to
@@ -19,6 +23,7 @@ Invariants:
   follower's one loop) and cancelled and awaited on ``close``.
 - A dropped connection leaves no partial record: frames are read whole before anything is
   appended, and the store keeps nothing of a frame that fails its checks.
+- An ack never claims more than the follower holds (appended; flushed when ``ack_flushed``).
 """
 
 from __future__ import annotations
@@ -289,8 +294,8 @@ class ReplicationMaster:
         return frame, head
 
     async def _read_acks(self, reader: asyncio.StreamReader, replica: int, acked: asyncio.Event) -> None:
-        # A follower acks every frame and heartbeat: silence past the heartbeat interval plus the
-        # timeout means it is gone.
+        # A follower acks what it appended and, idle, the heartbeats (at most every half
+        # interval): silence past the heartbeat interval plus the timeout means it is gone.
         wait = self.config.heartbeat_interval + self.config.timeout
         while True:
             frame = await _read_frame(reader, wait)
