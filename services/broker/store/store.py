@@ -74,7 +74,8 @@ __all__ = ["GetResult", "GetStatus", "MessageStore", "PutRequest", "PutResult", 
 
 log = logging.getLogger(__name__)
 
-# Runs of this many bytes are written with pwrite from a reused buffer (MessageStore._write). A
+# Runs of this many bytes are written with pwrite from a reused buffer when the CommitLog does not
+# pre-fault its pages (SYNC_FLUSH; MessageStore._write). A
 # single message of ~1 KiB keeps the copy into the mapping (one syscall per message, not measured
 # against its share of a page fault), and so does a run past the bound the buffer never outgrows.
 _PWRITE_MIN = 16 * 1024
@@ -307,10 +308,12 @@ class MessageStore:
         now = int(self._clock() * 1000)
         mm = seg.mm
         step = 1 if cq is not None else 0
-        if _PWRITE_MIN <= total <= _PWRITE_MAX:
-            # Hot path (bench/hot_path.py batch, bench/compare.py row 3): a run is encoded into a
-            # reused buffer and written with one pwrite. Written through the mapping, each fresh
-            # page of the preallocated segment faulted and was zeroed by the kernel first
+        if not cl.prefault and _PWRITE_MIN <= total <= _PWRITE_MAX:
+            # Hot path (bench/compare.py row 3 under SYNC_FLUSH): a run is encoded into a reused
+            # buffer and written with one pwrite. Under ASYNC_FLUSH the CommitLog's prefault thread
+            # has made the pages ahead writable already, and a copy into the mapping is cheapest;
+            # without it, written through the mapping, each fresh page of the preallocated segment
+            # faulted and was zeroed by the kernel first
             # (readahead over unwritten extents): 0.2-1.9 us per KiB as the machine's free memory
             # goes, against a steady ~0.25 through pwrite, measured on ext4 (docs/benchmarks.md, "The broker's CPU per batched message").
             scratch = self._scratch
