@@ -16,7 +16,9 @@ with a store in a temporary directory, loads N messages of SIZE bytes into a top
 Every query runs once untimed (the first Spark query of a process is 5-10x slower), then --runs
 times round-robin; best and median are printed with ratios tidemq/ceiling and tidemq/parquet and
 whether tidemq's median reaches the 400,000 rows/s target. The tidemq source's row count is
-checked against what was loaded (exit 1 on a mismatch). MB/s counts value bytes only.
+checked against what was loaded (exit 1 on a mismatch). MB/s counts value bytes only. Each
+query's CPU per row is printed by process (Spark's JVM, its Python workers, the broker; psutil):
+unlike rows/s, it holds up on a shared machine.
 
     python bench/spark_read.py [--messages 1000000] [--size 1024] [--queues 8] [--runs 3]
                                [--min-partitions N] [--max-pull-bytes N] [--quick] [--write]
@@ -56,6 +58,7 @@ IN_FLIGHT = 4  # loader threads, one batch in flight each
 ROWS_PER_BATCH = 8192  # Arrow batch size of the ceiling source (the tidemq source's too)
 
 if TYPE_CHECKING:
+    import psutil
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -241,6 +244,38 @@ def timed(query: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
+class CpuMeter:
+    """CPU seconds of the Spark JVM, its Python workers and the broker, read around each query
+    (psutil, the bench extra): per-row figures that, unlike rows/s, hold up on a shared machine."""
+
+    def __init__(self, broker_pid: int) -> None:
+        import psutil
+        self._psutil = psutil
+        self.broker = psutil.Process(broker_pid)
+        self.jvm = next(p for p in psutil.Process().children(recursive=True) if p.name() == "java")
+
+    def _cpu(self, proc: psutil.Process, reaped: bool) -> float:
+        try:
+            t = proc.cpu_times()
+        except self._psutil.Error:  # a worker that exited meanwhile
+            return 0.0
+        # The pyspark daemon reaps the workers it forks: their CPU ends up in its children_* times
+        # (a worker exiting mid-query would count whole; Spark reuses them, so none does here).
+        return t.user + t.system + ((t.children_user + t.children_system) if reaped else 0.0)
+
+    def snapshot(self) -> tuple[float, dict[int, float], float]:
+        """CPU seconds so far: JVM, each Python worker (by pid), broker."""
+        workers = {p.pid: self._cpu(p, True) for p in self.jvm.children(recursive=True)}
+        return self._cpu(self.jvm, False), workers, self._cpu(self.broker, False)
+
+    @staticmethod
+    def spent(before: tuple[float, dict[int, float], float],
+              after: tuple[float, dict[int, float], float]) -> dict[str, float]:
+        return {"jvm": after[0] - before[0],
+                "workers": sum(v - before[1].get(pid, 0.0) for pid, v in after[1].items()),
+                "broker": after[2] - before[2]}
+
+
 def machine() -> str:
     import pyspark
     return f"{produce_consume.machine()}, PySpark {pyspark.__version__}"
@@ -291,6 +326,11 @@ def main() -> int:
         args.runs = 1 if args.quick else 3
     if DataSource is object:
         print("pyspark is not installed: pip install -e '.[spark]'", file=sys.stderr)
+        return 2
+    try:
+        import psutil  # noqa: F401 (the CPU columns; checked before minutes of loading)
+    except ImportError:
+        print("psutil is not installed: pip install -e '.[bench]'", file=sys.stderr)
         return 2
 
     started = time.perf_counter()
@@ -377,9 +417,13 @@ def main() -> int:
         for name, q in queries.items():  # warm-up, untimed
             print(f"warm-up: {name} {timed(q):.2f} s", file=sys.stderr)
         times: dict[str, list[float]] = {name: [] for name in queries}
+        meter = CpuMeter(cluster.broker.proc.pid)  # type: ignore[union-attr]
+        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in queries}
         for run in range(args.runs):  # round-robin so background load hits all alike
             for name, q in queries.items():
+                before = meter.snapshot()
                 times[name].append(timed(q))
+                cpu[name].append(meter.spent(before, meter.snapshot()))
             print(f"run {run + 1}/{args.runs}: " + ", ".join(
                 f"{name} {ts[-1]:.2f} s" for name, ts in times.items()), file=sys.stderr)
     finally:
@@ -399,12 +443,16 @@ def main() -> int:
     }
     lines = [
         (f"| query ({n:,} rows, {size}-byte values, local[2]) | rows/s (median of {args.runs}) | "
-         f"rows/s (best) | MB/s (median) | tidemq / this (median) |"),
-        "|---|---:|---:|---:|---:|",
+         f"rows/s (best) | MB/s (median) | tidemq / this (median) | "
+         f"CPU us/row: JVM / Python workers / broker (median) |"),
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name in queries:
+        per_row = " / ".join(f"{statistics.median(c[part] for c in cpu[name]) / n * 1e6:.2f}"
+                             for part in ("jvm", "workers", "broker"))
         lines.append(f"| {labels[name]} | {median[name]:,.0f} | {best[name]:,.0f} | "
-                     f"{median[name] * size / 1e6:,.0f} | {median['tidemq'] / median[name]:.2f} |")
+                     f"{median[name] * size / 1e6:,.0f} | {median['tidemq'] / median[name]:.2f} | "
+                     f"{per_row} |")
     share = median["tidemq"] / median["ceiling"]
     met = median["tidemq"] >= TARGET and share >= TARGET_SHARE
     verdict = (f"target {TARGET:,} rows/s and >= {TARGET_SHARE} of the ceiling: "

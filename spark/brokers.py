@@ -3,8 +3,9 @@
 Driver side (:class:`TopicView`): which topics and queues a read covers, what each queue holds
 now (min/max offsets from GET_TOPIC_STATS_INFO, one request per broker and topic), offsets by
 store time, and the optional mirror of processed offsets into a consumer group. Executor side
-(:func:`read_slice`): pull one slice's messages in large raw batches and turn them into Arrow
-record batches. Both go through :mod:`tidemq.client` only.
+(:func:`read_slice`): pull one slice's messages in large raw batches, on the reading thread's own
+event loop with one pull ahead (:mod:`tidemq.spark.pulling`), and turn them into Arrow record
+batches. Both go through :mod:`tidemq.client` only.
 
 Spark's readers never consume as the group they may mirror to: executors pull as a private group
 per process (``tidemq-spark-reader``) that never commits, so resuming always comes from Spark's
