@@ -29,7 +29,7 @@ Protocol on the same loop that answers each frame with a fixed response, nothing
 ``--flush sync`` runs the broker with SYNC_FLUSH (every send answered after the group commit's
 fdatasync covers it, bench/compare.py's sync rows); the figures then include the flush (its
 fdatasync's CPU, the flush thread, the answer's wake-ups). Each run also prints the store's flush
-rounds per send and the share of them run inline on the loop thread.
+rounds per send.
 """
 
 from __future__ import annotations
@@ -208,13 +208,13 @@ async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
     answer = encode_frame(RemotingCommand(code=0, opaque=1, flag=1, ext_fields={"msgId": "X" * 32}))
     echo = await asyncio.get_running_loop().create_server(lambda: Echo(answer), "127.0.0.1", 0)
     echo_port = echo.sockets[0].getsockname()[1]
-    print(f"{'loop workload':<14} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12} {'flush rounds/msg':>14} {'inline rounds':>13}")
+    print(f"{'loop workload':<14} {'messages':>9} {'CPU us/msg':>11} {'wall us/msg':>12} {'flush rounds/msg':>14}")
     try:
         for name, target in (("echo", echo_port), ("broker send", port)):
             for profile in (False, True) if args.profile and name != "echo" else (False,):
                 prof = cProfile.Profile() if profile else None
                 before = broker.store.stats()["messages_put"]
-                rounds, inline = broker.store.stats()["flush_rounds"], broker.store.stats().get("flush_inline_rounds", 0)
+                rounds = broker.store.stats()["flush_rounds"]
                 if prof:
                     prof.enable()
                 cpu, wall = await drive(target, args.messages, args.size)
@@ -228,10 +228,8 @@ async def loop_run(args: argparse.Namespace, broker: Broker, port: int) -> None:
                 if name != "echo" and broker.store.stats()["messages_put"] - before != args.messages:
                     raise RuntimeError("the broker did not store every message")
                 rounds = broker.store.stats()["flush_rounds"] - rounds
-                inline = broker.store.stats().get("flush_inline_rounds", 0) - inline
                 print(f"{name:<14} {args.messages:>9,} {cpu / args.messages * 1e6:>11.1f} "
-                      f"{wall / args.messages * 1e6:>12.1f} {rounds / args.messages:>14.2f} "
-                      f"{inline / max(rounds, 1):>13.0%}")
+                      f"{wall / args.messages * 1e6:>12.1f} {rounds / args.messages:>14.2f}")
     finally:
         echo.close()
 

@@ -9,9 +9,8 @@ Invariants:
   during a round are served by the next one. fsync count grows with rounds, never with messages.
   A waiter is answered True only after that fdatasync returned, False after ``timeout`` or a
   failed flush (which fails every waiter), exactly once either way.
-- fdatasync runs on store worker threads, except SYNC group-commit rounds while the disk has
-  proven fast (see CommitLogFlusher): those run on the loop thread, as Redis's appendfsync always
-  does, and one that turns out slow sends the next rounds back to the flush thread.
+- All fdatasync calls run on store worker threads; the event loop only captures positions (an
+  fdatasync on the loop would hold every other answer for its wall time: see CommitLogFlusher).
 - The checkpoint is written after the files it vouches for were flushed (see checkpoint.py).
 """
 
@@ -47,7 +46,7 @@ def _fsync_all(files: Sequence[StoreFile]) -> int:
 
 
 class CommitLogFlusher:
-    """ASYNC: an fdatasync round every ``interval``. SYNC: group commit, on the loop or a thread.
+    """ASYNC: an fdatasync round every ``interval``. SYNC: group commit on a dedicated thread.
 
     SYNC hot path (bench/compare.py SYNC rows, bench/hot_path.py --loop --flush sync): a put's
     waiter is a plain callback in a deque, called with True/False on the loop thread the moment
@@ -56,29 +55,15 @@ class CommitLogFlusher:
     loop iteration, so every put read in that iteration shares it; waiters arriving during a round
     are served by the next one. Deadlines are checked by one timer, not one per waiter.
 
-    Where a round runs (Redis's appendfsync always flushes inline, RocketMQ's GroupCommitService
-    on a thread): *inline* on the loop thread while the disk is fast (recent rounds all under
-    ``INLINE_MAX_SECONDS``), which spares the flush thread's wake-up, the loop's wake-up by it and
-    the GIL hand-offs between them (measured in docs/benchmarks.md); on the *thread* otherwise, so
-    a slow disk never stalls the loop for longer than one round that was expected to be fast:
-    the flusher starts on the thread, moves inline only after ``INLINE_AFTER`` fast rounds in a
-    row, and goes back to the thread after any slow round (thread rounds keep measuring the disk);
-    each slow inline round doubles the fast streak needed next time, so a disk with latency
-    spikes stalls the loop ever more rarely (the cost of a spike inline is the whole loop's).
-    Inline pays when nothing else waits for the loop (one send in flight per producer); a round
-    for more than ``INLINE_MAX_WAITERS`` sends, or more than ``INLINE_MAX_BYTES`` (batches), means
-    more are coming, and on the thread the loop reads and appends them during the fdatasync (the
-    next round takes them all).
-    A test observer (fault injection stalls the disk in ``before_flush_round``) keeps every round
-    on the thread, as do rounds while the flush lock is held (an interval flush or a replica's
-    truncation).
+    Rounds run on the flush thread, never on the loop, though Redis's appendfsync always flushes
+    inline (in beforeSleep) and that spares the thread's wake-up, the loop's wake-up by it and the
+    GIL hand-offs between them (broker CPU per one-in-flight send 78-91 -> 42-53 us with the
+    fdatasync taken out): measured in docs/benchmarks.md ("SYNC_FLUSH: one send in flight and the
+    end-to-end tail"), an inline round holds every other answer of the broker for the fdatasync's
+    wall time, so the disk's latency tail became the end-to-end tail (bench/compare.py row 5 SYNC
+    p99 24-25 ms against 1.1-1.3 ms with the thread), while one-in-flight throughput stayed bound
+    by the fdatasync either way.
     """
-
-    INLINE_MAX_SECONDS = 0.002  # a round slower than this sends the next rounds to the thread
-    INLINE_AFTER = 8  # fast rounds in a row before rounds run inline (at first; see _inline_after)
-    INLINE_AFTER_MAX = 1 << 16
-    INLINE_MAX_WAITERS = 4  # a round for more runs on the thread: the loop has other work meanwhile
-    INLINE_MAX_BYTES = 32 * 1024  # so does a round of more bytes (batches); it also takes longer
 
     def __init__(self, commitlog: CommitLog, mode: FlushMode, interval: float, timeout: float,
                  executor: concurrent.futures.Executor,
@@ -91,7 +76,6 @@ class CommitLogFlusher:
         self.flushed = 0
         self.fsyncs = 0
         self.rounds = 0
-        self.inline_rounds = 0  # of ``rounds``: SYNC rounds run on the loop thread
         self.seconds = 0.0  # summed wall time of flush rounds' fsyncs (a duration, not a timestamp)
         self.error: OSError | None = None
         # Told before each round, on the flushing thread (a test stalls the disk there).
@@ -104,11 +88,6 @@ class CommitLogFlusher:
         self._thread: threading.Thread | None = None
         self._in_flight = False  # a round runs on the thread
         self._scheduled = False  # a round is scheduled for the end of this loop iteration
-        self._fast = 0  # SYNC rounds in a row that took under INLINE_MAX_SECONDS
-        # Fast rounds in a row needed before the next inline one: doubled by every slow inline
-        # round (a disk with spikes stalls the loop ever more rarely), halved back by a streak of
-        # four times as many fast rounds.
-        self._inline_after = self.INLINE_AFTER
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -200,27 +179,7 @@ class CommitLogFlusher:
         self._scheduled = False
         if self._in_flight or not self._waiters or self.error is not None or self._thread is None:
             return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash)
-        if (self._fast >= self._inline_after and len(self._waiters) <= self.INLINE_MAX_WAITERS
-                and self.commitlog.write_pos - self.flushed <= self.INLINE_MAX_BYTES
-                and self.observer is None and not self._lock.locked()):
-            self._inline_round()
-        else:
-            self._start_round()
-
-    def _inline_round(self) -> None:
-        target = self.commitlog.write_pos
-        segs = self.commitlog.segments_between(self.flushed, target)
-        started = time.perf_counter()
-        try:
-            n = _fsync_all(segs)
-        except OSError as exc:
-            self._fail(exc)
-            return
-        self.inline_rounds += 1
-        seconds = time.perf_counter() - started
-        if seconds >= self.INLINE_MAX_SECONDS:  # it stalled the loop: inline only after a longer streak
-            self._inline_after = min(self._inline_after * 2, self.INLINE_AFTER_MAX)
-        self._flushed_to(target, n, seconds)
+        self._start_round()
 
     def _start_round(self) -> None:
         target = self.commitlog.write_pos
@@ -262,13 +221,6 @@ class CommitLogFlusher:
         self.seconds += seconds
         self.fsyncs += n
         self.rounds += 1
-        if seconds < self.INLINE_MAX_SECONDS:
-            self._fast += 1
-            if self._fast >= 4 * self._inline_after > 4 * self.INLINE_AFTER:
-                self._inline_after //= 2
-                self._fast = self._inline_after
-        else:
-            self._fast = 0
         if target > self.flushed:
             self.flushed = target
         self._release()

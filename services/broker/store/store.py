@@ -629,7 +629,6 @@ class MessageStore:
             "flushed_offset": self._flusher.flushed,
             "commitlog_fsyncs": self._flusher.fsyncs,
             "flush_rounds": self._flusher.rounds,
-            "flush_inline_rounds": self._flusher.inline_rounds,  # SYNC rounds run on the loop thread
             "flush_seconds": self._flusher.seconds,
             "checkpoints": self._logics.checkpoints,
             "queues": len(self._queues),

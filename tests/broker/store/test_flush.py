@@ -1,11 +1,9 @@
-"""Flushing: SYNC group commit (few fsyncs for many waiters, timeouts, rounds inline on the loop
-while the disk is fast, on the flush thread otherwise), ASYNC background flush, the periodic
-checkpoint."""
+"""Flushing: SYNC group commit (few fsyncs for many waiters, one round per loop iteration's sends,
+timeouts, failures), ASYNC background flush, the periodic checkpoint."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -13,7 +11,6 @@ import pytest
 from tidemq.broker.store import flush as flush_module
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.config import FlushMode
-from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.store import PutStatus
 
 from tests.broker.store.util import config, open_store, req
@@ -109,111 +106,36 @@ def _checkpointed(root) -> int:
     return min(cp.physic_offset, cp.logics_offset) if cp else -1
 
 
-# SYNC rounds on the loop thread (CommitLogFlusher: inline while the disk proved fast) ------------
-async def _one_in_flight(store, n: int) -> list[bool]:
-    """``n`` sends one at a time, each awaited; whether each was flushed past when answered."""
-    covered = []
-    for _ in range(n):
-        r = store.put(req(body=b"z" * 64))
-        assert await store.wait_durable(r.end_offset)
-        covered.append(store.flushed_offset >= r.end_offset)
-    return covered
-
-
+# SYNC group commit through callbacks ------------------------------------------------------------
 @pytest.mark.timeout(20, func_only=True)
-async def test_fast_rounds_move_inline_and_still_answer_only_once_flushed(tmp_path, monkeypatch):
-    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)  # any disk counts as fast
+async def test_the_sends_of_one_loop_iteration_share_one_round(tmp_path):
     store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
     await store.start()
-    after = flush_module.CommitLogFlusher.INLINE_AFTER
-    assert all(await _one_in_flight(store, after))
-    assert store.stats()["flush_inline_rounds"] == 0  # the first rounds run on the thread: the disk is unknown
-    synced_on = []
-    real = flush_module._fsync_all
-    monkeypatch.setattr(flush_module, "_fsync_all", lambda files: synced_on.append(threading.get_ident()) or real(files))
-    assert all(await _one_in_flight(store, 5))
-    assert store.stats()["flush_inline_rounds"] == 5
-    assert set(synced_on) == {threading.get_ident()}  # on the loop thread
+    answers: list[tuple[bool, int]] = []
+    for _ in range(20):  # as a read of 20 pipelined sends: append, register, append, register...
+        r = store.put(req())
+        assert store.when_durable(r.end_offset, lambda ok, end=r.end_offset: answers.append((ok, end)))
+    await wait_until(lambda: len(answers) == 20, "every send answered", interval=0.01)
+    assert store.stats()["flush_rounds"] == 1  # not one for the first send and one for the rest
+    assert all(ok for ok, _ in answers) and store.flushed_offset >= max(end for _, end in answers)
     await store.shutdown()
 
 
 @pytest.mark.timeout(20, func_only=True)
-async def test_a_round_for_many_waiters_or_bytes_runs_on_the_thread_while_the_loop_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
+async def test_a_failed_round_fails_every_waiter_and_the_store(tmp_path, monkeypatch):
     store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
     await store.start()
-    await _one_in_flight(store, flush_module.CommitLogFlusher.INLINE_AFTER + 1)
-    inline = store.stats()["flush_inline_rounds"]
-    assert inline >= 1
-    many = [store.put(req()) for _ in range(flush_module.CommitLogFlusher.INLINE_MAX_WAITERS + 1)]
-    assert all(await asyncio.gather(*(store.wait_durable(r.end_offset) for r in many)))
-    assert store.stats()["flush_inline_rounds"] == inline
-    assert all(await _one_in_flight(store, 2))  # alone again: inline
-    assert store.stats()["flush_inline_rounds"] == inline + 2
-    big = store.put(req(body=b"b" * (flush_module.CommitLogFlusher.INLINE_MAX_BYTES + 1)))
-    assert big.status is PutStatus.PUT_OK
-    assert await store.wait_durable(big.end_offset)  # one waiter, but more bytes than an inline round takes
-    assert store.stats()["flush_inline_rounds"] == inline + 2
-    await store.shutdown()
-
-
-@pytest.mark.timeout(20, func_only=True)
-async def test_a_slow_round_sends_the_next_ones_to_the_thread_where_a_stall_times_out(tmp_path, monkeypatch):
-    # Fast means under a second here: a loaded test machine's fdatasync may take 100 ms.
-    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 1.0)
-    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0,
-                              sync_flush_timeout=0.3))
-    await store.start()
-    await _one_in_flight(store, flush_module.CommitLogFlusher.INLINE_AFTER + 1)
-    inline = store.stats()["flush_inline_rounds"]
-    assert inline >= 1
-    real = flush_module._fsync_all
-    delay = [1.1]  # slower than INLINE_MAX_SECONDS: inline, the loop cannot time it out, it answers True
-
-    def slow(files):
-        time.sleep(delay[0])
-        return real(files)
-
-    monkeypatch.setattr(flush_module, "_fsync_all", slow)
-    assert all(await _one_in_flight(store, 1))
-    assert store.stats()["flush_inline_rounds"] == inline + 1  # it was expected fast: inline, once
-    delay[0] = 2.5  # now the disk stalls: on the thread, the loop stays free and the timeout answers
-    r = store.put(req())
-    t = time.monotonic()
-    assert await store.wait_durable(r.end_offset) is False
-    assert time.monotonic() - t < 2.0
-    assert store.stats()["flush_inline_rounds"] == inline + 1
-    delay[0] = 0.0
-    await wait_until(lambda: store.flushed_offset >= r.end_offset, "the stalled round ends", interval=0.01)
-    # The slow inline round doubled the fast streak the next inline round needs.
-    after = flush_module.CommitLogFlusher.INLINE_AFTER
-    assert all(await _one_in_flight(store, 2 * after))
-    assert store.stats()["flush_inline_rounds"] == inline + 1
-    assert all(await _one_in_flight(store, 1))
-    assert store.stats()["flush_inline_rounds"] == inline + 2
-    await store.shutdown()
-
-
-@pytest.mark.timeout(20, func_only=True)
-async def test_a_failed_inline_round_fails_every_waiter_and_the_store(tmp_path, monkeypatch):
-    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
-    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0))
-    await store.start()
-    await _one_in_flight(store, flush_module.CommitLogFlusher.INLINE_AFTER)
-    inline = store.stats()["flush_inline_rounds"]
     real = flush_module._fsync_all
 
     def broken(files):
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(flush_module, "_fsync_all", broken)
-    results = [store.put(req()) for _ in range(3)]
-    answers = []
-    for r in results:
+    answers: list[bool] = []
+    for r in [store.put(req()) for _ in range(3)]:
         assert store.when_durable(r.end_offset, answers.append)
     await wait_until(lambda: len(answers) == 3, "every waiter answered", interval=0.01)
     assert answers == [False, False, False]
-    assert store.stats()["flush_inline_rounds"] == inline  # the failed round released nothing as flushed
     assert store.put(req()).status is PutStatus.SERVICE_NOT_AVAILABLE
     monkeypatch.setattr(flush_module, "_fsync_all", real)  # the disk is back for the shutdown's flush
     await store.shutdown()
@@ -234,22 +156,4 @@ async def test_a_waiter_callback_that_raises_does_not_hold_back_the_others(tmp_p
     await wait_until(lambda: answers, "the second waiter answered", interval=0.01)
     assert answers == [True]
     assert "a SYNC_FLUSH waiter's callback failed" in caplog.text
-    await store.shutdown()
-
-
-@pytest.mark.timeout(20, func_only=True)
-async def test_a_store_observer_keeps_every_round_on_the_flush_thread(tmp_path, monkeypatch):
-    monkeypatch.setattr(flush_module.CommitLogFlusher, "INLINE_MAX_SECONDS", 10.0)
-    rounds_on = []
-
-    class Watch(StoreObserver):
-        def before_flush_round(self) -> None:
-            rounds_on.append(threading.get_ident())
-
-    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0), observer=Watch())
-    await store.start()
-    n = flush_module.CommitLogFlusher.INLINE_AFTER + 4
-    assert all(await _one_in_flight(store, n))
-    assert store.stats()["flush_inline_rounds"] == 0
-    assert len(rounds_on) == n and threading.get_ident() not in rounds_on
     await store.shutdown()
