@@ -157,7 +157,9 @@ class RedisClient(Client):
         acks: set[asyncio.Task] = set()
 
         async def poll() -> None:
-            while True:  # BLOCK: the server answers as soon as an entry arrives
+            # Not `while True`: redis-py can swallow the cancellation of a blocked XREADGROUP
+            # (seen with redis-py 8.1: the loop went on reading after stop, and the run hung).
+            while not stop.is_set():  # BLOCK: the server answers as soon as an entry arrives
                 resp = await self.r.xreadgroup(group, "c0", {topic: ">"}, count=100, block=1000)
                 entries = resp[0][1] if resp else []
                 for _id, fields in entries:

@@ -166,14 +166,14 @@ class TideMQClient(Client):
         offsets = {mq: await c.max_offset(mq) for mq in queues}
 
         async def poll(mq) -> None:  # noqa: ANN001
-            while True:  # long polling: the broker answers as soon as a message arrives
+            while not stop.is_set():  # long polling: the broker answers as soon as a message arrives
                 r = await c.pull(mq, offsets[mq], 32, suspend_ms=1000)
                 for m in r.messages:
                     record(m.body)
                 offsets[mq] = r.next_begin_offset
 
         async def commit() -> None:  # offsets committed once a second, like the push consumer
-            while True:
+            while not stop.is_set():
                 await asyncio.sleep(1.0)
                 for mq, off in list(offsets.items()):
                     await c.commit(mq, off)
