@@ -88,6 +88,8 @@ class CommitLogFlusher:
         self._thread: threading.Thread | None = None
         self._in_flight = False  # a round runs on the thread
         self._scheduled = False  # a round is scheduled for the end of this loop iteration
+        self._paused = False  # inside ``paused``: no round starts
+        self._round_over: asyncio.Future[None] | None = None  # ``paused`` waits for the thread's round
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -144,9 +146,40 @@ class CommitLogFlusher:
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
-        """Between flush rounds (a replica's truncation moves the write position back)."""
+        """Between flush rounds (a replica's truncation moves the write position back): neither
+        a round under the lock nor one on the SYNC thread runs inside. A thread round in flight is
+        waited for first: its target was taken before the cut, and reported after it, it would
+        move ``flushed`` past the log's end (what a follower acks and the checkpoint vouches for)."""
         async with self._lock:
-            yield
+            self._paused = True
+            try:
+                while self._in_flight and self._thread is not None:
+                    self._round_over = fut = asyncio.get_running_loop().create_future()
+                    await fut
+                yield
+            finally:
+                self._paused = False
+                self._round_over = None
+                if self._waiters and not self._in_flight and not self._scheduled and self._loop is not None:
+                    self._scheduled = True
+                    self._loop.call_soon(self._begin_round)
+
+    def cut(self, offset: int) -> None:
+        """The CommitLog is cut at ``offset`` (inside ``paused``): ``flushed`` moves back to it,
+        and the waiters for records past it are answered False now (what they wait for is gone;
+        the records written there next are others)."""
+        self.flushed = min(self.flushed, offset)
+        waiters = self._waiters
+        if not waiters or waiters[-1][0] <= offset:
+            return
+        gone = [w for w in waiters if w[0] > offset]
+        kept = [w for w in waiters if w[0] <= offset]
+        waiters.clear()
+        waiters.extend(kept)
+        log.warning("%d SYNC_FLUSH waiter(s) past commitlog offset %d answered not durable: the log was cut there",
+                    len(gone), offset)
+        for _, _, callback in gone:
+            _call(callback, False)
 
     # ---------------------------------------------------------------- SYNC group commit
     def when_durable(self, end_offset: int, callback: Callable[[bool], None]) -> bool:
@@ -177,8 +210,10 @@ class CommitLogFlusher:
     def _begin_round(self) -> None:
         """End of the loop iteration that registered the first waiter: one round for all of them."""
         self._scheduled = False
-        if self._in_flight or not self._waiters or self.error is not None or self._thread is None:
-            return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash)
+        if (self._in_flight or self._paused or not self._waiters or self.error is not None
+                or self._thread is None):
+            return  # (no thread: stopped, and stop's flush releases them, or abandoned as in a crash;
+            # paused: the pause starts the round when it ends)
         self._start_round()
 
     def _start_round(self) -> None:
@@ -210,12 +245,19 @@ class CommitLogFlusher:
     def _round_done(self, target: int, n: int, seconds: float) -> None:
         self._in_flight = False
         self._flushed_to(target, n, seconds)
-        if self._waiters and self.error is None:
+        self._round_ended()
+        if self._waiters and self.error is None and not self._paused:
             self._start_round()  # waiters that arrived during the round: they waited long enough
 
     def _round_failed(self, exc: OSError) -> None:
         self._in_flight = False
         self._fail(exc)
+        self._round_ended()
+
+    def _round_ended(self) -> None:
+        fut = self._round_over
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def _flushed_to(self, target: int, n: int, seconds: float) -> None:
         self.seconds += seconds

@@ -418,7 +418,7 @@ class MessageStore:
         async with self._flusher.paused():  # no flush round may report a position past the cut
             # The checkpoint stops vouching for the bytes to be cut first: a crash in the middle
             # of the cut then loads like a torn tail, not like damaged acknowledged data.
-            self._flusher.flushed = min(self._flusher.flushed, offset)
+            self._flusher.cut(offset)
             await self._logics.checkpoint()
             await loop.run_in_executor(self._io_exec, truncate_commitlog, cl, offset,
                                        f"diverged from the master's log (it ended at {cut_from})")

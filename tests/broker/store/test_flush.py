@@ -4,6 +4,7 @@ timeouts, failures), ASYNC background flush, the periodic checkpoint."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tidemq.broker.store import flush as flush_module
 from tidemq.broker.store.checkpoint import read_checkpoint
 from tidemq.broker.store.config import FlushMode
+from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.store import PutStatus
 
 from tests.broker.store.util import config, open_store, req
@@ -157,3 +159,52 @@ async def test_a_waiter_callback_that_raises_does_not_hold_back_the_others(tmp_p
     assert answers == [True]
     assert "a SYNC_FLUSH waiter's callback failed" in caplog.text
     await store.shutdown()
+
+
+class _Gate(StoreObserver):
+    """Holds CommitLog flush rounds on the flushing thread while closed (a stalled disk)."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.held = threading.Event()
+
+    def before_flush_round(self) -> None:
+        if not self.open.is_set():
+            self.held.set()
+            self.open.wait(10)
+
+
+@pytest.mark.timeout(20, func_only=True)
+async def test_a_truncation_waits_for_the_round_in_flight_and_fails_the_waiters_it_cuts(tmp_path):
+    """A replica's truncation (a demoted master rejoining) while a SYNC round is on the flush
+    thread: that round's target was taken before the cut, so reported after it, it would make
+    ``flushed`` (what a follower acks, what the checkpoint vouches for) pass the log's end."""
+    gate = _Gate()
+    store = open_store(config(tmp_path, flush_mode=FlushMode.SYNC, async_flush_interval=60.0), observer=gate)
+    await store.start()
+    try:
+        assert store.put(req()).ok
+        cut = store.commitlog_max_offset
+        await store.flush()
+        gate.open.clear()
+        answers: list[tuple[str, bool]] = []
+        stored = store.put(req())
+        assert store.when_durable(stored.end_offset, lambda ok: answers.append(("in the round", ok)))
+        await wait_until(gate.held.is_set, "a round held on the flush thread", interval=0.01)
+        later = store.put(req())  # for the next round
+        assert store.when_durable(later.end_offset, lambda ok: answers.append(("after it", ok)))
+        truncation = asyncio.create_task(store.truncate(cut))
+        await asyncio.sleep(0.2)
+        gate.open.set()
+        await asyncio.wait_for(truncation, 5)
+        await wait_until(lambda: answers, "the round's waiter answered", interval=0.01)
+        assert store.commitlog_max_offset == cut
+        assert store.flushed_offset <= cut
+        await wait_until(lambda: len(answers) == 2, "both waiters answered", interval=0.01)
+        # the first was on disk when answered; the second's record was cut before any round took it
+        assert answers == [("in the round", True), ("after it", False)]
+        assert read_checkpoint(store.config.checkpoint_path).physic_offset <= cut
+    finally:
+        gate.open.set()
+        await store.shutdown()
