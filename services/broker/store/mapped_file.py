@@ -271,14 +271,26 @@ class MappedFile(StoreFile):
     def pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``pos`` through the descriptor (the mapping shares its page cache, so
         it sees the bytes at once); for files that keep it (``keep_fd``: CommitLog segments).
-        Raises OSError (ENOSPC, EIO) where a write through the mapping would SIGBUS."""
+        Raises OSError (ENOSPC, EIO) where a write through the mapping would SIGBUS; the bytes a
+        cut write did put in are zeroed again first (through the descriptor: their blocks are
+        allocated, so this takes no space), and the rest of the range is left untouched: on a
+        sparse segment with the disk full, a zeroing store into the mapping there would SIGBUS."""
         fd = self._fd
         if fd is None:
             raise ValueError(f"{self.path} keeps no descriptor to write through (map it with keep_fd=True)")
         with memoryview(data) as view:
             done = 0
-            while done < len(view):  # a regular file writes all at once unless an error cuts it
-                done += os.pwrite(fd, view[done:], pos + done)
+            try:
+                while done < len(view):  # a regular file writes all at once unless an error cuts it
+                    done += os.pwrite(fd, view[done:], pos + done)
+            except OSError:
+                if done:
+                    self.dirty = True
+                    try:  # no valid record may remain past the write position
+                        os.pwrite(fd, bytes(done), pos)
+                    except OSError as exc:
+                        log.error("cannot zero the %d bytes a cut write left in %s: %s", done, self.path, exc)
+                raise
         self.dirty = True
 
     def read(self, pos: int, n: int) -> bytes:

@@ -329,9 +329,7 @@ class MessageStore:
                 return illegal(PutStatus.MESSAGE_ILLEGAL, f"a header value is out of range: {exc}")
             try:
                 seg.pwrite(rel, memoryview(scratch)[:total])
-            except OSError as exc:
-                end = min(rel + total, seg.size)
-                mm[rel:end] = bytes(end - rel)  # a cut write leaves no valid record past the write position
+            except OSError as exc:  # pwrite zeroed what a cut write put in, and only that
                 log.error("cannot write %d bytes to %s: %s", total, seg.path, exc)
                 return illegal(PutStatus.SERVICE_NOT_AVAILABLE, f"cannot write to the commitlog: {exc}")
         else:

@@ -109,3 +109,59 @@ def test_a_failed_write_refuses_the_batch_and_leaves_no_record(tmp_path):
     assert len(read_queue(store, "Big", 1)) == 22
     store.close_abruptly()
 
+
+
+class _Watched:
+    """A segment's mapping that records every store into it (and still makes it)."""
+
+    def __init__(self, mm) -> None:  # noqa: ANN001
+        self.mm, self.stores = mm, []
+
+    def __getitem__(self, key):  # noqa: ANN001, ANN204
+        return self.mm[key]
+
+    def __setitem__(self, key, value) -> None:  # noqa: ANN001
+        self.stores.append(key)
+        self.mm[key] = value
+
+    def __len__(self) -> int:
+        return len(self.mm)
+
+
+def test_a_write_cut_by_a_full_disk_zeroes_what_it_wrote_without_touching_the_mapping(tmp_path, monkeypatch):
+    """ENOSPC after part of a run went in: the part written is zeroed again through the descriptor
+    (its blocks are allocated) and nothing is stored through the mapping, where the pages past it
+    may be unallocated on a sparse segment with the disk full: a store there would be SIGBUS.
+    Before the fix the store zeroed the whole run through the mapping."""
+    store = open_store(config(tmp_path), clock=Clock())
+    assert store.put_batch(_batch(2)).status is PutStatus.PUT_OK
+    end = store.commitlog_max_offset
+    seg = store._commitlog.segments[-1]
+    from tidemq.broker.store import mapped_file  # noqa: PLC0415
+
+    real = mapped_file.os.pwrite
+    calls: list[tuple[int, int]] = []
+
+    def cut(fd: int, data, pos: int) -> int:  # noqa: ANN001
+        calls.append((pos, len(data)))
+        if len(calls) == 1:
+            return real(fd, bytes(memoryview(data)[:5000]), pos)  # part of the run goes in
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(fd, data, pos)  # the zeroing of what went in
+
+    monkeypatch.setattr(mapped_file.os, "pwrite", cut)
+    seg.mm = watched = _Watched(seg.mm)
+    try:
+        r = store.put_batch(_batch(20, 2))
+    finally:
+        seg.mm = watched.mm
+        monkeypatch.setattr(mapped_file.os, "pwrite", real)
+    assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "No space left" in r.remark
+    assert watched.stores == []
+    assert calls[2] == (end - seg.start, 5000)  # exactly what went in is zeroed
+    assert store.commitlog_max_offset == end
+    assert seg.mm[end - seg.start: end - seg.start + 20 * 1100] == bytes(20 * 1100)
+    assert store.put_batch(_batch(20, 2)).status is PutStatus.PUT_OK
+    assert len(read_queue(store, "Big", 1)) == 22
+    store.close_abruptly()
