@@ -26,6 +26,7 @@ import asyncio
 import logging
 import random
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -63,6 +64,9 @@ ServerRequestHandler = Callable[[Connection, RemotingCommand], "RemotingCommand 
 
 class ClientInstance:
     _registry: dict[tuple[ClientConfig, asyncio.AbstractEventLoop], "ClientInstance"] = {}
+    # Threads with loops of their own (Spark's reading threads, one per partition) share the
+    # registry: every look-up and change holds this lock.
+    _registry_lock = threading.Lock()
 
     def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
@@ -94,16 +98,7 @@ class ClientInstance:
     @classmethod
     async def acquire(cls, config: ClientConfig) -> "ClientInstance":
         """The shared instance for ``config`` in the running loop, started; count one user."""
-        loop = asyncio.get_running_loop()
-        for key in [k for k in cls._registry if k[1].is_closed()]:
-            del cls._registry[key]
-        key = (config, loop)
-        inst = cls._registry.get(key)
-        if inst is None:
-            inst = cls(config)
-            inst._key = key
-            cls._registry[key] = inst
-        inst._users += 1
+        inst = cls._register(config, asyncio.get_running_loop())
         try:
             await inst.start()
         except BaseException:
@@ -111,11 +106,34 @@ class ClientInstance:
             raise
         return inst
 
-    async def release(self) -> None:
-        self._users -= 1
-        if self._users <= 0:
+    @classmethod
+    def _register(cls, config: ClientConfig, loop: asyncio.AbstractEventLoop) -> "ClientInstance":
+        """The instance for ``(config, loop)``, made if missing, with one more user; entries of
+        closed loops are dropped."""
+        with cls._registry_lock:
+            for key in [k for k in cls._registry if k[1].is_closed()]:
+                del cls._registry[key]
+            key = (config, loop)
+            inst = cls._registry.get(key)
+            if inst is None:
+                inst = cls(config)
+                inst._key = key
+                cls._registry[key] = inst
+            inst._users += 1
+            return inst
+
+    def _drop_user(self) -> bool:
+        """One user less; True when that was the last one (the instance left the registry)."""
+        with self._registry_lock:
+            self._users -= 1
+            if self._users > 0:
+                return False
             if self._key is not None and self._registry.get(self._key) is self:
                 del self._registry[self._key]
+            return True
+
+    async def release(self) -> None:
+        if self._drop_user():
             await self.close()
 
     async def start(self) -> None:
