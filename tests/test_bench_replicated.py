@@ -8,17 +8,11 @@ import asyncio
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-# bench/peers is not a package: on the path only while importing, so that its module names
-# (limits, report) shadow nothing else in the session
-PEERS = str(Path(__file__).resolve().parent.parent / "bench" / "peers")
-sys.path.insert(0, PEERS)
-try:
-    import replicated
-    from peerbase import Cell
-finally:
-    sys.path.remove(PEERS)
+from tests.support.benchpeers import bench_peers
+
+replicated, peerbase = bench_peers("replicated", "peerbase")
+Cell = peerbase.Cell
 
 SIZE = 1024
 

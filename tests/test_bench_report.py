@@ -3,17 +3,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from tests.support.benchpeers import bench_peers
 
-# bench/peers is not a package: on the path only while importing (see test_bench_replicated.py)
-PEERS = str(Path(__file__).resolve().parent.parent / "bench" / "peers")
-sys.path.insert(0, PEERS)
-try:
-    import report
-    from peerbase import Cell
-finally:
-    sys.path.remove(PEERS)
+report, peerbase = bench_peers("report", "peerbase")
+Cell = peerbase.Cell
 
 SIZE = 1024
 LIMITS = {SIZE: {"one": 16_000.0, "pipelined": 500_000.0, "mmap": 400_000.0, "p50_ms": 0.06}}
