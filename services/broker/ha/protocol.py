@@ -27,11 +27,12 @@ anything that is not a frame raises ReplicationCodecError only.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
 from tidemq.errors import CodecError
+
+from tidemq.broker.store.checksum import crc32
 
 from .epochs import EpochStart, normalized
 
@@ -65,7 +66,7 @@ MAX_EPOCHS = 4096  # a history longer than this is refused (an epoch per failove
 DATA = struct.Struct(
     ">q"  # EPOCH: the master's epoch (a follower refuses a lower one)
     "q"  # OFFSET: CommitLog offset of the first record
-    "I"  # RECORDSCRC: zlib.crc32 of the records (a record's BODYCRC leaves its header uncovered)
+    "I"  # RECORDSCRC: CRC-32 (zlib's) of the records (a record's BODYCRC leaves its header uncovered)
     "q"  # HIGHWATER: the master's high-water mark (-1: none), followed by whole records back to back
 )
 ACK = struct.Struct(
@@ -176,7 +177,7 @@ def data_head(frame: Data) -> bytes:
     n = DATA.size + len(frame.records)
     if n > MAX_FRAME_BODY:
         raise ValueError(f"a DATA frame of {n} bytes exceeds {MAX_FRAME_BODY}; send less per frame")
-    return FRAME_HEAD.pack(n, FrameKind.DATA) + DATA.pack(frame.epoch, frame.offset, zlib.crc32(frame.records),
+    return FRAME_HEAD.pack(n, FrameKind.DATA) + DATA.pack(frame.epoch, frame.offset, crc32(frame.records),
                                                           frame.high_water)
 
 
@@ -256,7 +257,7 @@ def decode_body(kind: FrameKind, body: bytes | bytearray) -> Frame:
         records = memoryview(body).toreadonly()[DATA.size :]
         if offset < 0 or not records:
             raise ReplicationCodecError(f"data frame at offset {offset} with {len(records)} bytes of records")
-        if zlib.crc32(records) != crc:
+        if crc32(records) != crc:
             raise ReplicationCodecError(f"data frame at offset {offset}: its records do not match their CRC")
         check_whole_records(records)
         return Data(epoch, offset, records, high_water)

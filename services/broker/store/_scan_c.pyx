@@ -8,19 +8,19 @@ as bounds-checked memoryview helpers cost more than the twin's struct calls.
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
-
-import zlib
+from libc.string cimport memcmp
 
 from tidemq.errors import StoreCorruptError
 from tidemq.message import MESSAGE_MAGIC, MIN_RECORD_SIZE, TRANSACTION_MASK
 
+from tidemq.broker.store.checksum import crc32
 from tidemq.broker.store.dispatch import Replayed, Run
 
 cdef uint32_t _MAGIC = MESSAGE_MAGIC
 cdef Py_ssize_t _MIN = MIN_RECORD_SIZE
 cdef int32_t _TX = TRANSACTION_MASK
 cdef Py_ssize_t _HEAD = 48  # RECORD_HEAD: TOTALSIZE through BORNTIMESTAMP
-_crc32 = zlib.crc32
+_crc32 = crc32  # checksum.py: ISA-L's when installed (a follower checks every body)
 
 
 cdef inline uint32_t _u32(const unsigned char* b) noexcept:
@@ -51,6 +51,15 @@ cdef int32_t _java_hash(str s):
     return <int32_t>h
 
 
+cdef inline bint _ascii(const unsigned char* b, Py_ssize_t n) noexcept:
+    """Whether b[:n] is all ASCII (so valid UTF-8)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if b[i] & 0x80:
+            return False
+    return True
+
+
 cdef str _text(const unsigned char* b, Py_ssize_t at, Py_ssize_t n):
     if n == 0:
         return ""
@@ -75,7 +84,9 @@ def scan_records(data, int64_t base, bint check_crc):
     cdef int64_t phys, queue_offset, own, store_ts, cur_q = 0, cur_ts = 0, cur_phys = 0
     cdef int8_t topic_len
     cdef int16_t props_len
-    cdef str topic, cur_topic = None
+    cdef str topic, cur_topic = None, last_topic = None
+    cdef Py_ssize_t last_topic_at = 0, last_topic_n = -1, last_tags_at = -1, last_tags_n = 0
+    cdef int32_t last_code = 0
     cdef list runs = []
     cdef list records = None
     while p < end:
@@ -118,14 +129,24 @@ def scan_records(data, int64_t base, bint check_crc):
             raise _refused(phys, f"its properties length {props_len} runs past the record")
         if q + props_len != rend:
             raise _refused(phys, f"it has {rend - q - props_len} bytes past its properties")
-        try:
-            topic = _text(b, topic_at, topic_len)
-        except UnicodeDecodeError:
-            raise _refused(phys, "its topic is not UTF-8") from None
-        try:
-            _text(b, q, props_len)  # UTF-8 as a whole, as the twin's decode_properties needs
-        except UnicodeDecodeError:
-            raise _refused(phys, "its properties are not UTF-8") from None
+        # The previous record's topic and tags, when their bytes are the same, are not decoded
+        # again, and ASCII properties need no decoding to be UTF-8: a follower scans every
+        # replicated record (bench/compare.py --replicated, row 3), these were a str each.
+        if (last_topic is not None and topic_len == last_topic_n
+                and memcmp(b + topic_at, b + last_topic_at, topic_len) == 0):
+            topic = last_topic
+        else:
+            try:
+                topic = _text(b, topic_at, topic_len)
+            except UnicodeDecodeError:
+                raise _refused(phys, "its topic is not UTF-8") from None
+            last_topic = topic
+        last_topic_at, last_topic_n = topic_at, topic_len
+        if not _ascii(b + q, props_len):
+            try:
+                _text(b, q, props_len)  # UTF-8 as a whole, as the twin's decode_properties needs
+            except UnicodeDecodeError:
+                raise _refused(phys, "its properties are not UTF-8") from None
         if own != phys:
             raise _refused(phys, f"it claims commitlog offset {own}")
         if check_crc:
@@ -154,7 +175,14 @@ def scan_records(data, int64_t base, bint check_crc):
                         and b[item + 6] == 69 and b[item + 7] == 89):
                     uniq_at, uniq_n = sep + 1, k - sep - 1  # UNIQ_KEY
             item = k + 1
-        code = _java_hash(_text(b, tags_at, tags_n)) if tags_at >= 0 else 0
+        if tags_at < 0:
+            code = 0
+        elif (last_tags_at >= 0 and tags_n == last_tags_n
+                and memcmp(b + tags_at, b + last_tags_at, tags_n) == 0):
+            code = last_code
+        else:
+            code = _java_hash(_text(b, tags_at, tags_n))
+            last_tags_at, last_tags_n, last_code = tags_at, tags_n, code
         rec = tuple.__new__(Replayed, (total, code, _text(b, keys_at, keys_n) if keys_at >= 0 else None,
                                        _text(b, uniq_at, uniq_n) if uniq_at >= 0 else None))
         if (records is not None and cur_qid == queue_id and (cur_flag & _TX) == (sys_flag & _TX)

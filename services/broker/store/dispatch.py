@@ -10,8 +10,8 @@ queue offsets) and the same rules apply to both:
 - it enters the index (its KEYS and UNIQ_KEY) unless it is a ROLLBACK half message;
 - listeners (long-poll wake-ups, timers, the metadata applier) hear of live puts, once per run and
   tags code with the highest queue offset stored with it ("something at or past offset N with this
-  tag" is all they act on), and of a follower's replicated appends (``replicating()``), once per
-  record; at recovery's replay nothing can be waiting yet, so they hear nothing.
+  tag" is all they act on), and of a follower's replicated appends (``replicating()``) the same
+  way; at recovery's replay nothing can be waiting yet, so they hear nothing.
 
 Invariants of building a consume queue: dispatching a record twice is harmless (a unit already
 holding the same pointer is left alone); a torn unit, or one the checkpoint never vouched for
@@ -225,9 +225,11 @@ class Dispatcher:
             self.queues.build(topic, queue_id, queue_offset, phys, records)
         if tx != _ROLLBACK:
             self.index.build(topic, phys, store_timestamp, records, self.on_index_error)
-        if not queued or not self.listeners:
-            return
-        # Listeners hear once per run and tags code, with the highest queue offset.
+        if queued and self.listeners:
+            self._tell(topic, queue_id, queue_offset, records)
+
+    def _tell(self, topic: str, queue_id: int, queue_offset: int, records: Sequence[Record]) -> None:
+        """The listeners hear of a queued run once per tags code, with its highest queue offset."""
         if len(records) == 1:
             wake: Iterable[tuple[int, int]] = ((records[0].tags_code, queue_offset),)
         else:
@@ -238,7 +240,7 @@ class Dispatcher:
                 q += 1
             wake = last.items()
         for code, offset in wake:
-            for cb in self.listeners:  # inlined _notify: the hot path makes no extra call per put
+            for cb in self.listeners:
                 try:
                     cb(topic, queue_id, offset, code)
                 except Exception:
@@ -256,16 +258,9 @@ class Dispatcher:
 
     def replicating(self) -> "Dispatcher":
         """The dispatcher a follower's replicated appends go through: this one's builders, and
-        its listeners (the same list, so one added later is heard too) told of every record that
-        entered a consume queue, as a live put tells them."""
+        its listeners (the same list, so one added later is heard too) told of the records that
+        entered a consume queue as a live put tells them (once per run and tags code)."""
         return _ReplicatingDispatcher(self)
-
-    def _notify(self, topic: str, queue_id: int, queue_offset: int, code: int) -> None:
-        for cb in self.listeners:
-            try:
-                cb(topic, queue_id, queue_offset, code)
-            except Exception:
-                log.exception("dispatch listener %r failed", cb)
 
 
 class _ReplicatingDispatcher(Dispatcher):
@@ -282,8 +277,8 @@ class _ReplicatingDispatcher(Dispatcher):
                to_index: bool = True) -> None:
         super().replay(topic, queue_id, sys_flag, queue_offset, phys, store_timestamp, records, to_queue,
                        to_index)
+        # Heard as a live put is (once per run and tags code): a listener told of each record
+        # cost a follower 4 calls and a deferred wake-up per record (bench/compare.py
+        # --replicated, row 3), for what it acts on, "something at or past offset N with this tag".
         if to_queue and enters_consume_queue(sys_flag) and self.listeners:
-            q = queue_offset
-            for r in records:
-                self._notify(topic, queue_id, q, r.tags_code)
-                q += 1
+            self._tell(topic, queue_id, queue_offset, records)

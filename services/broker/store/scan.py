@@ -16,7 +16,6 @@ Pure: bytes in, values out.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable
 
 from tidemq import compiled
@@ -32,6 +31,7 @@ from tidemq.message import (
     tags_code,
 )
 
+from tidemq.broker.store.checksum import crc32
 from tidemq.broker.store.dispatch import Replayed, Run
 
 __all__ = ["Run", "scan_records", "scan_records_py"]
@@ -104,7 +104,7 @@ def scan_records_py(data: bytes | memoryview, base: int, check_crc: bool) -> lis
         if own != phys:
             raise _refused(phys, f"it claims commitlog offset {own}")
         if check_crc:
-            actual = zlib.crc32(mv[body_at : body_at + body_len]) & 0x7FFFFFFF
+            actual = crc32(mv[body_at : body_at + body_len]) & 0x7FFFFFFF
             if actual != crc:
                 raise _refused(phys, f"body CRC {actual} does not match the stored {crc}")
         rec = Replayed(total, tags_code(props.get(Prop.TAGS)), props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY))

@@ -127,18 +127,20 @@ def test_replay_tells_no_listener_and_fails_on_an_index_error(parts):
     assert not errors
 
 
-def test_replicated_appends_tell_the_listeners_of_each_queued_record(parts):
-    """A follower's appends (``replicating()``) follow replay's rules and are heard like puts,
-    by the listeners of the live dispatcher, including one added afterwards."""
+def test_replicated_appends_tell_the_listeners_as_puts_do(parts):
+    """A follower's appends (``replicating()``) follow replay's rules and are heard like puts
+    (once per run and tags code, with its highest offset), by the listeners of the live
+    dispatcher, including one added afterwards."""
     d, queues, index, _errors, heard = parts
     follower = d.replicating()
     late: list[tuple[str, int, int, int]] = []
     d.listeners.append(lambda *a: late.append(a))
-    follower.replay(*run(q=0, records=[(100, 7, None, "A"), (110, 8, None, "B")]))
+    follower.replay(*run(q=0, records=[(100, 7, None, "A"), (110, 8, None, "B"), (120, 7, None, "C")]))
     follower.replay(*run(q=0, phys=3000, sys_flag=SysFlag.TRANSACTION_PREPARED, topic="H"))
-    assert queues["T", 1].units == {0: (1000, 100, 7), 1: (1100, 110, 8)} and len(index.entries) == 3
-    assert heard == late == [("T", 1, 0, 7), ("T", 1, 1, 8)]  # each record; not the half message
-    follower.replay(*run(q=2, phys=1210), to_queue=False)
+    assert queues["T", 1].units == {0: (1000, 100, 7), 1: (1100, 110, 8), 2: (1210, 120, 7)}
+    assert len(index.entries) == 4
+    assert heard == late == [("T", 1, 2, 7), ("T", 1, 1, 8)]  # as a put's; not the half message
+    follower.replay(*run(q=3, phys=1330), to_queue=False)
     assert len(heard) == 2
 
 
