@@ -16,6 +16,7 @@ pytest.importorskip("psutil")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 def test_soak_smoke_accounts_for_every_message():
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", "0.25", "--report", "5",
                         "--rate", "1500"], capture_output=True, text=True, timeout=150, cwd=ROOT)

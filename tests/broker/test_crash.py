@@ -54,6 +54,7 @@ async def _crash_cycles(cluster_factory, flush: str, cycles: int, seed: int) -> 
           f"gaps=0; slowest restart {max(restarts):.1f} s")
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 async def test_kill_9_under_load_sync_flush_short(cluster_factory):
     await _crash_cycles(cluster_factory, "sync", cycles=5, seed=1)
 

@@ -93,10 +93,12 @@ async def _power_loss_cycles(cluster_factory, tmp_path, flush: str, cycles: int,
         assert any(lost_per_cycle), "ASYNC_FLUSH never lost anything: the power-loss emulation has no teeth"
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 async def test_power_loss_sync_flush_keeps_every_acknowledged_message(cluster_factory, tmp_path):
     await _power_loss_cycles(cluster_factory, tmp_path, "sync", cycles=5, seed=11)
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 async def test_power_loss_async_flush_loses_only_the_last_interval(cluster_factory, tmp_path):
     await _power_loss_cycles(cluster_factory, tmp_path, "async", cycles=5, seed=12)
 

@@ -136,6 +136,7 @@ def expected_counts() -> dict[str, int]:
     return {**SENT, "": UNTAGGED}
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 def test_job_writes_parquet_counts(cluster, topics, tmp_path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     out = tmp_path / "out"
@@ -155,6 +156,7 @@ def test_job_writes_parquet_counts(cluster, topics, tmp_path) -> None:
     assert max(rows) <= 5
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 def test_job_writes_counts_to_a_topic(cluster, topics, tmp_path) -> None:
     proc = run_job(cluster, tmp_path, "--output-topic", topics["output"])
     assert proc.returncode == 0, proc.stderr[-4000:]

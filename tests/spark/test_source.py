@@ -188,6 +188,7 @@ def test_fail_on_data_loss(spark, cluster_factory):
     assert offsets and min(offsets) > 0 and sorted(offsets) == list(range(min(offsets), 300))
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 def test_format_resolves_without_register_through_pyspark_tidemq(cluster, tmp_path):
     """Spark finds top-level `pyspark_*` modules on the Python path (a fresh process: the lookup
     runs once per JVM)."""

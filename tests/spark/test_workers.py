@@ -61,6 +61,7 @@ def plain_python() -> str:
     return base
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 def test_register_names_pyspark_python_when_workers_cannot_import_tidemq(cluster, tmp_path):
     topic = create_topic_sync(cluster, "spark-workers", 1)
     send(cluster, topic, 5, queues=1)

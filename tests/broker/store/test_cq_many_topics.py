@@ -106,6 +106,7 @@ def _many_topics(tmp_path, topics: int, timeout: float) -> None:
         assert r["limit"] == NOFILE // 4
 
 
+@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts mappings in /proc/self/maps")
 def test_20k_topics_work_and_restart_under_256_descriptors(tmp_path):
     _many_topics(tmp_path, 20_000, timeout=120)
