@@ -564,7 +564,6 @@ def mark_ready(apps, name: str, ready: int | None = None) -> None:
     }})
 
 
-@pytest.mark.slow  # ~15-30 s: the default suite's 15-minute budget
 def test_managed_cluster_rolls_one_statefulset_at_a_time(kube, operator):
     _, api = kube
     apps = kubernetes.client.AppsV1Api(api)
