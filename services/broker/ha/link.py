@@ -178,10 +178,18 @@ class FrameLink(asyncio.BufferedProtocol):
 
     async def send(self, frame: Frame, timeout: float) -> None:
         """Write ``frame``; wait (at most ``timeout`` s) while the transport's buffer is full."""
+        self.write(frame)
+        await self.drained(timeout)
+
+    def write(self, frame: Frame) -> None:
+        """Write ``frame`` now, without waiting (``drained`` waits for the buffer)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the replication connection is closed")
         transport.write(protocol.encode(frame))
+
+    async def drained(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) while the transport's buffer is full."""
         if self._write_paused:
             self._drained = asyncio.get_running_loop().create_future()
             try:

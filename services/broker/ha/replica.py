@@ -456,6 +456,7 @@ class ReplicaService:
                                        on_change=self._advance, high_water=self.high_water)
             await master.start(cfg.ha_host, cfg.ha_port)
             self.master = master
+            self.store.on_commit = master.wake  # frames leave before the master dispatches a put
             # The mark stays what this replica last knew (its old master's, learnt as follower):
             # the tail of its log past it may be missing on other in-sync replicas, so the
             # in-sync followers' acks raise it from there (at once when alone in sync).
@@ -570,6 +571,7 @@ class ReplicaService:
             await follower.close()
         master, self.master = self.master, None
         if master is not None:
+            self.store.on_commit = None
             self._answer_all(_FLUSH_SLAVE_TIMEOUT)
             for _end, wake in self._deferred:  # a consumer then finds nothing new, or its record
                 wake()

@@ -110,6 +110,18 @@ async def _close(writer: asyncio.StreamWriter) -> None:
             await writer.wait_closed()
 
 
+@dataclass(slots=True)
+class _Stream:
+    """Where a master's stream to one follower stands."""
+    writer: asyncio.StreamWriter
+    pos: int  # the CommitLog offset streamed up to
+    sent_mark: int  # the high-water mark the follower last heard
+    idle_since: float  # when the last frame went out
+
+    def sent(self, frame: Data, now: float) -> None:
+        self.pos, self.sent_mark, self.idle_since = frame.end, frame.high_water, now
+
+
 class ReplicationMaster:
     """Serves the CommitLog of ``store`` to followers on the HA port, in epoch ``epoch``."""
 
@@ -129,6 +141,8 @@ class ReplicationMaster:
         self._followers: dict[int, FollowerState] = {}  # connected followers only
         self._owners: dict[int, asyncio.Task[None]] = {}  # the session that owns each follower's state
         self._wake = asyncio.Event()
+        self._parked: dict[int, _Stream] = {}  # the streams waiting for news, by replica id
+        self._push_due = False  # a coalesced push waits for the end of this loop step
         # The last data frame made (CommitLog offset asked for, frame, its head): the followers
         # streaming from the same offset share one read, one CRC and one encoding of it.
         self._last: tuple[int, Data, bytes] | None = None
@@ -143,10 +157,6 @@ class ReplicationMaster:
 
     def _mark(self) -> int:
         return self._high_water() if self._high_water is not None else -1
-
-    def wake(self) -> None:
-        """New records were stored: stream them now rather than at the next poll."""
-        self._wake.set()
 
     def followers(self) -> dict[int, FollowerState]:
         """Each connected follower's acked and sent offsets, by replica id."""
@@ -237,46 +247,98 @@ class ReplicationMaster:
                       acked: asyncio.Event) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        idle_since = loop.time()
-        sent_mark = -1
+        at = _Stream(writer, pos, -1, loop.time())  # where this follower's stream stands
         mark_due = 0.0  # when a moved mark goes out in a heartbeat if no data frame carries it
         while True:
             state = self._followers[replica]
-            if pos - state.acked >= cfg.max_unacked_bytes:
+            if at.pos - state.acked >= cfg.max_unacked_bytes:
                 acked.clear()
                 async with asyncio.timeout(cfg.timeout):  # a follower that stops acking is dropped
                     await acked.wait()
                 continue
-            frame, head = self._data(pos)
+            frame, head = self._data(at.pos)
             if frame.records:
                 # Hot path (bench/compare.py --replicated, row 3): head and records go out as two
                 # buffers, the records as read from the CommitLog.
                 writer.writelines((head, frame.records))
                 async with asyncio.timeout(cfg.timeout):
                     await writer.drain()
-                sent_mark = frame.high_water
-                pos = frame.end
-                self._followers[replica] = FollowerState(replica, state.acked, pos)
-                idle_since = loop.time()
+                at.sent(frame, loop.time())
+                self._followers[replica] = FollowerState(replica, state.acked, at.pos)
                 continue
-            pos = frame.offset
+            at.pos = frame.offset
             mark = self._mark()
             now = loop.time()
-            if mark <= sent_mark:
+            if mark <= at.sent_mark:
                 mark_due = 0.0
             elif not mark_due:
                 mark_due = now + cfg.mark_linger
-            if now - idle_since >= cfg.heartbeat_interval or (mark_due and now >= mark_due):
+            if now - at.idle_since >= cfg.heartbeat_interval or (mark_due and now >= mark_due):
                 # Idle, or the mark moved since this follower last heard it (acks from the
                 # others) and no data frame carried it within the linger: a heartbeat, so its
                 # consumers see what is now acknowledged.
                 await _send(writer, Heartbeat(self.epoch, self.store.commitlog_max_offset, mark), cfg.timeout)
-                sent_mark, mark_due = mark, 0.0
-                idle_since = now = loop.time()
+                at.sent_mark, mark_due = mark, 0.0
+                at.idle_since = now = loop.time()
+            # Parked until news: ``wake`` writes new records to a parked stream itself (at the
+            # put, before the master dispatches them) and wakes it only when it cannot.
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(cfg.poll_interval, mark_due - now) if mark_due else cfg.poll_interval):
-                    await self._wake.wait()
+            self._parked[replica] = at
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(cfg.poll_interval, mark_due - now) if mark_due else cfg.poll_interval):
+                        await self._wake.wait()
+            finally:
+                if self._parked.get(replica) is at:
+                    del self._parked[replica]
+
+    def wake(self) -> None:
+        """New records were stored: stream them now rather than at the next poll. Hot path
+        (bench/compare.py --replicated, rows 1-3): a follower's stream parked for news gets its
+        frame written here, within the caller's step (the store calls this once a put is in the
+        CommitLog, before it dispatches it), with no task wake-up, when the follower has all
+        it was sent acked; news for a follower with frames in flight wait for the end of this
+        loop step, so one frame carries all the puts of the step (fewer frames, reads and acks
+        per message under load: bench/compare.py --replicated, rows 2 and 3). A stream that is
+        busy, has a full window or a buffer not yet drained is woken to do it itself."""
+        self._push(True)
+
+    def _push(self, coalesce: bool) -> None:
+        if not self._parked:
+            self._wake.set()
+            return
+        end = self.store.commitlog_max_offset
+        max_unacked = self.config.max_unacked_bytes
+        now = -1.0
+        for replica, at in list(self._parked.items()):
+            if at.pos >= end:
+                continue
+            state = self._followers.get(replica)
+            transport = at.writer.transport
+            if (state is None or at.pos - state.acked >= max_unacked or transport.is_closing()
+                    or transport.get_write_buffer_size()):
+                self._wake.set()
+                continue
+            if coalesce and at.pos > state.acked:
+                if not self._push_due:
+                    self._push_due = True
+                    asyncio.get_running_loop().call_soon(self._push_later)
+                continue
+            try:
+                frame, head = self._data(at.pos)
+            except StoreError:
+                self._wake.set()  # the stream meets it again and ends the session
+                continue
+            if frame.records:
+                at.writer.writelines((head, frame.records))
+                if now < 0:
+                    now = asyncio.get_running_loop().time()
+                at.sent(frame, now)
+                self._followers[replica] = FollowerState(replica, state.acked, at.pos)
+
+    def _push_later(self) -> None:
+        self._push_due = False
+        self._push(False)
 
     def _data(self, pos: int) -> tuple[Data, bytes]:
         """The data frame streaming from CommitLog offset ``pos`` (no records: nothing there yet;
@@ -398,25 +460,45 @@ class ReplicationFollower:
         keepalive = cfg.heartbeat_interval / 2
         acked_at = -keepalive
         while True:
-            # Every frame that arrived since the last ack: appended (or heard) in order, then one
-            # ack for them all (bench/compare.py --replicated, row 3).
-            for frame in await link.frames(wait):
-                if isinstance(frame, Data):
-                    if frame.epoch != epoch:
-                        raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
-                    self.store.append_replicated(frame.offset, frame.records)
-                elif isinstance(frame, Heartbeat):
-                    if frame.epoch != epoch:
-                        raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
-                else:
-                    raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
-                if frame.high_water > self.high_water:
-                    self.high_water = frame.high_water
-                    if self.on_high_water is not None:
-                        self.on_high_water(frame.high_water)
-            # Never more than this log holds (and, acking what is flushed, more than is on disk).
-            acked = await self.store.flush_commitlog() if self.ack_flushed else self.store.commitlog_max_offset
+            # Every frame that arrived since the last ack: appended in order, then one ack for
+            # them all (bench/compare.py --replicated, row 3), written before the appended
+            # records are dispatched (consume queue, index, listeners): the master's wait, and
+            # so its sender's, does not include this replica's dispatch. No await comes between
+            # the append and the dispatch (store.append_replicated).
+            store = self.store
+            mark = self.high_water
+            try:
+                for frame in await link.frames(wait):
+                    if isinstance(frame, Data):
+                        if frame.epoch != epoch:
+                            raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
+                        store.append_replicated(frame.offset, frame.records, dispatch=self.ack_flushed)
+                    elif isinstance(frame, Heartbeat):
+                        if frame.epoch != epoch:
+                            raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
+                    else:
+                        raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
+                    if frame.high_water > mark:
+                        mark = frame.high_water
+            except BaseException:
+                store.dispatch_replicated()  # the frames before the bad one stay, dispatched
+                raise
             now = loop.time()
-            if acked != self.acked or now - acked_at >= keepalive:
-                self.acked, acked_at = acked, now
-                await link.send(Ack(acked), cfg.timeout)
+            if self.ack_flushed:
+                # Never more than is on disk: dispatched above, flushed here.
+                acked = await store.flush_commitlog()
+                now = loop.time()
+                if acked != self.acked or now - acked_at >= keepalive:
+                    self.acked, acked_at = acked, now
+                    link.write(Ack(acked))
+            else:
+                acked = store.commitlog_max_offset  # never more than this log holds
+                if acked != self.acked or now - acked_at >= keepalive:
+                    self.acked, acked_at = acked, now
+                    link.write(Ack(acked))
+                store.dispatch_replicated()
+            if mark > self.high_water:
+                self.high_water = mark
+                if self.on_high_water is not None:
+                    self.on_high_water(mark)
+            await link.drained(cfg.timeout)

@@ -66,7 +66,7 @@ from tidemq.broker.store.results import (  # re-exported: the store's API types
     PutStatus,
 )
 from tidemq.broker.store.retention import Retention, destroy_all, filesystem_usage, usage_ratio
-from tidemq.broker.store.scan import scan_records
+from tidemq.broker.store.scan import Run, scan_records
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.store.writer import Pending, RecordEncoder, encode_run, illegal
 
@@ -113,6 +113,12 @@ class MessageStore:
         # Replicated records are dispatched as recovery's replay dispatches found ones (units and
         # index from their headers; the delay topic's units get their delivery time).
         self._replicated = Replayer(self._dispatcher.replicating(), 0, 0, schedule_tags_code)
+        # Called once a put is in the CommitLog, before it is dispatched: a replicated master
+        # streams it to its followers there (ha/replica.py), so their work overlaps its dispatch.
+        self.on_commit: Callable[[], None] | None = None
+        # Appended replicated frames whose dispatch waits (append_replicated(dispatch=False)):
+        # (physical offset, records, runs) in log order.
+        self._undispatched: list[tuple[int, bytes | memoryview, list[Run]]] = []
         self._flusher = CommitLogFlusher(self._commitlog, config.flush_mode, config.async_flush_interval,
                                          config.sync_flush_timeout, self._flush_exec, observer)
         self._logics = LogicsFlusher(self._snapshot, self._flusher, config.checkpoint_path,
@@ -341,6 +347,8 @@ class MessageStore:
                 return illegal(PutStatus.MESSAGE_ILLEGAL, f"a header value is out of range: {exc}")
         cl.commit(total)
         self._last_store_ts = now
+        if self.on_commit is not None:
+            self.on_commit()
         self._dispatcher.dispatch(topic, queue_id, req0.sys_flag, first_q, base, now, pending)
         msg_ids = []
         id_store, id_port, id_prefix = self._id_prefix  # a broker stores under one host: kept across puts
@@ -367,11 +375,17 @@ class MessageStore:
         """Whether ``offset`` is the CommitLog's end or where a record (or filler) starts."""
         return self._commitlog.is_boundary(offset)
 
-    def append_replicated(self, offset: int, records: bytes | memoryview) -> int:
+    def append_replicated(self, offset: int, records: bytes | memoryview, *, dispatch: bool = True) -> int:
         """Follower: append a master's whole ``records`` at exactly CommitLog ``offset`` (this
         log's end, or the next segment's start after the master's filler), check each as recovery
         does and dispatch them; returns the new end. Raises StoreError and keeps nothing of the
-        frame when it does not continue this log or a record fails its check."""
+        frame when it does not continue this log or a record fails its check.
+
+        With ``dispatch=False`` the records are appended and their dispatch (consume queue units,
+        index entries, listeners) waits for ``dispatch_replicated``, which the caller must run
+        before it next yields to the event loop: a follower acks what it appended first, so the
+        master's wait does not include this replica's dispatch (recovery redoes a dispatch a
+        crash cut, from the CommitLog, as for any put)."""
         if self._state not in ("loaded", "running"):
             raise StoreError(f"cannot append replicated records: {self._refuse or 'the store is not open'}")
         cl = self._commitlog
@@ -385,27 +399,39 @@ class MessageStore:
                              f"re-established") from None
         seg.mm[rel : rel + n] = records
         cl.commit(n)
+        if runs:
+            self._undispatched.append((phys, records, runs))
+        if dispatch:
+            self.dispatch_replicated()
+        return cl.write_pos
+
+    def dispatch_replicated(self) -> None:
+        """Follower: dispatch what ``append_replicated(..., dispatch=False)`` appended, in order."""
+        pending = self._undispatched
+        if not pending:
+            return
+        self._undispatched = []
         # Hot path (bench/follower_apply.py): one dispatch per run of a topic and queue, as a
         # master's batch put does, not one per record.
         replay = self._replicated.dispatcher.replay
-        for run in runs:
-            if run.topic == SCHEDULE_TOPIC:  # units carry a delivery time, from the DELAY property
-                at = run.phys
-                for r in run.records:
-                    self._replicated(at, decode_record_header(records, at - phys))
-                    at += r.total
-                continue
-            replay(run.topic, run.queue_id, run.sys_flag, run.queue_offset, run.phys, run.store_timestamp,
-                   run.records)
-        if runs:
+        for phys, records, runs in pending:
+            for run in runs:
+                if run.topic == SCHEDULE_TOPIC:  # units carry a delivery time, from the DELAY property
+                    at = run.phys
+                    for r in run.records:
+                        self._replicated(at, decode_record_header(records, at - phys))
+                        at += r.total
+                    continue
+                replay(run.topic, run.queue_id, run.sys_flag, run.queue_offset, run.phys, run.store_timestamp,
+                       run.records)
             self._last_store_ts = runs[-1].store_timestamp
-        return cl.write_pos
 
     async def truncate(self, offset: int) -> None:
         """Follower: cut the CommitLog at record boundary ``offset`` (what diverged from the
         master), drop consume-queue units pointing past it, and write the checkpoint, so neither
         a load nor a flush ever vouches for the cut records again. For a follower before it
         streams: nothing may put or read meanwhile (segments past the cut are deleted)."""
+        self.dispatch_replicated()  # a unit past the cut is then dropped with the rest
         cl = self._commitlog
         if offset == cl.write_pos:
             return

@@ -84,3 +84,28 @@ def test_a_refused_frame_leaves_nothing_and_the_next_good_one_applies(tmp_path: 
     finally:
         master.close_abruptly()
         follower.close_abruptly()
+
+
+
+def test_appended_frames_wait_for_their_dispatch(tmp_path: Path) -> None:
+    """append_replicated(dispatch=False) puts the records in the log only; dispatch_replicated
+    then builds their units and index entries as an append with its dispatch would have."""
+    clock = Clock()
+    master = open_store(config(tmp_path / "m"), clock=clock)
+    follower = open_store(config(tmp_path / "f"), clock=Clock())
+    try:
+        _fill(master, clock)
+        at = 0
+        while at < master.commitlog_max_offset:
+            at, data = master.read_commitlog(at, 5000)
+            follower.append_replicated(at, data, dispatch=False)
+            at += len(data)
+        assert follower.commitlog_max_offset == master.commitlog_max_offset
+        assert queues(follower) == {}
+        follower.dispatch_replicated()
+        assert_same(master, follower)
+        follower.dispatch_replicated()  # nothing waits: nothing changes
+        assert_same(master, follower)
+    finally:
+        master.close_abruptly()
+        follower.close_abruptly()

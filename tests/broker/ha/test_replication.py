@@ -398,12 +398,87 @@ async def test_a_moved_high_water_mark_reaches_an_idle_follower_before_its_heart
             await m.close()
 
 
+async def test_a_parked_stream_gets_a_put_before_the_master_dispatches_it(tmp_path: Path) -> None:
+    """A caught-up follower's frame is written within the put (the store's on_commit), before the
+    put's dispatch, with no task step between: the followers' work overlaps the master's. Small
+    puts made while a frame is in flight go together at the end of the loop step."""
+    async with stores(tmp_path) as (master, follower):
+        put(master, 3)
+        async with replicating(master, follower) as (m, _f):
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            await asyncio.sleep(0.05)  # the stream parks for news
+            master.on_commit = m.wake
+            seen: list[int] = []
+            master.add_dispatch_listener(lambda *_: seen.append(m.followers()[1].sent))
+            for i in range(3, 6):  # the follower has everything acked: each put goes at once
+                put(master, 1, i)  # no await between the put and the check
+                assert seen[-1] == master.commitlog_max_offset
+                await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            # Small puts while a frame is in flight wait for the end of the loop step: one frame.
+            put(master, 1, 6)
+            first = master.commitlog_max_offset
+            put(master, 2, 7)
+            assert seen[-1] == first < master.commitlog_max_offset
+            await asyncio.sleep(0)
+            assert m.followers()[1].sent == master.commitlog_max_offset
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+        assert_same(master, follower)
+
+
+async def test_a_follower_acks_what_it_appended_before_it_dispatches(tmp_path: Path) -> None:
+    """The ack for a read's frames is written before their dispatch (consume queue, index,
+    listeners), in the same step: the master's wait does not include this replica's dispatch."""
+    async with stores(tmp_path) as (master, follower):
+        put(master, 3)
+        m = ReplicationMaster(master, CFG, 1, (EpochStart(1, 0),))
+        port = await m.start("127.0.0.1", 0)
+        f = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port), ack_flushed=False)
+        acked_at_dispatch: list[tuple[int, int]] = []
+        follower.add_dispatch_listener(lambda *_: acked_at_dispatch.append((f.acked, follower.commitlog_max_offset)))
+        f.start()
+        try:
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            put(master, 40, 3)
+            m.wake()
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+        finally:
+            await f.close()
+            await m.close()
+        assert acked_at_dispatch and all(acked == end for acked, end in acked_at_dispatch)
+        assert_same(master, follower)
+
+
+async def test_a_truncation_dispatches_appended_frames_before_it_cuts(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, follower):
+        reference = await started(tmp_path / "r")
+        try:
+            put(master, 60)
+            frames = []
+            at = 0
+            while at < master.commitlog_max_offset:
+                at, data = master.read_commitlog(at, 3000)
+                frames.append((at, bytes(data)))
+                at += len(data)
+            cut = frames[len(frames) // 2][0]
+            for at, data in frames:
+                follower.append_replicated(at, data, dispatch=False)
+                if at < cut:
+                    reference.append_replicated(at, data)
+            await follower.truncate(cut)
+            assert follower.commitlog_max_offset == cut
+            assert queues(follower) == queues(reference) != {}
+        finally:
+            await reference.shutdown()
+
+
 @pytest.mark.parametrize("scenario", [
     test_follower_catches_up_to_a_byte_identical_log_and_the_same_queues,
     test_a_connection_dropped_mid_frame_leaves_no_partial_record,
     test_a_data_frame_damaged_in_transit_fails_its_crc,
     test_a_follower_acks_the_frames_of_one_read_once_and_only_news,
     test_two_followers_of_one_master_both_match_it,
+    test_a_parked_stream_gets_a_put_before_the_master_dispatches_it,
+    test_a_follower_acks_what_it_appended_before_it_dispatches,
 ], ids=lambda f: f.__name__.removeprefix("test_"))
 def test_on_uvloop(scenario: Callable[[Path], Coroutine[None, None, None]], tmp_path: Path) -> None:
     uvloop.run(scenario(tmp_path))
