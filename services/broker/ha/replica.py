@@ -225,7 +225,8 @@ class ReplicaService:
             fut: asyncio.Future[int] = loop.create_future()
             fut.set_result(_FLUSH_SLAVE_TIMEOUT)
             return fut
-        master.wake()
+        # No wake here: the store woke the streams when the write entered the CommitLog
+        # (store.on_commit, set with the master).
         if not self._sync:
             return None
         if end_offset > self._high_water and self._solo():

@@ -304,6 +304,8 @@ class ReplicationMaster:
         self._push(True)
 
     def _push(self, coalesce: bool) -> None:
+        if coalesce and self._push_due:
+            return  # the push at the end of this step takes these news too
         if not self._parked:
             self._wake.set()
             return
