@@ -3,15 +3,17 @@
 A master MessageStore in this process serves its CommitLog (ha/replication.py's ReplicationMaster,
 on a free loopback port) to ``--followers`` follower processes (this script again, ``--follower``:
 a MessageStore and a ReplicationFollower each, as in a broker), while this process stores
-``--messages`` messages of ``--size`` bytes in batches of 64 with at most ``--in-flight`` batches
-not yet acked by every follower (sync replication's wait, as bench/compare.py --replicated row 3
-loads them). No name server, election, client or request handling: what is left is the master's
+``--messages`` messages of ``--size`` bytes in batches of ``--batch`` (64) with at most
+``--in-flight`` batches not yet acked by every follower (sync replication's wait, as
+bench/compare.py --replicated row 3 loads them; ``--batch 1 --in-flight 1`` is row 1's lone send,
+the round trip to the followers and back without the client's). No name server, election, client or request handling: what is left is the master's
 put and streaming, and each follower's receive, check, append and ack.
 
 Reported per round: messages per second, the master process's CPU per message (its put included),
 each follower's CPU per message (from its first frame to the last ack), and frames/acks per batch.
 
     .venv/bin/python bench/replication_link.py [--messages 128000] [--rounds 3] [--followers 2]
+        [--batch 64] [--in-flight 4]
 
 Alternate it with a scratch copy of the older modules on the same machine to compare them (the
 follower processes import whatever this process would). ASYNC_FLUSH everywhere, as the compare
@@ -40,7 +42,6 @@ from tidemq.broker.store.config import FlushMode, StoreConfig  # noqa: E402
 from tidemq.broker.store.store import MessageStore, PutRequest  # noqa: E402
 
 TOPIC = "ReplicationLink"
-BATCH = 64
 CFG = ReplicationConfig("bench", "bench-link")
 
 
@@ -105,7 +106,7 @@ async def one_round(args: argparse.Namespace, tmp: Path) -> dict:
                 raise RuntimeError("the followers did not connect within 30 s")
             await asyncio.sleep(0.05)
         body = os.urandom(args.size // 2 + 1).hex().encode()[: args.size]
-        n_batches = args.messages // BATCH
+        n_batches = args.messages // args.batch
         starts = [_ask(p, "start")["cpu"] for p in procs]
         c0, t0 = _cpu(), time.perf_counter()
         ends: list[int] = []  # each batch's end offset, in order
@@ -121,7 +122,7 @@ async def one_round(args: argparse.Namespace, tmp: Path) -> dict:
                         await gate.wait()
             r = master.put_batch([PutRequest(TOPIC, b % 4, body, {"UNIQ_KEY": f"{b:016X}{j:08X}", "TAGS": "TagA"},
                                              born_host=("127.0.0.1", 40000), store_host=("127.0.0.1", 10911))
-                                  for j in range(BATCH)])
+                                  for j in range(args.batch)])
             if r.status.name != "PUT_OK":
                 raise RuntimeError(f"put_batch failed: {r.status.name} {r.remark}")
             ends.append(master.commitlog_max_offset)
@@ -133,7 +134,7 @@ async def one_round(args: argparse.Namespace, tmp: Path) -> dict:
                 await gate.wait()
         dt, mcpu = time.perf_counter() - t0, _cpu() - c0
         fcpu = [_ask(p, f"until {end}")["cpu"] - s for p, s in zip(procs, starts)]
-        n = n_batches * BATCH
+        n = n_batches * args.batch
         return {"rate": n / dt, "master": mcpu / n * 1e6, "followers": [c / n * 1e6 for c in fcpu]}
     finally:
         for p in procs:
@@ -168,11 +169,14 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=128_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--followers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64, help="messages per put (1: lone sends)")
     ap.add_argument("--in-flight", type=int, default=4, help="batches not yet acked by every follower")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    if args.messages < BATCH:
-        ap.error(f"--messages must be at least {BATCH}")
+    if args.batch < 1 or args.in_flight < 1:
+        ap.error("--batch and --in-flight must be at least 1")
+    if args.messages < args.batch:
+        ap.error(f"--messages must be at least --batch ({args.batch})")
     return run_async(lambda: run(args))
 
 

@@ -167,7 +167,9 @@ class Broker:
             SendProcessor(SendService(
                 settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
                 schedule=self.schedule, transactions=self.transactions, store_host=self.store_host,
-                on_put=self.metrics.on_put, replicated=replicated), callers=callers, region=config.region),
+                on_put=self.metrics.on_put,
+                replicated=self.replica.when_replicated if self.replica is not None else None),
+                callers=callers, region=config.region),
             PullProcessor(PullService(
                 settings=settings, store=self.store, topics=self.topics, groups=self.groups, creation=self.creation,
                 clients=self.clients, offsets=self.offsets, holds=self.holds, on_get=self.metrics.on_get,

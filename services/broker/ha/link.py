@@ -6,13 +6,16 @@ a follower reading 64-256 KiB data frames that way, and acking each one, spent m
 on the connection than on appending (docs/benchmarks.md, "Replicated"). :class:`FrameLink` (a
 ``BufferedProtocol``) receives a data frame's body straight into that frame's own buffer, parses
 small frames out of one receive buffer, and hands its reader every frame that arrived since it
-last asked (:meth:`FrameLink.frames`): a follower appends them all and acks once.
+last asked (:meth:`FrameLink.frames`): a follower appends them all and acks once. A master reads
+its followers' acks through one too, handled as they arrive (:meth:`FrameLink.handle_frames`):
+no task wakes up per ack, and the sends an ack completes are answered in the same loop step.
 
 Invariants: a frame's length is checked (``protocol.decode_head``, MAX_FRAME_BODY) before its
 buffer is made; frames are handed over whole, in order, and the frames that arrived before a
 failure before the failure; decoded frames waiting for the reader are bounded (reading pauses past
 MAX_QUEUED_BYTES); a connection that ends raises ``asyncio.IncompleteReadError`` (as StreamReader
-does), a frame that does not decode ``ReplicationCodecError``; every wait takes a timeout.
+does), a frame that does not decode ``ReplicationCodecError``, a frame its handler refuses the
+handler's exception (the connection is closed); every wait takes a timeout.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from typing import cast
+
+from tidemq.errors import BrokerError
 
 from tidemq.broker.ha import protocol
 from tidemq.broker.ha.protocol import Frame
@@ -50,7 +56,10 @@ class FrameLink(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[None] | None = None  # the reader, waiting for a frame
         self._drained: asyncio.Future[None] | None = None  # a writer, waiting for the buffer to empty
         self._write_paused = False
-        self._lost = asyncio.get_running_loop().create_future()
+        self._handler: Callable[[Frame], None] | None = None  # takes each frame as it arrives
+        loop = asyncio.get_running_loop()
+        self._lost = loop.create_future()
+        self._ended = loop.create_future()  # set once no frame follows (``_failure`` says why)
 
     # -- the protocol's side --------------------------------------------------------------
 
@@ -102,6 +111,15 @@ class FrameLink(asyncio.BufferedProtocol):
             buf[: self._carry] = mv[p:end]
 
     def _queue(self, frame: Frame) -> None:
+        handler = self._handler
+        if handler is not None:
+            try:
+                handler(frame)
+            except BrokerError as exc:  # the handler refused the frame (ReplicationError): it ends
+                self._fail(exc)
+                if self.transport is not None:
+                    self.transport.close()
+            return
         self._frames.append(frame)
         self._queued += len(frame.records) if isinstance(frame, protocol.Data) else _HEAD
         if self._queued > MAX_QUEUED_BYTES and not self._paused and self.transport is not None:
@@ -112,6 +130,7 @@ class FrameLink(asyncio.BufferedProtocol):
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:
             self._failure = exc
+            self._ended.set_result(None)
         self._wake()
 
     def _wake(self) -> None:
@@ -176,6 +195,29 @@ class FrameLink(asyncio.BufferedProtocol):
         self._queued -= len(frame.records) if isinstance(frame, protocol.Data) else _HEAD
         return frame
 
+    def handle_frames(self, handler: Callable[[Frame], None]) -> None:
+        """From now on, call ``handler`` with each frame as it arrives (those queued first), in
+        the protocol's callback: no reading task. A BrokerError it raises (ReplicationError)
+        ends the connection (:meth:`ended` raises it)."""
+        queued = list(self._frames)
+        self._frames.clear()
+        self._queued = 0
+        self._handler = handler
+        for frame in queued:
+            if self._failure is not None:
+                break
+            self._queue(frame)
+        if self._paused and self.transport is not None and self._failure is None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    async def ended(self) -> None:
+        """Wait until no frame follows; raises why (the connection's end, a frame that did not
+        decode, the handler's refusal)."""
+        await asyncio.shield(self._ended)
+        assert self._failure is not None
+        raise self._failure
+
     async def send(self, frame: Frame, timeout: float) -> None:
         """Write ``frame``; wait (at most ``timeout`` s) while the transport's buffer is full."""
         self.write(frame)
@@ -187,6 +229,22 @@ class FrameLink(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the replication connection is closed")
         transport.write(protocol.encode(frame))
+
+    def write_parts(self, parts: tuple[bytes, bytes | memoryview]) -> None:
+        """Write a frame given as its head and body (a data frame's records as read from the
+        CommitLog), without waiting."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("the replication connection is closed")
+        transport.writelines(parts)
+
+    def buffered(self) -> int:
+        """Bytes written and not yet sent (0: the transport's buffer is empty)."""
+        transport = self.transport
+        return transport.get_write_buffer_size() if transport is not None else 0
+
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
 
     async def drained(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) while the transport's buffer is full."""

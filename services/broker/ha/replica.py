@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -167,7 +168,7 @@ class ReplicaService:
         self._sync = config.replication is ReplicationMode.SYNC
         # Acknowledgement (master, sync): writes waiting for acks, by end offset; the high-water
         # mark; long-poll wake-ups held until their record is below it.
-        self._waiters: list[tuple[int, int, float, asyncio.Future[int]]] = []
+        self._waiters: list[tuple[int, int, float, Callable[[int], None]]] = []
         self._seq = itertools.count()
         self._high_water = 0
         self._deferred: deque[tuple[int, Callable[[], None]]] = deque()
@@ -219,27 +220,38 @@ class ReplicaService:
         """The acknowledgement gate for a write stored up to ``end_offset`` (see the docstring):
         None when it is acknowledged already, else a future of SUCCESS, FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE."""
-        master = self.master
-        loop = asyncio.get_running_loop()
-        if master is None:  # the role changed while the write was prepared
-            fut: asyncio.Future[int] = loop.create_future()
-            fut.set_result(_FLUSH_SLAVE_TIMEOUT)
-            return fut
+        if self.master is not None and not self._sync:
+            return None
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        code = self.when_replicated(end_offset, functools.partial(_resolve, fut))
+        if code == _SUCCESS:
+            return None
+        if code is not None:
+            fut.set_result(code)
+        return fut
+
+    def when_replicated(self, end_offset: int, callback: Callable[[int], None]) -> int | None:
+        """:meth:`replicated` as a callback (hot path: sends): the answer's code now (SUCCESS:
+        acknowledged already; FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE: refused at once), or
+        None, and ``callback(code)`` is called once the group's rule holds it, or at the
+        deadline, in the step that learns it (an ack's, the expiry's): no loop turn between the
+        follower's ack and the send's answer."""
+        if self.master is None:  # the role changed while the write was prepared
+            return _FLUSH_SLAVE_TIMEOUT
         # No wake here: the store woke the streams when the write entered the CommitLog
         # (store.on_commit, set with the master).
         if not self._sync:
-            return None
+            return _SUCCESS
         if end_offset > self._high_water and self._solo():
             self._advance()  # alone in sync: its own write is the mark
         if end_offset <= self._high_water and self._acknowledging():
-            return None
-        fut = loop.create_future()
+            return _SUCCESS
         known = self.elector.known
         if known is not None and len(known.in_sync) < known.min_in_sync:
-            fut.set_result(_SLAVE_NOT_AVAILABLE)  # fails fast: clients send it again elsewhere
-            return fut
-        heapq.heappush(self._waiters, (end_offset, next(self._seq), loop.time() + ACK_TIMEOUT, fut))
-        return fut
+            return _SLAVE_NOT_AVAILABLE  # fails fast: clients send it again elsewhere
+        deadline = asyncio.get_running_loop().time() + ACK_TIMEOUT
+        heapq.heappush(self._waiters, (end_offset, next(self._seq), deadline, callback))
+        return None
 
     def high_water(self) -> int:
         """CommitLog offset below which every record is acknowledged by the group's rule; consumers
@@ -370,15 +382,12 @@ class ReplicaService:
         if not self.may_write():
             return  # answered FLUSH_SLAVE_TIMEOUT at their deadline, or when the role goes
         while waiters and waiters[0][0] <= self._high_water:
-            fut = heapq.heappop(waiters)[3]
-            if not fut.done():
-                fut.set_result(_SUCCESS)
+            _answer(heapq.heappop(waiters)[3], _SUCCESS)
 
     def _answer_all(self, code: int) -> None:
         waiters, self._waiters = self._waiters, []
-        for _end, _seq, _deadline, fut in waiters:
-            if not fut.done():
-                fut.set_result(code)
+        for _end, _seq, _deadline, callback in waiters:
+            _answer(callback, code)
 
     def _expire(self, now: float) -> None:
         """Answer FLUSH_SLAVE_TIMEOUT to the writes waiting past their deadline."""
@@ -387,8 +396,7 @@ class ReplicaService:
         keep = []
         for w in self._waiters:
             if w[2] <= now:
-                if not w[3].done():
-                    w[3].set_result(_FLUSH_SLAVE_TIMEOUT)
+                _answer(w[3], _FLUSH_SLAVE_TIMEOUT)
             else:
                 keep.append(w)
         heapq.heapify(keep)
@@ -578,6 +586,20 @@ class ReplicaService:
                 wake()
             self._deferred.clear()
             await master.close()
+
+
+def _answer(callback: Callable[[int], None], code: int) -> None:
+    """Tell a waiting write its code; a failing callback is the caller's bug, logged, and must
+    not keep the others (or the ack being read) from going on."""
+    try:
+        callback(code)
+    except Exception:
+        log.exception("answering a replicated write failed")
+
+
+def _resolve(fut: "asyncio.Future[int]", code: int) -> None:
+    if not fut.done():  # its awaiting task may have been cancelled
+        fut.set_result(code)
 
 
 def _ids(replicas: tuple[int, ...]) -> str:

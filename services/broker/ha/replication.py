@@ -20,7 +20,9 @@ Invariants:
 - A follower never accepts an epoch lower than the one it knows, nor a data frame of an epoch
   other than the session's: a stale master is fenced in the data path, not by its lease.
 - Every network wait has a timeout; every task is owned (a master's one per connection, a
-  follower's one loop) and cancelled and awaited on ``close``.
+  follower's one loop) and cancelled and awaited on ``close``. A master reads acks in the
+  connection's callback (ha/link.py): a follower silent past its heartbeat interval plus the
+  timeout is dropped by its stream, which looks at least every ``poll_interval``.
 - A dropped connection leaves no partial record: frames are read whole before anything is
   appended, and the store keeps nothing of a frame that fails its checks.
 - An ack never claims more than the follower holds (appended; flushed when ``ack_flushed``).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,37 +92,29 @@ def truncation_point(history: Sequence[EpochStart], follower_epoch: int, followe
     return cut if cut < follower_end else None
 
 
-async def _read_frame(reader: asyncio.StreamReader, timeout: float) -> Frame:
-    """One whole frame, its length checked before its body is read (a timeout raises)."""
-    async with asyncio.timeout(timeout):
-        kind, length = protocol.decode_head(await reader.readexactly(protocol.FRAME_HEAD.size))
-        body = await reader.readexactly(length)
-    return protocol.decode_body(kind, body)
-
-
-async def _send(writer: asyncio.StreamWriter, frame: Frame, timeout: float) -> None:
-    writer.write(protocol.encode(frame))
-    async with asyncio.timeout(timeout):
-        await writer.drain()
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-        async with asyncio.timeout(1.0):
-            await writer.wait_closed()
-
-
 @dataclass(slots=True)
 class _Stream:
     """Where a master's stream to one follower stands."""
-    writer: asyncio.StreamWriter
+    link: FrameLink
     pos: int  # the CommitLog offset streamed up to
     sent_mark: int  # the high-water mark the follower last heard
     idle_since: float  # when the last frame went out
+    heard: float  # when the follower's last ack came
 
     def sent(self, frame: Data, now: float) -> None:
         self.pos, self.sent_mark, self.idle_since = frame.end, frame.high_water, now
+
+
+class _MasterLink(FrameLink):
+    """A master's end of a follower's connection: tells the master once it is made."""
+
+    def __init__(self, accepted: Callable[[FrameLink], None]) -> None:
+        super().__init__()
+        self._accepted = accepted
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._accepted(self)
 
 
 class ReplicationMaster:
@@ -149,7 +144,8 @@ class ReplicationMaster:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on (host, port); returns the port bound (0 picks a free one)."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+        self._server = await asyncio.get_running_loop().create_server(
+            functools.partial(_MasterLink, self._accepted), host, port)
         bound: int = self._server.sockets[0].getsockname()[1]
         log.info("replication master of %s/%s (epoch %d) listening on %s:%d",
                  self.config.cluster, self.config.broker_name, self.epoch, host, bound)
@@ -179,13 +175,17 @@ class ReplicationMaster:
             await self._server.wait_closed()
             self._server = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # a stream handler always runs in a task
+    def _accepted(self, link: FrameLink) -> None:
+        """A follower connected: its session runs in a task of its own."""
+        task = asyncio.get_running_loop().create_task(self._serve(link))
         self._sessions.add(task)
-        peer = writer.get_extra_info("peername")
+
+    async def _serve(self, link: FrameLink) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = link.transport.get_extra_info("peername") if link.transport is not None else None
         try:
-            await self._session(reader, writer, task)
+            await self._session(link, task)
         except (ReplicationError, protocol.ReplicationCodecError, StoreError) as exc:
             log.warning("replication session with %s ended: %s", peer, exc)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
@@ -197,45 +197,47 @@ class ReplicationMaster:
                     del self._owners[replica]
                     self._followers.pop(replica, None)
                     self._changed()
-            await _close(writer)
+            await link.close()
 
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
 
-    async def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
-        await _send(writer, Refusal(reason), self.config.timeout)
+    async def _refuse(self, link: FrameLink, reason: str) -> None:
+        await link.send(Refusal(reason), self.config.timeout)
         raise ReplicationError(reason)
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       task: asyncio.Task[None]) -> None:
+    async def _session(self, link: FrameLink, task: asyncio.Task[None]) -> None:
         cfg = self.config
-        hello = await _read_frame(reader, cfg.timeout)
+        hello = await link.next_frame(cfg.timeout)
         if not isinstance(hello, Handshake):
             raise ReplicationError(f"expected a handshake, got {type(hello).__name__}")
         if (hello.cluster, hello.broker_name) != (cfg.cluster, cfg.broker_name):
-            await self._refuse(writer, f"this is the master of {cfg.cluster}/{cfg.broker_name}, not of "
+            await self._refuse(link, f"this is the master of {cfg.cluster}/{cfg.broker_name}, not of "
                                        f"{hello.cluster}/{hello.broker_name}; check --cluster and --broker-name")
         if hello.epoch > self.epoch:
-            await self._refuse(writer, f"replica {hello.replica_id} knows epoch {hello.epoch}, newer than "
+            await self._refuse(link, f"replica {hello.replica_id} knows epoch {hello.epoch}, newer than "
                                        f"this master's {self.epoch}: this master is stale")
         store = self.store
         end = store.commitlog_max_offset
         cut = truncation_point(self.history, hello.epoch, hello.log_end, end)
         start = hello.log_end if cut is None else cut
         if start < store.commitlog_min_offset or not store.is_record_boundary(start):
-            await self._refuse(writer, f"replica {hello.replica_id}'s log (end {hello.log_end}, epoch "
+            await self._refuse(link, f"replica {hello.replica_id}'s log (end {hello.log_end}, epoch "
                                        f"{hello.epoch}) does not meet this master's log [{store.commitlog_min_offset}, "
                                        f"{end}) at a record boundary; empty its store directory to copy it anew")
-        await _send(writer, Welcome(self.epoch, -1 if cut is None else cut, start, self.history), cfg.timeout)
+        await link.send(Welcome(self.epoch, -1 if cut is None else cut, start, self.history), cfg.timeout)
         log.info("replica %d of %s/%s joined at offset %d (truncated from %d: %s)", hello.replica_id,
                  cfg.cluster, cfg.broker_name, start, hello.log_end, cut is not None)
         state = FollowerState(hello.replica_id, start, start)
         self._followers[hello.replica_id] = state
         self._owners[hello.replica_id] = task
         acked = asyncio.Event()
-        tasks = [asyncio.create_task(self._stream(writer, hello.replica_id, start, acked)),
-                 asyncio.create_task(self._read_acks(reader, hello.replica_id, acked))]
+        now = asyncio.get_running_loop().time()
+        at = _Stream(link, start, -1, now, now)  # where this follower's stream stands
+        link.handle_frames(functools.partial(self._on_ack, task, hello.replica_id, at, acked))
+        tasks = [asyncio.create_task(self._stream(hello.replica_id, at, acked)),
+                 asyncio.create_task(link.ended())]
         try:  # either ending (both only end by raising) ends the session
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -243,13 +245,17 @@ class ReplicationMaster:
         finally:
             await cancel_and_wait(*tasks)
 
-    async def _stream(self, writer: asyncio.StreamWriter, replica: int, pos: int,
-                      acked: asyncio.Event) -> None:
+    async def _stream(self, replica: int, at: _Stream, acked: asyncio.Event) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        at = _Stream(writer, pos, -1, loop.time())  # where this follower's stream stands
+        link = at.link
+        # A follower acks what it appended and, idle, the heartbeats (at most every half
+        # interval): silence past the heartbeat interval plus the timeout means it is gone.
+        silence = cfg.heartbeat_interval + cfg.timeout
         mark_due = 0.0  # when a moved mark goes out in a heartbeat if no data frame carries it
         while True:
+            if loop.time() - at.heard > silence:
+                raise TimeoutError(f"replica {replica} sent no ack for {silence:g} s")
             state = self._followers[replica]
             if at.pos - state.acked >= cfg.max_unacked_bytes:
                 acked.clear()
@@ -260,9 +266,8 @@ class ReplicationMaster:
             if frame.records:
                 # Hot path (bench/compare.py --replicated, row 3): head and records go out as two
                 # buffers, the records as read from the CommitLog.
-                writer.writelines((head, frame.records))
-                async with asyncio.timeout(cfg.timeout):
-                    await writer.drain()
+                link.write_parts((head, frame.records))
+                await link.drained(cfg.timeout)
                 at.sent(frame, loop.time())
                 self._followers[replica] = FollowerState(replica, state.acked, at.pos)
                 continue
@@ -277,7 +282,7 @@ class ReplicationMaster:
                 # Idle, or the mark moved since this follower last heard it (acks from the
                 # others) and no data frame carried it within the linger: a heartbeat, so its
                 # consumers see what is now acknowledged.
-                await _send(writer, Heartbeat(self.epoch, self.store.commitlog_max_offset, mark), cfg.timeout)
+                await link.send(Heartbeat(self.epoch, self.store.commitlog_max_offset, mark), cfg.timeout)
                 at.sent_mark, mark_due = mark, 0.0
                 at.idle_since = now = loop.time()
             # Parked until news: ``wake`` writes new records to a parked stream itself (at the
@@ -316,9 +321,8 @@ class ReplicationMaster:
             if at.pos >= end:
                 continue
             state = self._followers.get(replica)
-            transport = at.writer.transport
-            if (state is None or at.pos - state.acked >= max_unacked or transport.is_closing()
-                    or transport.get_write_buffer_size()):
+            link = at.link
+            if state is None or at.pos - state.acked >= max_unacked or link.closing() or link.buffered():
                 self._wake.set()
                 continue
             if coalesce and at.pos > state.acked:
@@ -332,7 +336,7 @@ class ReplicationMaster:
                 self._wake.set()  # the stream meets it again and ends the session
                 continue
             if frame.records:
-                at.writer.writelines((head, frame.records))
+                link.write_parts((head, frame.records))
                 if now < 0:
                     now = asyncio.get_running_loop().time()
                 at.sent(frame, now)
@@ -357,21 +361,23 @@ class ReplicationMaster:
         self._last = (pos, frame, head)
         return frame, head
 
-    async def _read_acks(self, reader: asyncio.StreamReader, replica: int, acked: asyncio.Event) -> None:
-        # A follower acks what it appended and, idle, the heartbeats (at most every half
-        # interval): silence past the heartbeat interval plus the timeout means it is gone.
-        wait = self.config.heartbeat_interval + self.config.timeout
-        while True:
-            frame = await _read_frame(reader, wait)
-            if not isinstance(frame, Ack):
-                raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
-            state = self._followers[replica]
-            if not state.acked <= frame.offset <= state.sent:
-                raise ReplicationError(f"replica {replica} acked offset {frame.offset} outside "
-                                       f"[{state.acked}, {state.sent}]")
-            self._followers[replica] = FollowerState(replica, frame.offset, state.sent)
-            acked.set()
-            self._changed()
+    def _on_ack(self, session: asyncio.Task[None], replica: int, at: _Stream, acked: asyncio.Event,
+                frame: Frame) -> None:
+        """A frame from follower ``replica``, in the connection's callback (hot path:
+        bench/compare.py --replicated, rows 1-3): the acknowledgement gate hears of it at once,
+        and answers the sends it completes in this loop step. Raising ends the session."""
+        if not isinstance(frame, Ack):
+            raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
+        state = self._followers.get(replica)
+        if state is None or self._owners.get(replica) is not session:
+            raise ReplicationError(f"replica {replica} connected again; this older session ends")
+        if not state.acked <= frame.offset <= state.sent:
+            raise ReplicationError(f"replica {replica} acked offset {frame.offset} outside "
+                                   f"[{state.acked}, {state.sent}]")
+        self._followers[replica] = FollowerState(replica, frame.offset, state.sent)
+        at.heard = asyncio.get_running_loop().time()
+        acked.set()
+        self._changed()
 
 
 class ReplicationFollower:

@@ -148,7 +148,7 @@ class SendService:
                  creation: "ImplicitCreation", schedule: "ScheduleMessageService",
                  transactions: "TransactionService", store_host: tuple[str, int],
                  on_put: Callable[[str, int, int], None],
-                 replicated: "Callable[[int], asyncio.Future[int] | None] | None" = None) -> None:
+                 replicated: "Callable[[int, Callable[[int], None]], int | None] | None" = None) -> None:
         self._settings = settings
         self._store = store
         self._topics = topics
@@ -158,8 +158,8 @@ class SendService:
         self._transactions = transactions
         self._store_host = store_host
         self._on_put = on_put  # messages and body bytes stored, by topic (a delayed one: its own, not the schedule topic)
-        # The replicated group's acknowledgement gate (ha/replica.py ReplicaService.replicated):
-        # None without replication.
+        # The replicated group's acknowledgement gate, as a callback (ha/replica.py
+        # ReplicaService.when_replicated): None without replication.
         self._replicated = replicated
         self._valid_topics: set[str] = set()
         self._big_batches = asyncio.Lock()  # one batch of more than BATCH_SLICE messages at a time
@@ -322,19 +322,24 @@ class SendService:
         self._on_put(topic, result.count, size)
         stored = SendResult(",".join(result.msg_ids), queue_id, result.queue_offset, code)
         gate = self._replicated
-        acked = gate(result.end_offset) if gate is not None else None  # also wakes replication
         sync = cfg.store.flush_mode is _SYNC
-        if not wait or (acked is None and not sync):  # hot path (ASYNC_FLUSH): no PendingSend
+        if not wait or (gate is None and not sync):  # hot path (ASYNC_FLUSH): no PendingSend
             return stored
         # Answered when the group commit and the in-sync followers cover it: a PendingSend whose
-        # waits call it back directly (hot path: no future, no task, no loop turn per link).
+        # waits call it back directly (hot path: no future, no task, no loop turn per link; the
+        # gate calls back in the step that reads the follower's ack).
         pending = PendingSend(stored, result.end_offset)
         if sync and self._store.when_durable(result.end_offset, pending.flushed):
             pending.waits += 1
-        if acked is not None:
-            pending.waits += 1
-            acked.add_done_callback(pending.acked)
-        return pending if pending.waits else stored
+        if gate is not None:
+            now = gate(result.end_offset, pending.acked)
+            if now is None:
+                pending.waits += 1
+            elif now != ResponseCode.SUCCESS:
+                pending.refused(now)
+        if pending.waits:
+            return pending
+        return stored if pending.clean() else pending.settle()
 
 
 def _refusal(result: PutResult) -> BrokerError:
@@ -374,10 +379,23 @@ class PendingSend:
         self._flushed = durable
         self._reported()
 
-    def acked(self, fut: "asyncio.Future[int]") -> None:
+    def acked(self, code: int) -> None:
         """The replication gate's report: SUCCESS, or why the replicas did not confirm in time."""
-        self._code = ResponseCode.FLUSH_SLAVE_TIMEOUT if fut.cancelled() else fut.result()
+        self._code = code
         self._reported()
+
+    def refused(self, code: int) -> None:
+        """The replication gate's answer at once (not a report awaited): why it is not confirmed."""
+        self._code = code
+
+    def clean(self) -> bool:
+        """Nothing to add to the stored result: flushed (or not waited for) and confirmed."""
+        return self._flushed and self._code == ResponseCode.SUCCESS
+
+    def settle(self) -> SendResult:
+        """The answer now that every report is in (``waits`` is 0)."""
+        self.result = self._settle()
+        return self.result
 
     def then(self, callback: Callable[[SendResult], None]) -> None:
         """Call ``callback(result)`` once answered (now, if it is)."""
@@ -397,7 +415,7 @@ class PendingSend:
         self.waits -= 1
         if self.waits:
             return
-        self.result = result = self._settle()
+        result = self.settle()
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 
@@ -471,6 +472,88 @@ async def test_a_truncation_dispatches_appended_frames_before_it_cuts(tmp_path: 
             await reference.shutdown()
 
 
+async def _raw_follower(port: int, replica: int = 1, log_end: int = 0
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Welcome]:
+    """A hand-driven follower: handshake sent, the master's Welcome read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(protocol.encode(Handshake("c", "broker-a", replica, 1, log_end)))
+    head = await reader.readexactly(protocol.FRAME_HEAD.size)
+    kind, length = protocol.decode_head(head)
+    welcome = protocol.decode_body(kind, await reader.readexactly(length))
+    assert isinstance(welcome, Welcome)
+    return reader, writer, welcome
+
+
+async def _closed_by_peer(reader: asyncio.StreamReader, timeout: float) -> None:
+    """Read (and drop) whatever comes until the master closes the connection."""
+    async with asyncio.timeout(timeout):
+        while await reader.read(65536):
+            pass
+
+
+async def test_acks_are_handled_as_they_arrive_with_no_task_step(tmp_path: Path) -> None:
+    """The master reads acks in the connection's callback: the acknowledgement gate (on_change)
+    hears of an ack outside any task, in the loop step that received it, so the sends it
+    completes are answered in that step."""
+    async with stores(tmp_path) as (master, follower):
+        put(master, 5)
+        tasks: list[asyncio.Task | None] = []
+        m = ReplicationMaster(master, CFG, 1, (EpochStart(1, 0),), on_change=lambda: tasks.append(asyncio.current_task()))
+        port = await m.start("127.0.0.1", 0)
+        f = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port))
+        f.start()
+        try:
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            put(master, 3, 5)
+            m.wake()
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+        finally:
+            await f.close()
+            await m.close()
+        assert len(tasks) >= 2
+        assert tasks[:-1] == [None] * (len(tasks) - 1)  # the last: the session's end, in its task
+        assert_same(master, follower)
+
+
+async def test_a_follower_acking_what_it_was_never_sent_is_dropped(tmp_path: Path) -> None:
+    async with stores(tmp_path) as (master, _follower):
+        put(master, 2)
+        m = ReplicationMaster(master, CFG, 1, (EpochStart(1, 0),))
+        port = await m.start("127.0.0.1", 0)
+        try:
+            reader, writer, _ = await _raw_follower(port)
+            await until(lambda: 1 in m.followers())
+            writer.write(protocol.encode(Ack(master.commitlog_max_offset + 1000)))
+            await _closed_by_peer(reader, 5.0)
+            await until(lambda: 1 not in m.followers())
+            writer.close()
+        finally:
+            await m.close()
+
+
+async def test_a_silent_follower_is_dropped_after_the_heartbeat_interval_and_timeout(tmp_path: Path) -> None:
+    """A follower that never acks (not even the heartbeats) is dropped once silent past the
+    heartbeat interval plus the timeout; one that keeps acking stays."""
+    cfg = dataclasses.replace(CFG, heartbeat_interval=0.1, timeout=0.4)
+    async with stores(tmp_path) as (master, follower):
+        put(master, 2)
+        m = ReplicationMaster(master, cfg, 1, (EpochStart(1, 0),))
+        port = await m.start("127.0.0.1", 0)
+        f = ReplicationFollower(follower, cfg, 2, 1, ("127.0.0.1", port))
+        f.start()
+        try:
+            loop = asyncio.get_running_loop()
+            reader, writer, _ = await _raw_follower(port)
+            t0 = loop.time()
+            await _closed_by_peer(reader, 5.0)
+            assert 0.5 <= loop.time() - t0 < 3.0
+            assert 1 not in m.followers() and 2 in m.followers()  # the acking one stays
+            writer.close()
+        finally:
+            await f.close()
+            await m.close()
+
+
 @pytest.mark.parametrize("scenario", [
     test_follower_catches_up_to_a_byte_identical_log_and_the_same_queues,
     test_a_connection_dropped_mid_frame_leaves_no_partial_record,
@@ -479,6 +562,7 @@ async def test_a_truncation_dispatches_appended_frames_before_it_cuts(tmp_path: 
     test_two_followers_of_one_master_both_match_it,
     test_a_parked_stream_gets_a_put_before_the_master_dispatches_it,
     test_a_follower_acks_what_it_appended_before_it_dispatches,
+    test_acks_are_handled_as_they_arrive_with_no_task_step,
 ], ids=lambda f: f.__name__.removeprefix("test_"))
 def test_on_uvloop(scenario: Callable[[Path], Coroutine[None, None, None]], tmp_path: Path) -> None:
     uvloop.run(scenario(tmp_path))

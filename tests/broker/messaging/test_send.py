@@ -222,3 +222,36 @@ def test_stored_records_read_back(parts):
     service(parts).send(request())
     msg = decode_record(parts.store.log[0])
     assert (msg.topic, msg.body, msg.queue_id) == (TOPIC, b"hello", 1)
+
+
+def test_a_replicated_send_is_answered_by_the_gate_as_it_calls_back(parts):
+    """The replication gate (ha/replica.py when_replicated) answers at once (acknowledged
+    already, or refused: SLAVE_NOT_AVAILABLE) or calls back later; the send's answer is set in
+    that call, with no loop turn, and a producer that does not wait is not gated at all."""
+    asks: list[tuple[int, object]] = []
+    answer_now: list[int | None] = []
+
+    def gate(end: int, callback) -> int | None:
+        asks.append((end, callback))
+        return answer_now.pop(0)
+
+    svc = service(parts)
+    svc._replicated = gate
+    answer_now.append(ResponseCode.SUCCESS)
+    assert svc.send(request()) == SendResult("00000000000000000000000000000000", 1, 0)
+    answer_now.append(ResponseCode.SLAVE_NOT_AVAILABLE)
+    refused = svc.send(request())
+    assert isinstance(refused, SendResult) and refused.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert "fewer replicas than minInSync" in refused.remark
+    answer_now.append(None)
+    waiting = svc.send(request())
+    assert isinstance(waiting, PendingSend) and waiting.result is None
+    answered: list[SendResult] = []
+    waiting.then(answered.append)
+    asks[-1][1](ResponseCode.FLUSH_SLAVE_TIMEOUT)  # the gate's call back: answered within it
+    assert [r.code for r in answered] == [ResponseCode.FLUSH_SLAVE_TIMEOUT]
+    assert waiting.result is answered[0]
+    before = len(asks)
+    assert svc.send(request(props={Prop.WAIT: "false"})).__class__ is SendResult
+    assert len(asks) == before
+    assert [e for e, _ in asks] == sorted(e for e, _ in asks) and asks[0][0] > 0
