@@ -31,6 +31,7 @@ from tidemq.broker.metrics import NOT_ERRORS, TIMED_REQUESTS
 from tidemq.broker.processors.common import Answer, Handler
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from tidemq.remoting.reply import Reply
 
 if TYPE_CHECKING:
     from tidemq.broker.acl import AclService
@@ -113,7 +114,7 @@ class Dispatcher:
             return result
         for deferred in self._deferreds:
             deferred(cmd, started)
-        if isinstance(result, asyncio.Future):  # hot path (SYNC_FLUSH sends): no task per request
+        if isinstance(result, (Reply, asyncio.Future)):  # hot path (waiting sends): no task per request
             result.add_done_callback(lambda f: self._done(cmd, f, started))
             return result
         return self._deferred(cmd, result, started)
@@ -129,7 +130,7 @@ class Dispatcher:
             settled(cmd, outcome)
         self._after(cmd, response, outcome, started)
 
-    def _done(self, cmd: RemotingCommand, fut: asyncio.Future, started: float) -> None:
+    def _done(self, cmd: RemotingCommand, fut: asyncio.Future | Reply, started: float) -> None:
         if fut.cancelled():
             self._settle(cmd, None, _CANCELLED, started)
         elif fut.exception() is not None:

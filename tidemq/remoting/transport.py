@@ -39,6 +39,7 @@ from tidemq.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from tidemq.remoting.command import RemotingCommand
 from tidemq.remoting.frame import DEFAULT_MAX_FRAME, encode_frame_parts, iter_frames
 from tidemq.remoting.limits import BufferBudget, RateLimitedLog, ServerLimits, connection_cap
+from tidemq.remoting.reply import Reply
 from tidemq.remoting.tls import ServerTls, ServerTlsConfig, SniffingServer, TlsMode, register_after_handshake
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class Connection(asyncio.Protocol):
         self._deadlines: dict[int, tuple[float, float, int]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = _NEVER
-        self._tasks: set[asyncio.Future[RemotingCommand | None]] = set()
+        self._tasks: set[asyncio.Future[RemotingCommand | None] | Reply] = set()
         self.attrs: dict[str, object] = {}
         self._answered = False  # any byte arrived: a close before that may be a TLS mismatch
         self._tls = False
@@ -287,11 +288,13 @@ class Connection(asyncio.Protocol):
             if not cmd.flag & FLAG_ONEWAY:
                 self.send(result)
             return
-        task = asyncio.ensure_future(result)
+        # A Reply (a send waiting for its replicas, its flush) calls back as it is set: no task,
+        # no loop turn; anything else awaitable runs as a task.
+        task = result if isinstance(result, Reply) else asyncio.ensure_future(result)
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._finish, cmd=cmd))
 
-    def _finish(self, task: asyncio.Future[RemotingCommand | None], cmd: RemotingCommand) -> None:
+    def _finish(self, task: asyncio.Future[RemotingCommand | None] | Reply, cmd: RemotingCommand) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return

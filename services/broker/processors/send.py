@@ -11,17 +11,17 @@ Hot path (guarded by bench/hot_path.py): one header decode, one request and one 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable
 
 from tidemq.broker.messaging.send import PendingSend, SendRequest, SendResult, SendService
-from tidemq.broker.processors.common import Callers, Handler, born_host
+from tidemq.broker.processors.common import Answer, Callers, Handler, born_host
 from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.headers.send import decode_send_header, send_response_fields
 from tidemq.remoting.headers.sendback import MAX_RECONSUME_HEADER_VERSION
+from tidemq.remoting.reply import Reply
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SendProcessor:
             RequestCode.SEND_BATCH_MESSAGE: self.send,
         }
 
-    def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def send(self, conn: Connection, cmd: RemotingCommand) -> Answer:
         code = cmd.code
         try:
             h = decode_send_header(cmd.ext_fields, code != _SEND_MESSAGE)
@@ -68,7 +68,7 @@ class SendProcessor:
                 result.msg_id, result.queue_id, result.queue_offset, self.region))
         if isinstance(result, PendingSend):  # stored, waiting for SYNC_FLUSH / replicas: no task per send
             cmd.body = None  # a send waiting for its flush must not pin its body
-            answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+            answer = Reply()  # set within the report that settles the send: no loop turn
             result.then(functools.partial(_answer, answer, self, cmd))
             return answer
         return self._later(conn, cmd, result)
@@ -86,7 +86,7 @@ class SendProcessor:
                                 send_response_fields(result.msg_id, result.queue_id, result.queue_offset, self.region))
 
 
-def _answer(answer: asyncio.Future[RemotingCommand], proc: SendProcessor, cmd: RemotingCommand,
+def _answer(answer: Reply, proc: SendProcessor, cmd: RemotingCommand,
             result: SendResult) -> None:
     """A PendingSend's answer, set the moment it is known (in the flusher's release)."""
     if not answer.done():  # else the connection went away (its pending answers are cancelled)

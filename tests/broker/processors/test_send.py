@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from tidemq.broker.messaging.context import refused
 from tidemq.broker.messaging.send import PendingSend, SendRequest, SendResult
+from tidemq.remoting.reply import Reply
 from tidemq.broker.processors.common import Callers
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -93,7 +94,7 @@ def test_a_deferred_result_is_answered_when_it_settles_and_frees_the_body():
         pending.waits = 1  # its flush round
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, V2, b"x" * 100)
         answer = processor(FakeSend(pending)).send(CONN, cmd)
-        assert isinstance(answer, asyncio.Future) and cmd.body is None and not answer.done()
+        assert isinstance(answer, Reply) and cmd.body is None and not answer.done()
         pending.flushed(False)
         assert answer.done()  # at once, in the flusher's release: no loop turn in between
         resp = await answer
