@@ -6,16 +6,19 @@ a follower reading 64-256 KiB data frames that way, and acking each one, spent m
 on the connection than on appending (docs/benchmarks.md, "Replicated"). :class:`FrameLink` (a
 ``BufferedProtocol``) receives a data frame's body straight into that frame's own buffer, parses
 small frames out of one receive buffer, and hands its reader every frame that arrived since it
-last asked (:meth:`FrameLink.frames`): a follower appends them all and acks once. A master reads
-its followers' acks through one too, handled as they arrive (:meth:`FrameLink.handle_frames`):
-no task wakes up per ack, and the sends an ack completes are answered in the same loop step.
+last asked (:meth:`FrameLink.frames`). Or, once a session is set up, it hands them to a handler
+in the protocol's callback, all the frames of one read at a time (:meth:`FrameLink.handle_frames`):
+no task wakes up per read. A master reads its followers' acks so (the sends an ack completes are
+answered in that loop step), and an ASYNC_FLUSH follower appends a read's frames and acks them
+once, before the master's next frame could even be read.
 
 Invariants: a frame's length is checked (``protocol.decode_head``, MAX_FRAME_BODY) before its
 buffer is made; frames are handed over whole, in order, and the frames that arrived before a
 failure before the failure; decoded frames waiting for the reader are bounded (reading pauses past
 MAX_QUEUED_BYTES); a connection that ends raises ``asyncio.IncompleteReadError`` (as StreamReader
-does), a frame that does not decode ``ReplicationCodecError``, a frame its handler refuses the
-handler's exception (the connection is closed); every wait takes a timeout.
+does), a frame that does not decode ``ReplicationCodecError``, frames the handler refuses (a
+TideMQError or OSError it raises) that exception, and the connection is closed; the frames decoded
+before a failure reach the reader or the handler; every wait takes a timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
-from tidemq.errors import BrokerError
+from tidemq.errors import TideMQError
 
 from tidemq.broker.ha import protocol
 from tidemq.broker.ha.protocol import Frame
@@ -56,7 +59,7 @@ class FrameLink(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[None] | None = None  # the reader, waiting for a frame
         self._drained: asyncio.Future[None] | None = None  # a writer, waiting for the buffer to empty
         self._write_paused = False
-        self._handler: Callable[[Frame], None] | None = None  # takes each frame as it arrives
+        self._handler: Callable[[list[Frame]], None] | None = None  # takes each read's frames
         loop = asyncio.get_running_loop()
         self._lost = loop.create_future()
         self._ended = loop.create_future()  # set once no frame follows (``_failure`` says why)
@@ -81,11 +84,25 @@ class FrameLink(asyncio.BufferedProtocol):
                 if self._filled == len(self._body):
                     body, self._body = self._body, None
                     self._queue(protocol.decode_body(self._kind, body))
-                return
-            self._parse(self._carry + nbytes)
+            else:
+                self._parse(self._carry + nbytes)
         except protocol.ReplicationCodecError as exc:
-            self._fail(exc)
-            assert self.transport is not None
+            self._end(exc)
+        if self._handler is not None and self._frames:
+            self._hand_over(self._handler)
+
+    def _hand_over(self, handler: Callable[[list[Frame]], None]) -> None:
+        frames = list(self._frames)
+        self._frames.clear()
+        self._queued = 0
+        try:
+            handler(frames)
+        except (TideMQError, OSError) as exc:  # refused (ReplicationError, StoreError): it ends
+            self._end(exc)
+
+    def _end(self, exc: BaseException) -> None:
+        self._fail(exc)
+        if self.transport is not None:
             self.transport.close()
 
     def _parse(self, end: int) -> None:
@@ -111,18 +128,10 @@ class FrameLink(asyncio.BufferedProtocol):
             buf[: self._carry] = mv[p:end]
 
     def _queue(self, frame: Frame) -> None:
-        handler = self._handler
-        if handler is not None:
-            try:
-                handler(frame)
-            except BrokerError as exc:  # the handler refused the frame (ReplicationError): it ends
-                self._fail(exc)
-                if self.transport is not None:
-                    self.transport.close()
-            return
         self._frames.append(frame)
         self._queued += len(frame.records) if isinstance(frame, protocol.Data) else _HEAD
-        if self._queued > MAX_QUEUED_BYTES and not self._paused and self.transport is not None:
+        if (self._queued > MAX_QUEUED_BYTES and not self._paused and self._handler is None
+                and self.transport is not None):  # a handler takes them within this callback
             self._paused = True
             self.transport.pause_reading()
         self._wake()
@@ -195,18 +204,13 @@ class FrameLink(asyncio.BufferedProtocol):
         self._queued -= len(frame.records) if isinstance(frame, protocol.Data) else _HEAD
         return frame
 
-    def handle_frames(self, handler: Callable[[Frame], None]) -> None:
-        """From now on, call ``handler`` with each frame as it arrives (those queued first), in
-        the protocol's callback: no reading task. A BrokerError it raises (ReplicationError)
-        ends the connection (:meth:`ended` raises it)."""
-        queued = list(self._frames)
-        self._frames.clear()
-        self._queued = 0
+    def handle_frames(self, handler: Callable[[list[Frame]], None]) -> None:
+        """From now on, call ``handler`` with the frames of each read, oldest first (those
+        already queued now), in the protocol's callback: no reading task. A TideMQError or
+        OSError it raises ends the connection (:meth:`ended` raises it)."""
         self._handler = handler
-        for frame in queued:
-            if self._failure is not None:
-                break
-            self._queue(frame)
+        if self._frames:
+            self._hand_over(handler)
         if self._paused and self.transport is not None and self._failure is None:
             self._paused = False
             self.transport.resume_reading()

@@ -235,7 +235,7 @@ class ReplicationMaster:
         acked = asyncio.Event()
         now = asyncio.get_running_loop().time()
         at = _Stream(link, start, -1, now, now)  # where this follower's stream stands
-        link.handle_frames(functools.partial(self._on_ack, task, hello.replica_id, at, acked))
+        link.handle_frames(functools.partial(self._on_acks, task, hello.replica_id, at, acked))
         tasks = [asyncio.create_task(self._stream(hello.replica_id, at, acked)),
                  asyncio.create_task(link.ended())]
         try:  # either ending (both only end by raising) ends the session
@@ -361,23 +361,34 @@ class ReplicationMaster:
         self._last = (pos, frame, head)
         return frame, head
 
-    def _on_ack(self, session: asyncio.Task[None], replica: int, at: _Stream, acked: asyncio.Event,
-                frame: Frame) -> None:
-        """A frame from follower ``replica``, in the connection's callback (hot path:
-        bench/compare.py --replicated, rows 1-3): the acknowledgement gate hears of it at once,
-        and answers the sends it completes in this loop step. Raising ends the session."""
-        if not isinstance(frame, Ack):
-            raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
+    def _on_acks(self, session: asyncio.Task[None], replica: int, at: _Stream, acked: asyncio.Event,
+                 frames: list[Frame]) -> None:
+        """The frames one read brought from follower ``replica``, in the connection's callback
+        (hot path: bench/compare.py --replicated, rows 1-3): the acknowledgement gate hears of
+        them at once and answers the sends they complete in this loop step. Raising ends the
+        session."""
         state = self._followers.get(replica)
         if state is None or self._owners.get(replica) is not session:
             raise ReplicationError(f"replica {replica} connected again; this older session ends")
-        if not state.acked <= frame.offset <= state.sent:
-            raise ReplicationError(f"replica {replica} acked offset {frame.offset} outside "
-                                   f"[{state.acked}, {state.sent}]")
-        self._followers[replica] = FollowerState(replica, frame.offset, state.sent)
+        offset = state.acked
+        for frame in frames:
+            if not isinstance(frame, Ack):
+                raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
+            if not offset <= frame.offset <= state.sent:
+                raise ReplicationError(f"replica {replica} acked offset {frame.offset} outside "
+                                       f"[{offset}, {state.sent}]")
+            offset = frame.offset
+        self._followers[replica] = FollowerState(replica, offset, state.sent)
         at.heard = asyncio.get_running_loop().time()
         acked.set()
         self._changed()
+
+
+@dataclass(slots=True)
+class _Heard:
+    """When a follower last heard its master, and last acked."""
+    at: float
+    acked_at: float
 
 
 class ReplicationFollower:
@@ -463,50 +474,82 @@ class ReplicationFollower:
         cfg = self.config
         loop = asyncio.get_running_loop()
         wait = cfg.heartbeat_interval + cfg.timeout  # the master is gone if silent past this
+        if self.ack_flushed:
+            await self._follow_flushed(link, epoch, wait)
+            return
+        # Acking what is appended (ASYNC_FLUSH): the frames of each read are appended and acked
+        # in the connection's callback (hot path: bench/compare.py --replicated, rows 1-3), and
+        # this task only watches for the master's silence and the connection's end.
+        heard = _Heard(loop.time(), -cfg.heartbeat_interval)
+        link.handle_frames(functools.partial(self._on_frames, link, epoch, heard))
+        while True:
+            left = heard.at + wait - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"the master sent nothing for {wait:g} s")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await link.ended()  # raises why it ended
+
+    def _append(self, frames: list[Frame], epoch: int, dispatch: bool) -> int:
+        """Append the data frames of ``frames`` (checked: the session's epoch, whole records at
+        this log's end); the highest high-water mark they carry. Frames before a bad one stay."""
+        store = self.store
+        mark = self.high_water
+        try:
+            for frame in frames:
+                if isinstance(frame, Data):
+                    if frame.epoch != epoch:
+                        raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
+                    store.append_replicated(frame.offset, frame.records, dispatch=dispatch)
+                elif isinstance(frame, Heartbeat):
+                    if frame.epoch != epoch:
+                        raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
+                else:
+                    raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
+                if frame.high_water > mark:
+                    mark = frame.high_water
+        except BaseException:
+            store.dispatch_replicated()  # the frames before the bad one stay, dispatched
+            raise
+        return mark
+
+    def _learn(self, mark: int) -> None:
+        if mark > self.high_water:
+            self.high_water = mark
+            if self.on_high_water is not None:
+                self.on_high_water(mark)
+
+    def _on_frames(self, link: FrameLink, epoch: int, heard: _Heard, frames: list[Frame]) -> None:
+        """The frames of one read, in the connection's callback: appended, one ack for them all
+        written (when the end moved, or as a keepalive), and only then dispatched (consume
+        queue, index, listeners): the master's wait, and so its sender's, does not include
+        this replica's dispatch. Raising ends the session (ha/link.py)."""
+        mark = self._append(frames, epoch, False)
+        now = asyncio.get_running_loop().time()
+        heard.at = now
+        acked = self.store.commitlog_max_offset  # never more than this log holds
+        if (acked != self.acked or now - heard.acked_at >= self.config.heartbeat_interval / 2) \
+                and not link.closing():
+            self.acked, heard.acked_at = acked, now
+            link.write(Ack(acked))
+        self.store.dispatch_replicated()
+        self._learn(mark)
+
+    async def _follow_flushed(self, link: FrameLink, epoch: int, wait: float) -> None:
+        """Acking what is flushed (SYNC_FLUSH): each read's frames appended and dispatched, the
+        CommitLog flushed, then one ack, in this task (a flush is awaited)."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
         # An ack only for news (a new offset), or to say it is alive: the master drops a follower
         # silent past its heartbeat interval plus its timeout.
         keepalive = cfg.heartbeat_interval / 2
         acked_at = -keepalive
         while True:
-            # Every frame that arrived since the last ack: appended in order, then one ack for
-            # them all (bench/compare.py --replicated, row 3), written before the appended
-            # records are dispatched (consume queue, index, listeners): the master's wait, and
-            # so its sender's, does not include this replica's dispatch. No await comes between
-            # the append and the dispatch (store.append_replicated).
-            store = self.store
-            mark = self.high_water
-            try:
-                for frame in await link.frames(wait):
-                    if isinstance(frame, Data):
-                        if frame.epoch != epoch:
-                            raise ReplicationError(f"a data frame of epoch {frame.epoch} in a session of epoch {epoch}")
-                        store.append_replicated(frame.offset, frame.records, dispatch=self.ack_flushed)
-                    elif isinstance(frame, Heartbeat):
-                        if frame.epoch != epoch:
-                            raise ReplicationError(f"a heartbeat of epoch {frame.epoch} in a session of epoch {epoch}")
-                    else:
-                        raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
-                    if frame.high_water > mark:
-                        mark = frame.high_water
-            except BaseException:
-                store.dispatch_replicated()  # the frames before the bad one stay, dispatched
-                raise
+            mark = self._append(await link.frames(wait), epoch, True)
+            acked = await self.store.flush_commitlog()  # never more than is on disk
             now = loop.time()
-            if self.ack_flushed:
-                # Never more than is on disk: dispatched above, flushed here.
-                acked = await store.flush_commitlog()
-                now = loop.time()
-                if acked != self.acked or now - acked_at >= keepalive:
-                    self.acked, acked_at = acked, now
-                    link.write(Ack(acked))
-            else:
-                acked = store.commitlog_max_offset  # never more than this log holds
-                if acked != self.acked or now - acked_at >= keepalive:
-                    self.acked, acked_at = acked, now
-                    link.write(Ack(acked))
-                store.dispatch_replicated()
-            if mark > self.high_water:
-                self.high_water = mark
-                if self.on_high_water is not None:
-                    self.on_high_water(mark)
+            if acked != self.acked or now - acked_at >= keepalive:
+                self.acked, acked_at = acked, now
+                link.write(Ack(acked))
+            self._learn(mark)
             await link.drained(cfg.timeout)

@@ -33,6 +33,22 @@ from tests.broker.store.util import Clock, config, open_store, req
 
 CFG = ReplicationConfig("c", "broker-a", frame_bytes=4096, max_unacked_bytes=16384, heartbeat_interval=0.1,
                         timeout=3.0, poll_interval=0.01, retry_interval=0.05)
+_Follower = ReplicationFollower
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["acks-flushed", "acks-appended"])
+def ack_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every test twice: followers that ack what they flushed (a SYNC_FLUSH broker's: a task
+    appends, flushes, acks) and what they appended (ASYNC_FLUSH: appended and acked in the
+    connection's callback), unless the test names its mode."""
+    flushed: bool = request.param
+
+    def follower(*args: object, **kwargs: object) -> ReplicationFollower:
+        kwargs.setdefault("ack_flushed", flushed)
+        return _Follower(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setitem(globals(), "ReplicationFollower", follower)
+    return flushed
 
 
 async def started(root: Path) -> MessageStore:
@@ -554,6 +570,55 @@ async def test_a_silent_follower_is_dropped_after_the_heartbeat_interval_and_tim
             await m.close()
 
 
+async def test_an_acks_appended_follower_appends_in_the_connections_callback(tmp_path: Path, ack_mode: bool) -> None:
+    """A follower acking what it appended takes each read's frames in the connection's callback
+    (no task wakes up per read); one acking what it flushed does it in its task (it awaits the
+    flush)."""
+    async with stores(tmp_path) as (master, follower):
+        tasks: list[asyncio.Task | None] = []
+        follower.add_dispatch_listener(lambda *_: tasks.append(asyncio.current_task()))
+        put(master, 4)
+        async with replicating(master, follower) as (m, _f):
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            tasks.clear()  # (the frames that came with the handshake were taken in the task)
+            put(master, 3, 4)
+            m.wake()
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+        assert len(tasks) == 3
+        assert all(t is None for t in tasks) if not ack_mode else all(t is not None for t in tasks)
+        assert_same(master, follower)
+
+
+async def test_a_follower_ends_a_session_whose_master_went_silent(tmp_path: Path) -> None:
+    """A master that welcomes and then sends nothing (no data, no heartbeat) is given up after
+    the heartbeat interval plus the timeout: the session raises, the follower reconnects."""
+    cfg = dataclasses.replace(CFG, heartbeat_interval=0.1, timeout=0.4)
+    follower = await started(tmp_path / "f")
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        kind, length = protocol.decode_head(await reader.readexactly(protocol.FRAME_HEAD.size))
+        assert isinstance(protocol.decode_body(kind, await reader.readexactly(length)), Handshake)
+        writer.write(protocol.encode(Welcome(1, -1, 0, (EpochStart(1, 0),))))
+        held.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    try:
+        loop = asyncio.get_running_loop()
+        f = ReplicationFollower(follower, cfg, 1, 1, ("127.0.0.1", server.sockets[0].getsockname()[1]))
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await f.run_session()
+        assert 0.5 <= loop.time() - t0 < 3.0
+    finally:
+        for w in held:
+            w.close()
+        server.close()
+        await server.wait_closed()
+        await follower.shutdown()
+
+
 @pytest.mark.parametrize("scenario", [
     test_follower_catches_up_to_a_byte_identical_log_and_the_same_queues,
     test_a_connection_dropped_mid_frame_leaves_no_partial_record,
@@ -563,6 +628,7 @@ async def test_a_silent_follower_is_dropped_after_the_heartbeat_interval_and_tim
     test_a_parked_stream_gets_a_put_before_the_master_dispatches_it,
     test_a_follower_acks_what_it_appended_before_it_dispatches,
     test_acks_are_handled_as_they_arrive_with_no_task_step,
+    test_a_follower_ends_a_session_whose_master_went_silent,
 ], ids=lambda f: f.__name__.removeprefix("test_"))
 def test_on_uvloop(scenario: Callable[[Path], Coroutine[None, None, None]], tmp_path: Path) -> None:
     uvloop.run(scenario(tmp_path))
