@@ -147,6 +147,7 @@ class Broker:
                 root / "config" / "metadataApplied.json", store_host=self.store_host, clock=clock,
                 may_record=self.replica.may_write, refusal=self.replica.write_refusal,
                 replicated=self.replica.replicated)
+            self.replica.truncate = self.metadata.truncate
         self.server = RemotingServer(self, config.max_frame, tls=config.tls, limits=ServerLimits(
             config.idle_timeout, config.max_connections, config.max_buffered_bytes,
             frame_read_timeout=config.frame_read_timeout))

@@ -83,6 +83,18 @@ class ConsumerOffsetManager:
     def delete_group(self, group: str) -> None:
         self.drop(None, group)
 
+    def remove(self, group: str, topic: str, queue_id: int) -> None:
+        """Forget one queue's committed offset (a replicated broker undoing a cut commit); not
+        recorded."""
+        key = f"{topic}@{group}"
+        queues = self.table.get(key)
+        if queues is not None and queues.pop(queue_id, None) is not None:
+            if not queues:
+                del self.table[key]
+            self.dirty = True
+        if self._changed:
+            self._changed.pop((group, topic, queue_id), None)
+
     def drop(self, topic: str | None, group: str | None, record: bool = True) -> None:
         """Remove the offsets of ``topic`` (every group), of ``group`` (every topic), or of the
         group on the topic when both are given; collected commits of them are forgotten too."""

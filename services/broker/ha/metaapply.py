@@ -22,10 +22,11 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tidemq.broker.ha import metarewind
 from tidemq.broker.ha.metadata import (
     METADATA_QUEUE,
     METADATA_TOPIC,
@@ -42,6 +43,7 @@ from tidemq.broker.ha.metadata import (
     decode,
 )
 from tidemq.broker.store.results import GetStatus
+from tidemq.broker.topics import is_system_topic
 from tidemq.errors import CodecError
 from tidemq.message import decode_record
 
@@ -105,35 +107,133 @@ class MetadataApplier:
         """Apply the records of the metadata queue from ``applied`` up to ``end``; the count.
         ``replay``: at start, over a store that recovered its own topic deletions."""
         n = 0
-        while self.applied < end:
-            res = self.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, self.applied,
-                                          min(APPLY_BATCH, end - self.applied), None, MAX_READ_BYTES,
-                                          everything=True)  # applied as replicated, ahead of the mark
+        for queue_offset, _, change in self._records(self.applied, end, "applying"):
+            if change is not None:
+                self._apply(change, replay)
+                n += 1
+            self.applied = queue_offset + 1
+        self.applied_count += n
+        return n
+
+    def _records(self, start: int, end: int, doing: str) -> Iterator[tuple[int, int, Change | None]]:
+        """(queue offset, CommitLog offset, change) of the metadata queue's records in [start,
+        end), oldest first; None for a record that does not decode (logged). Offsets retention
+        removed are skipped (logged)."""
+        at = start
+        while at < end:
+            res = self.store.get_messages(METADATA_TOPIC, METADATA_QUEUE, at, min(APPLY_BATCH, end - at), None,
+                                          MAX_READ_BYTES, everything=True)  # ahead of the mark too
             if not res.records:
-                if res.status is GetStatus.OFFSET_TOO_SMALL and res.next_begin_offset > self.applied:
-                    # Retention removed records before they were applied (a replica down for days).
-                    log.warning("metadata queue offsets %d..%d are gone; continuing at %d", self.applied,
+                if res.status is GetStatus.OFFSET_TOO_SMALL and res.next_begin_offset > at:
+                    # Retention removed records before they were read (a replica down for days).
+                    log.warning("metadata queue offsets %d..%d are gone; continuing at %d", at,
                                 res.next_begin_offset - 1, res.next_begin_offset)
-                    self.applied = res.next_begin_offset
+                    at = res.next_begin_offset
                     continue
-                break
+                return
             for raw in res.records:
                 try:
                     msg = decode_record(raw)
-                    change = decode(msg.body)
+                except CodecError as exc:
+                    log.warning("metadata record at queue offset %d not read: %s", at, exc)
+                    yield at, -1, None
+                    at += 1
+                    continue
+                if msg.queue_offset != at:
+                    log.warning("metadata record at queue offset %d found while %s %d", msg.queue_offset, doing, at)
+                try:
+                    change: Change | None = decode(msg.body)
                 except CodecError as exc:
                     level = logging.ERROR if isinstance(exc, MetadataCodecError) else logging.WARNING
-                    log.log(level, "metadata record at queue offset %d not applied: %s", self.applied, exc)
-                    self.applied += 1
-                    continue
-                if msg.queue_offset != self.applied:
-                    log.warning("metadata record at queue offset %d found while applying %d", msg.queue_offset,
-                                self.applied)
-                self._apply(change, replay)
-                self.applied = msg.queue_offset + 1
-                n += 1
-        self.applied_count += n
-        return n
+                    log.log(level, "metadata record at queue offset %d not applied: %s", msg.queue_offset, exc)
+                    change = None
+                yield msg.queue_offset, msg.commit_log_offset, change
+                at = msg.queue_offset + 1
+
+    # ---------------------------------------------------------------------------- a cut tail
+    def cut_changes(self, at: int) -> tuple[int, list[Change]]:
+        """The metadata records at CommitLog offset ``at`` or past it, what a truncation at ``at``
+        is about to cut: the queue offset of the first (the queue's end when none) and their
+        changes, oldest first. Read before the cut."""
+        store = self.store
+        low = store.min_offset(METADATA_TOPIC, METADATA_QUEUE)
+        end = first = store.max_offset(METADATA_TOPIC, METADATA_QUEUE)
+        found: list[Change] = []
+        while end > low:  # back from the end, a batch at a time, to the first record before ``at``
+            start = max(low, end - APPLY_BATCH)
+            batch = list(self._records(start, end, "reading the cut tail at"))
+            for queue_offset, phys, change in reversed(batch):
+                if 0 <= phys < at:
+                    found.reverse()
+                    return first, found
+                first = queue_offset
+                if change is not None:
+                    found.append(change)
+            if not batch:
+                break
+            end = start
+        found.reverse()
+        return first, found
+
+    def rewind(self, first: int, cut: list[Change]) -> metarewind.Plan:
+        """Before a truncation cuts the records from metadata queue offset ``first`` on (their
+        changes: ``cut``): set what they touched back to what the records before ``first`` give
+        it (:mod:`tidemq.broker.ha.metarewind`); applying continues at ``first``. Done again after
+        a crash: until the cut, a restart applies the tail again and the handshake cuts it again."""
+        store, m = self.store, self.m
+        low = store.min_offset(METADATA_TOPIC, METADATA_QUEUE)
+        self.applied = min(self.applied, first)
+        if not cut:
+            return metarewind.Plan()
+        kept = (c for _, _, c in self._records(low, first, "reading the kept log at") if c is not None)
+        levels = [t.level for t in m.schedule.level_timers]
+        plan = metarewind.plan(cut, kept, complete=low == 0, delay_levels=levels)
+        self.applying = True
+        try:
+            self._carry_out(plan)
+        finally:
+            self.applying = False
+        log.warning("metadata: %d change(s) of the cut tail undone (%d topic(s), %d group(s), %d offset(s)%s%s)",
+                    len(cut), len(plan.topics), len(plan.groups), len(plan.offsets),
+                    ", delay progress" if plan.delay else "", ", checker progress" if plan.transactions else "")
+        if plan.restored_topics:
+            log.warning("metadata: topic(s) %s were deleted in the cut tail and are set again; their consume "
+                        "queues went with the deletion: their messages before it are no longer served here",
+                        ", ".join(plan.restored_topics))
+        if plan.unknown:
+            log.warning("metadata: the metadata queue's oldest records are gone (retention); kept as they are: %s",
+                        "; ".join(plan.unknown))
+        return plan
+
+    def _carry_out(self, plan: metarewind.Plan) -> None:
+        m = self.m
+        topics_changed = False
+        for name, tc in plan.topics.items():
+            if tc is not None:
+                topics_changed |= m.topics.put(tc)
+            elif m.topics.get(name) is not None and not is_system_topic(name):
+                m.topics.delete(name)
+                self.store.delete_topic(name)
+                topics_changed = True
+        for name, g in plan.groups.items():
+            if g is not None:
+                m.groups.put(g)
+            else:
+                m.groups.delete(name)
+        for (group, topic, queue_id), offset in plan.offsets.items():
+            if offset is None:
+                m.offsets.remove(group, topic, queue_id)
+            else:
+                m.offsets.commit(group, topic, queue_id, offset, record=False)
+        if plan.delay is not None:  # the levels go back; the delivery timer only moves forward
+            m.schedule.apply_progress(plan.delay.levels, plan.delay.timer)
+        if plan.transactions is not None:
+            m.transactions.apply_progress(plan.transactions.half, plan.transactions.op)
+        if topics_changed:
+            m.topics_changed()
+        self.touched |= {kind for kind, hit in (("topics", plan.topics), ("groups", plan.groups),
+                                                ("offsets", plan.offsets), ("delay", plan.delay),
+                                                ("transactions", plan.transactions)) if hit}
 
     def _apply(self, change: Change, replay: bool) -> None:
         m = self.m

@@ -29,8 +29,11 @@ Invariants:
   overwrites them.
 - Without ``--coordination`` this class is not built and nothing is written.
 
-Known limits: a change made locally by a master that then lost its records to truncation is not
-undone on that replica; a follower's deletion of a topic re-created in the same replication frame
+A replica that cuts a diverged tail (``truncate``) undoes the metadata changes of the cut records
+(:mod:`tidemq.broker.ha.metarewind`): each key they named gets what the kept log gives it.
+
+Known limits: a topic deleted in a cut tail is set again but its consume queues went with the
+deletion; the delivery timer's progress does not go back; a follower's deletion of a topic re-created in the same replication frame
 marks the store's deletion at the frame's end.
 """
 
@@ -162,6 +165,16 @@ class MetadataLog:
         if self._master and self.may_record():
             self._record_batch()
         await self._persist()
+
+    async def truncate(self, at: int) -> None:
+        """Follower, at the handshake: cut the log at ``at`` (the store's truncate) and undo what
+        the metadata records of the cut tail changed (an old master's unacknowledged changes, or
+        what it applied of them): the managers then hold what the kept log gives."""
+        self.store.dispatch_replicated()  # every record appended is in the metadata queue
+        first, cut = self.applier.cut_changes(at)
+        self.applier.rewind(first, cut)
+        await self._persist()  # the managers, then the applied position (the cut's start)
+        await self.store.truncate(at)
 
     # ---------------------------------------------------------------------------- the admin's side
     def check(self) -> None:

@@ -157,6 +157,8 @@ class ReplicaService:
             ElectionConfig(lease_seconds=config.lease_seconds, allow_unclean=config.allow_unclean_election,
                            min_in_sync=config.min_in_sync))
         self.history = EpochHistory(store.config.root)
+        # How a follower cuts a diverged tail; the broker adds undoing its metadata changes.
+        self.truncate: Callable[[int], Awaitable[None]] = store.truncate
         self.role: Role = self.elector.role
         self.epoch = 0  # the highest epoch this replica has seen
         self.master: ReplicationMaster | None = None
@@ -506,7 +508,7 @@ class ReplicaService:
                 self.follower = ReplicationFollower(
                     self.store, self._replication, self.config.replica_id, max(role.epoch, self.epoch), target,
                     history=self.history, ack_flushed=self.store.config.flush_mode is FlushMode.SYNC,
-                    on_high_water=self._learn_mark)
+                    on_high_water=self._learn_mark, truncate=self.truncate)
                 self.follower.start()
                 following = addr
                 log.info("replica %d replicates from the master's HA address %s (epoch %d)",

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from tidemq.errors import BrokerError, StoreError
@@ -396,7 +396,8 @@ class ReplicationFollower:
 
     def __init__(self, store: MessageStore, config: ReplicationConfig, replica_id: int, epoch: int,
                  master: tuple[str, int], history: EpochHistory | None = None,
-                 ack_flushed: bool = True, on_high_water: Callable[[int], None] | None = None) -> None:
+                 ack_flushed: bool = True, on_high_water: Callable[[int], None] | None = None,
+                 truncate: Callable[[int], Awaitable[None]] | None = None) -> None:
         self.store = store
         self.config = config
         self.replica_id = replica_id
@@ -411,6 +412,9 @@ class ReplicationFollower:
         self.acked = -1  # the last offset acked to the master
         self.high_water = -1  # the master's high-water mark, as last heard (-1: not yet)
         self.on_high_water = on_high_water
+        # Cuts the log at the handshake's truncation point: the store's truncate, or a replicated
+        # broker's (which also undoes the metadata changes of the cut tail).
+        self.truncate = truncate or store.truncate
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -460,7 +464,7 @@ class ReplicationFollower:
             if answer.truncate_at >= 0:
                 log.warning("replica %d truncates its commitlog from %d to %d to follow epoch %d",
                             self.replica_id, store.commitlog_max_offset, answer.truncate_at, answer.epoch)
-                await store.truncate(answer.truncate_at)
+                await self.truncate(answer.truncate_at)
             if answer.stream_from != store.commitlog_max_offset:
                 raise ReplicationError(f"the master streams from {answer.stream_from} but this log ends at "
                                        f"{store.commitlog_max_offset}")

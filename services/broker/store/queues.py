@@ -131,6 +131,8 @@ class QueueTable:
             return None
         files = [f for cq in qs.values() for f in cq.detach_all()]
         self._dirty.difference_update(files)
+        topic_dir = self.root / topic  # its directories are moved aside: none is fsynced any more
+        self._new_dirs.difference_update([d for d in self._new_dirs if d == topic_dir or topic_dir in d.parents])
         return files
 
     def close(self) -> None:

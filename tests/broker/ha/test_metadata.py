@@ -52,7 +52,7 @@ from tidemq.message import Message
 from tidemq.remoting import RemotingCommand, RequestCode
 from tidemq.remoting.codes import ResponseCode
 from tests.broker.ha.conftest import wait_for
-from tests.broker.ha.test_replication import CFG, assert_same, started, until
+from tests.broker.ha.test_replication import CFG, assert_same, commitlog, queues, started, until
 from tests.cli.clirun import broker_request, json_body, tidemq
 from tests.broker.store.util import T0, req
 
@@ -251,7 +251,7 @@ async def test_a_cut_log_is_applied_again_from_the_new_masters_records(tmp_path:
         b.offsets.commit("kept", "Shared", 0, 5)
         rm = ReplicationMaster(b.store, CFG, 2, (EpochStart(1, 0), EpochStart(2, common)))
         port = await rm.start("127.0.0.1", 0)
-        rf = ReplicationFollower(a.store, CFG, 0, 1, ("127.0.0.1", port))
+        rf = ReplicationFollower(a.store, CFG, 0, 1, ("127.0.0.1", port), truncate=a.log.truncate)
         rf.start()
         try:
             await caught_up(b, a)
@@ -260,8 +260,100 @@ async def test_a_cut_log_is_applied_again_from_the_new_masters_records(tmp_path:
             await rf.close()
             await rm.close()
         assert a.groups.get("kept") == SubscriptionGroupConfig("kept", retry_max_times=2)
+        assert a.groups.get("lost") is None  # A's alone, cut with its record
         assert a.log.applier.applied == meta_end(a) == meta_end(b)
         assert_same(b.store, a.store)
+
+
+@pytest.mark.parametrize("crash_before_cut", [False, True])
+async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp_path: Path,
+                                                                             crash_before_cut: bool) -> None:
+    """An old master's changes the group never acknowledged (made alone, after its followers had
+    left) are cut from its log when it follows the new master, and undone in its managers: each
+    key they named gets what the kept log gives it, or goes when no kept record names it. Its
+    files say the same after a restart. The undo is written before the cut; with the cut failing
+    (a crash between the two), a restart applies the tail again and the next handshake undoes
+    it again."""
+    shared, group = TopicConfig("Shared", 1, 1, 6), SubscriptionGroupConfig("billing", retry_max_times=1)
+    async with pair(tmp_path) as (a, b):
+        async with replicating(a, b):
+            a.topics.put(shared)
+            a.groups.put(group)
+            a.offsets.commit("billing", "Shared", 0, 3)
+            a.offsets.commit("audit", "Shared", 0, 8)
+            await caught_up(a, b)
+            await until(lambda: b.offsets.query("audit", "Shared", 0) == 8)
+        common = b.store.commitlog_max_offset
+        # A alone (its followers gone, it still thinks it is master): nothing of this is acknowledged.
+        a.topics.put(TopicConfig("Shared", 4, 4, 6))
+        a.topics.put(TopicConfig("Ghost", 2, 2, 6))
+        assert a.store.put(req("Ghost", 0, b"never acknowledged")).ok
+        a.groups.put(SubscriptionGroupConfig("billing", retry_max_times=9))
+        a.groups.put(SubscriptionGroupConfig("lost"))
+        a.offsets.commit("billing", "Shared", 0, 40)
+        a.offsets.commit("lost", "Shared", 0, 2)
+        a.offsets.drop(None, "audit")
+        deliver_one_delayed(a)
+        await until(lambda: any(isinstance(c, OffsetsCommitted) for c in changes(a, meta_end(b))) and
+                    a.log.applier.applied == meta_end(a) > meta_end(b) + 5)
+        await until(lambda: a.schedule.level_timers[0].offset == 1)
+
+        a.master, b.master = False, True
+        b.groups.put(SubscriptionGroupConfig("kept", retry_max_times=2))
+        rm = ReplicationMaster(b.store, CFG, 2, (EpochStart(1, 0), EpochStart(2, common)))
+        port = await rm.start("127.0.0.1", 0)
+        if crash_before_cut:
+            tried: list[int] = []
+
+            async def cut_fails(at: int) -> None:
+                tried.append(at)
+                raise OSError("the disk went away")
+
+            a.store.truncate = cut_fails  # type: ignore[method-assign]
+            rf = ReplicationFollower(a.store, CFG, 0, 1, ("127.0.0.1", port), truncate=a.log.truncate)
+            rf.start()
+            await until(lambda: tried != [])
+            await rf.close()
+            assert a.groups.get("lost") is None  # undone, and written, before the cut
+            await a.log.stop()
+            await a.store.shutdown()
+            restarted = await replica(a.root)
+            assert restarted.groups.get("lost") is not None  # the uncut tail is applied again at start
+            assert restarted.log.applier.applied == meta_end(restarted) > meta_end(b)
+            vars(a).update(vars(restarted))  # the pair stops this one
+            a.master = False
+        rf = ReplicationFollower(a.store, CFG, 0, 1, ("127.0.0.1", port), truncate=a.log.truncate)
+        rf.start()
+        try:
+            await caught_up(b, a)
+            await until(lambda: a.groups.get("kept") is not None)
+        finally:
+            await rf.close()
+            await rm.close()
+        assert commitlog(a.store) == commitlog(b.store)  # the cut leaves A's delayed message's queues empty
+        assert {k: v for k, v in queues(a.store).items() if v} == queues(b.store)
+        for r in (a, b):
+            assert r.topics.get("Shared") == shared and r.topics.get("Ghost") is None
+            assert r.groups.get("billing") == group and r.groups.get("lost") is None
+            assert r.offsets.query("billing", "Shared", 0) == 3 and r.offsets.query("lost", "Shared", 0) is None
+            assert r.offsets.query("audit", "Shared", 0) == 8
+            assert r.schedule.level_timers[0].offset == 0
+        assert a.store.queue_ids("Ghost") == []
+        assert a.log.applier.applied == meta_end(a) == meta_end(b)
+        await a.log.stop()
+        root = a.root
+
+    store = await started(root / "store")
+    again = await replica(root, store)
+    try:  # its own files: the undone values, and nothing left to apply
+        assert again.topics.get("Shared") == shared and again.topics.get("Ghost") is None
+        assert again.groups.get("billing") == group and again.groups.get("lost") is None
+        assert again.offsets.query("billing", "Shared", 0) == 3 and again.offsets.query("audit", "Shared", 0) == 8
+        assert again.offsets.query("lost", "Shared", 0) is None
+        assert again.log.applier.applied == meta_end(again) and again.log.applier.applied_count == 0
+    finally:
+        await again.log.stop()
+        await store.shutdown()
 
 
 async def test_a_promoted_follower_rebuilds_the_transaction_book_before_it_checks(tmp_path: Path) -> None:

@@ -1,0 +1,160 @@
+"""Undoing the metadata changes of a cut log tail (issue 17).
+
+A replica that follows a new master cuts the tail of its CommitLog the new master does not hold
+(``ReplicationFollower``'s truncation at the handshake): an old master's writes that were never
+acknowledged. Metadata records in that tail (a topic or group created, changed or deleted, offsets
+committed, progress moved) were already in effect in the replica's managers. Every record is a
+value to set, so the value a key had before the cut is the value the last record of it *kept* in
+the log gives; a key no kept record names did not exist, when the metadata queue still holds its
+whole history (nothing removed by retention).
+
+:func:`plan` is pure: the cut changes and the kept ones in, what to set out. The applier
+(:meth:`tidemq.broker.ha.metaapply.MetadataApplier.rewind`) reads the records and carries it out.
+
+Invariants:
+- Only keys a cut record names are touched (a follower's local changes, e.g. groups its
+  heartbeats created, stay unless a cut record names them).
+- A key no kept record names is removed only when the history is complete; otherwise it is kept
+  and listed in ``unknown`` (the caller logs it): its earlier value is gone with the old segments.
+- Progress (delay levels, the delivery timer, the transaction checker) goes back to the last kept
+  record's value, or to zero with a complete history; the caller decides what can go back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from tidemq.bodies import SubscriptionGroupConfig
+from tidemq.broker.ha.metadata import (
+    Change,
+    DelayProgress,
+    GroupDeleted,
+    GroupSet,
+    OffsetsCommitted,
+    OffsetsDropped,
+    TopicDeleted,
+    TopicSet,
+    TransactionProgress,
+)
+from tidemq.broker.topics import TopicConfig
+
+OffsetKey = tuple[str, str, int]  # (group, topic, queue id)
+Drop = tuple[str | None, str | None]  # (topic, group) of an OffsetsDropped; None matches any
+
+
+@dataclass
+class Plan:
+    """What to set after a cut. ``None`` values mean "remove"; keys absent from a mapping are
+    not touched."""
+
+    topics: dict[str, TopicConfig | None] = field(default_factory=dict)
+    groups: dict[str, SubscriptionGroupConfig | None] = field(default_factory=dict)
+    offsets: dict[OffsetKey, int | None] = field(default_factory=dict)
+    delay: DelayProgress | None = None  # the progress to go back to (None: untouched)
+    transactions: TransactionProgress | None = None
+    restored_topics: tuple[str, ...] = ()  # deleted in the cut tail, set again: their queues are gone
+    # What a cut record named that no kept record does, with part of the history gone: kept as is.
+    unknown: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.topics or self.groups or self.offsets or self.delay or self.transactions)
+
+
+def _matches(drop: Drop, topic: str, group: str) -> bool:
+    return (drop[0] is None or drop[0] == topic) and (drop[1] is None or drop[1] == group)
+
+
+def plan(cut: Sequence[Change], kept: Iterable[Change], complete: bool,
+         delay_levels: Sequence[int] = ()) -> Plan:
+    """What to set so the keys ``cut`` names hold what ``kept`` (the records left, oldest
+    first) gives them. ``complete``: ``kept`` starts at the metadata queue's first record ever.
+    ``delay_levels``: the levels a zero delay progress names (a complete history without any)."""
+    topics: set[str] = set()
+    groups: set[str] = set()
+    offsets: set[OffsetKey] = set()
+    drops: list[Drop] = []
+    deleted_topics: set[str] = set()
+    delay = transactions = False
+    for c in cut:
+        if isinstance(c, TopicSet):
+            topics.add(c.config.topic_name)
+        elif isinstance(c, TopicDeleted):
+            topics.add(c.name)
+            deleted_topics.add(c.name)
+        elif isinstance(c, GroupSet):
+            groups.add(c.config.group_name)
+        elif isinstance(c, GroupDeleted):
+            groups.add(c.name)
+        elif isinstance(c, OffsetsCommitted):
+            offsets.update((e.group, e.topic, e.queue_id) for e in c.entries)
+        elif isinstance(c, OffsetsDropped):
+            drops.append((c.topic, c.group))
+        elif isinstance(c, DelayProgress):
+            delay = True
+        else:
+            transactions = True
+
+    out = Plan()
+    last_delay: DelayProgress | None = None
+    last_tx: TransactionProgress | None = None
+    for c in kept:
+        if isinstance(c, TopicSet):
+            if c.config.topic_name in topics:
+                out.topics[c.config.topic_name] = c.config
+        elif isinstance(c, TopicDeleted):
+            if c.name in topics:
+                out.topics[c.name] = None
+        elif isinstance(c, GroupSet):
+            if c.config.group_name in groups:
+                out.groups[c.config.group_name] = c.config
+        elif isinstance(c, GroupDeleted):
+            if c.name in groups:
+                out.groups[c.name] = None
+        elif isinstance(c, OffsetsCommitted):
+            for e in c.entries:
+                key = (e.group, e.topic, e.queue_id)
+                if key in offsets or any(_matches(d, e.topic, e.group) for d in drops):
+                    out.offsets[key] = e.offset
+        elif isinstance(c, OffsetsDropped):
+            gone = (c.topic, c.group)
+            for key in offsets.union(out.offsets):
+                if _matches(gone, key[1], key[0]):
+                    out.offsets[key] = None
+        elif isinstance(c, DelayProgress):
+            last_delay = c
+        else:
+            last_tx = c
+
+    for name in sorted(topics - out.topics.keys()):
+        _absent(out, out.topics, name, f"topic {name}", complete)
+    for name in sorted(groups - out.groups.keys()):
+        _absent(out, out.groups, name, f"subscription group {name}", complete)
+    for key in sorted(offsets - out.offsets.keys()):
+        _absent(out, out.offsets, key, f"offset of group {key[0]} on {key[1]} queue {key[2]}", complete)
+    if drops and not complete:
+        out.unknown.append("offsets removed in the cut tail that no kept record names "
+                           f"({', '.join(f'topic={t} group={g}' for t, g in drops)})")
+    if delay:
+        if last_delay is not None:
+            out.delay = last_delay
+        elif complete:
+            out.delay = DelayProgress(tuple((level, 0) for level in delay_levels), 0)
+        else:
+            out.unknown.append("delay progress")
+    if transactions:
+        if last_tx is not None:
+            out.transactions = last_tx
+        elif complete:
+            out.transactions = TransactionProgress(0, 0)
+        else:
+            out.unknown.append("transaction checker progress")
+    out.restored_topics = tuple(sorted(n for n in deleted_topics if out.topics.get(n) is not None))
+    return out
+
+
+def _absent(out: Plan, into: dict, key: object, what: str, complete: bool) -> None:
+    if complete:
+        into[key] = None
+    else:
+        out.unknown.append(what)
