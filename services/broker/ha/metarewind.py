@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidemq.bodies import SubscriptionGroupConfig
 from tidemq.broker.ha.metadata import (
@@ -77,15 +78,12 @@ def plan(cut: Sequence[Change], kept: Iterable[Change], complete: bool,
     deleted_topics: set[str] = set()
     delay = transactions = False
     for c in cut:
-        if isinstance(c, TopicSet):
-            topics.add(c.config.topic_name)
-        elif isinstance(c, TopicDeleted):
-            topics.add(c.name)
-            deleted_topics.add(c.name)
-        elif isinstance(c, GroupSet):
-            groups.add(c.config.group_name)
-        elif isinstance(c, GroupDeleted):
-            groups.add(c.name)
+        named = _named(c)
+        if named is not None:
+            is_topic, name, value = named
+            (topics if is_topic else groups).add(name)
+            if is_topic and value is None:
+                deleted_topics.add(name)
         elif isinstance(c, OffsetsCommitted):
             offsets.update((e.group, e.topic, e.queue_id) for e in c.entries)
         elif isinstance(c, OffsetsDropped):
@@ -99,18 +97,12 @@ def plan(cut: Sequence[Change], kept: Iterable[Change], complete: bool,
     last_delay: DelayProgress | None = None
     last_tx: TransactionProgress | None = None
     for c in kept:
-        if isinstance(c, TopicSet):
-            if c.config.topic_name in topics:
-                out.topics[c.config.topic_name] = c.config
-        elif isinstance(c, TopicDeleted):
-            if c.name in topics:
-                out.topics[c.name] = None
-        elif isinstance(c, GroupSet):
-            if c.config.group_name in groups:
-                out.groups[c.config.group_name] = c.config
-        elif isinstance(c, GroupDeleted):
-            if c.name in groups:
-                out.groups[c.name] = None
+        named = _named(c)
+        if named is not None:
+            is_topic, name, value = named
+            if name in (topics if is_topic else groups):
+                into: dict[str, Any] = out.topics if is_topic else out.groups
+                into[name] = value
         elif isinstance(c, OffsetsCommitted):
             for e in c.entries:
                 key = (e.group, e.topic, e.queue_id)
@@ -123,7 +115,7 @@ def plan(cut: Sequence[Change], kept: Iterable[Change], complete: bool,
                     out.offsets[key] = None
         elif isinstance(c, DelayProgress):
             last_delay = c
-        else:
+        elif isinstance(c, TransactionProgress):
             last_tx = c
 
     for name in sorted(topics - out.topics.keys()):
@@ -151,6 +143,19 @@ def plan(cut: Sequence[Change], kept: Iterable[Change], complete: bool,
             out.unknown.append("transaction checker progress")
     out.restored_topics = tuple(sorted(n for n in deleted_topics if out.topics.get(n) is not None))
     return out
+
+
+def _named(c: Change) -> tuple[bool, str, TopicConfig | SubscriptionGroupConfig | None] | None:
+    """(is a topic, its name, its value or None when deleted) of a topic or group change."""
+    if isinstance(c, TopicSet):
+        return True, c.config.topic_name, c.config
+    if isinstance(c, TopicDeleted):
+        return True, c.name, None
+    if isinstance(c, GroupSet):
+        return False, c.config.group_name, c.config
+    if isinstance(c, GroupDeleted):
+        return False, c.name, None
+    return None
 
 
 def _absent(out: Plan, into: dict, key: object, what: str, complete: bool) -> None:
