@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 
 APPLY_BATCH = 64  # records read from the metadata queue at a time
 MAX_READ_BYTES = 1 << 22  # per read: a few records of the codec's largest size
+REWIND_STEP = 1024  # kept records read per loop step while undoing a cut tail
 
 # Which of the managers' files a change touches.
 PERSISTS: dict[type, str] = {
@@ -175,19 +177,24 @@ class MetadataApplier:
         found.reverse()
         return first, found
 
-    def rewind(self, first: int, cut: list[Change]) -> metarewind.Plan:
+    async def rewind(self, first: int, cut: list[Change]) -> metarewind.Plan:
         """Before a truncation cuts the records from metadata queue offset ``first`` on (their
         changes: ``cut``): set what they touched back to what the records before ``first`` give
         it (:mod:`tidemq.broker.ha.metarewind`); applying continues at ``first``. Done again after
-        a crash: until the cut, a restart applies the tail again and the handshake cuts it again."""
+        a crash: until the cut, a restart applies the tail again and the handshake cuts it again.
+        The kept records are read a batch per loop step (a long log must not stall the loop)."""
         store, m = self.store, self.m
         low = store.min_offset(METADATA_TOPIC, METADATA_QUEUE)
         self.applied = min(self.applied, first)
         if not cut:
             return metarewind.Plan()
-        kept = (c for _, _, c in self._records(low, first, "reading the kept log at") if c is not None)
-        levels = [t.level for t in m.schedule.level_timers]
-        plan = metarewind.plan(cut, kept, complete=low == 0, delay_levels=levels)
+        planner = metarewind.Planner(cut)
+        for n, (_, _, change) in enumerate(self._records(low, first, "reading the kept log at"), 1):
+            if change is not None:
+                planner.feed(change)
+            if n % REWIND_STEP == 0:
+                await asyncio.sleep(0)
+        plan = planner.result(complete=low == 0, delay_levels=[t.level for t in m.schedule.level_timers])
         self.applying = True
         try:
             self._carry_out(plan)

@@ -172,7 +172,7 @@ class MetadataLog:
         what it applied of them): the managers then hold what the kept log gives."""
         self.store.dispatch_replicated()  # every record appended is in the metadata queue
         first, cut = self.applier.cut_changes(at)
-        self.applier.rewind(first, cut)
+        await self.applier.rewind(first, cut)
         await self._persist()  # the managers, then the applied position (the cut's start)
         await self.store.truncate(at)
 

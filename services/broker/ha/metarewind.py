@@ -8,7 +8,8 @@ value to set, so the value a key had before the cut is the value the last record
 the log gives; a key no kept record names did not exist, when the metadata queue still holds its
 whole history (nothing removed by retention).
 
-:func:`plan` is pure: the cut changes and the kept ones in, what to set out. The applier
+:func:`plan` is pure: the cut changes and the kept ones in, what to set out (:class:`Planner`
+takes the kept ones one at a time). The applier
 (:meth:`tidemq.broker.ha.metaapply.MetadataApplier.rewind`) reads the records and carries it out.
 
 Invariants:
@@ -71,78 +72,94 @@ def plan(cut: Sequence[Change], kept: Iterable[Change], complete: bool,
     """What to set so the keys ``cut`` names hold what ``kept`` (the records left, oldest
     first) gives them. ``complete``: ``kept`` starts at the metadata queue's first record ever.
     ``delay_levels``: the levels a zero delay progress names (a complete history without any)."""
-    topics: set[str] = set()
-    groups: set[str] = set()
-    offsets: set[OffsetKey] = set()
-    drops: list[Drop] = []
-    deleted_topics: set[str] = set()
-    delay = transactions = False
-    for c in cut:
-        named = _named(c)
-        if named is not None:
-            is_topic, name, value = named
-            (topics if is_topic else groups).add(name)
-            if is_topic and value is None:
-                deleted_topics.add(name)
-        elif isinstance(c, OffsetsCommitted):
-            offsets.update((e.group, e.topic, e.queue_id) for e in c.entries)
-        elif isinstance(c, OffsetsDropped):
-            drops.append((c.topic, c.group))
-        elif isinstance(c, DelayProgress):
-            delay = True
-        else:
-            transactions = True
-
-    out = Plan()
-    last_delay: DelayProgress | None = None
-    last_tx: TransactionProgress | None = None
+    planner = Planner(cut)
     for c in kept:
+        planner.feed(c)
+    return planner.result(complete, delay_levels)
+
+
+class Planner:
+    """:func:`plan` a kept change at a time (a long kept log is read in batches)."""
+
+    def __init__(self, cut: Sequence[Change]) -> None:
+        self.topics: set[str] = set()
+        self.groups: set[str] = set()
+        self.offsets: set[OffsetKey] = set()
+        self.drops: list[Drop] = []
+        self.deleted_topics: set[str] = set()
+        self.delay = self.transactions = False
+        for c in cut:
+            named = _named(c)
+            if named is not None:
+                is_topic, name, value = named
+                (self.topics if is_topic else self.groups).add(name)
+                if is_topic and value is None:
+                    self.deleted_topics.add(name)
+            elif isinstance(c, OffsetsCommitted):
+                self.offsets.update((e.group, e.topic, e.queue_id) for e in c.entries)
+            elif isinstance(c, OffsetsDropped):
+                self.drops.append((c.topic, c.group))
+            elif isinstance(c, DelayProgress):
+                self.delay = True
+            else:
+                self.transactions = True
+        self.out = Plan()
+        self.last_delay: DelayProgress | None = None
+        self.last_tx: TransactionProgress | None = None
+
+    def feed(self, c: Change) -> None:
+        """The next kept change, oldest first."""
+        out = self.out
         named = _named(c)
         if named is not None:
             is_topic, name, value = named
-            if name in (topics if is_topic else groups):
+            if name in (self.topics if is_topic else self.groups):
                 into: dict[str, Any] = out.topics if is_topic else out.groups
                 into[name] = value
         elif isinstance(c, OffsetsCommitted):
+            drops = self.drops
             for e in c.entries:
                 key = (e.group, e.topic, e.queue_id)
-                if key in offsets or any(_matches(d, e.topic, e.group) for d in drops):
+                if key in self.offsets or any(_matches(d, e.topic, e.group) for d in drops):
                     out.offsets[key] = e.offset
         elif isinstance(c, OffsetsDropped):
             gone = (c.topic, c.group)
-            for key in offsets.union(out.offsets):
+            for key in self.offsets.union(out.offsets):
                 if _matches(gone, key[1], key[0]):
                     out.offsets[key] = None
         elif isinstance(c, DelayProgress):
-            last_delay = c
+            self.last_delay = c
         elif isinstance(c, TransactionProgress):
-            last_tx = c
+            self.last_tx = c
 
-    for name in sorted(topics - out.topics.keys()):
-        _absent(out, out.topics, name, f"topic {name}", complete)
-    for name in sorted(groups - out.groups.keys()):
-        _absent(out, out.groups, name, f"subscription group {name}", complete)
-    for key in sorted(offsets - out.offsets.keys()):
-        _absent(out, out.offsets, key, f"offset of group {key[0]} on {key[1]} queue {key[2]}", complete)
-    if drops and not complete:
-        out.unknown.append("offsets removed in the cut tail that no kept record names "
-                           f"({', '.join(f'topic={t} group={g}' for t, g in drops)})")
-    if delay:
-        if last_delay is not None:
-            out.delay = last_delay
-        elif complete:
-            out.delay = DelayProgress(tuple((level, 0) for level in delay_levels), 0)
-        else:
-            out.unknown.append("delay progress")
-    if transactions:
-        if last_tx is not None:
-            out.transactions = last_tx
-        elif complete:
-            out.transactions = TransactionProgress(0, 0)
-        else:
-            out.unknown.append("transaction checker progress")
-    out.restored_topics = tuple(sorted(n for n in deleted_topics if out.topics.get(n) is not None))
-    return out
+    def result(self, complete: bool, delay_levels: Sequence[int] = ()) -> Plan:
+        """The plan, once every kept change was fed."""
+        out = self.out
+        for name in sorted(self.topics - out.topics.keys()):
+            _absent(out, out.topics, name, f"topic {name}", complete)
+        for name in sorted(self.groups - out.groups.keys()):
+            _absent(out, out.groups, name, f"subscription group {name}", complete)
+        for key in sorted(self.offsets - out.offsets.keys()):
+            _absent(out, out.offsets, key, f"offset of group {key[0]} on {key[1]} queue {key[2]}", complete)
+        if self.drops and not complete:
+            out.unknown.append("offsets removed in the cut tail that no kept record names "
+                               f"({', '.join(f'topic={t} group={g}' for t, g in self.drops)})")
+        if self.delay:
+            if self.last_delay is not None:
+                out.delay = self.last_delay
+            elif complete:
+                out.delay = DelayProgress(tuple((level, 0) for level in delay_levels), 0)
+            else:
+                out.unknown.append("delay progress")
+        if self.transactions:
+            if self.last_tx is not None:
+                out.transactions = self.last_tx
+            elif complete:
+                out.transactions = TransactionProgress(0, 0)
+            else:
+                out.unknown.append("transaction checker progress")
+        out.restored_topics = tuple(sorted(n for n in self.deleted_topics if out.topics.get(n) is not None))
+        return out
 
 
 def _named(c: Change) -> tuple[bool, str, TopicConfig | SubscriptionGroupConfig | None] | None:

@@ -27,6 +27,7 @@ from tidemq.broker.ha.metadata import (
     TopicSet,
     decode,
 )
+from tidemq.broker.ha.metaapply import REWIND_STEP
 from tidemq.broker.ha.metalog import Managers, MetadataLog, MetadataLogConfig
 from tidemq.broker.ha.replication import EpochStart, ReplicationFollower, ReplicationMaster
 from tidemq.broker.creation import ImplicitCreation
@@ -354,6 +355,37 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
     finally:
         await again.log.stop()
         await store.shutdown()
+
+
+async def test_undoing_a_cut_tail_reads_a_long_kept_log_a_batch_per_loop_step(tmp_path: Path) -> None:
+    """The kept log is read to find each named key's last value: thousands of records must not
+    hold the event loop in one step."""
+    r = await replica(tmp_path / "r")
+    r.master = True
+    try:
+        for i in range(2 * REWIND_STEP + 10):
+            r.groups.put(SubscriptionGroupConfig(f"g{i}"))
+        r.groups.put(SubscriptionGroupConfig("x", retry_max_times=4))  # as if this record were cut
+        r.master = False
+        steps = 0
+
+        async def ticker() -> None:
+            nonlocal steps
+            while True:
+                steps += 1
+                await asyncio.sleep(0)
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        first = meta_end(r) - 1
+        plan = await r.log.applier.rewind(first, changes(r, first))
+        tick.cancel()
+        assert steps >= 3  # the loop ran while the kept records were read
+        assert plan.groups == {"x": None} and r.groups.get("x") is None and r.groups.get("g7") is not None
+        assert r.log.applier.applied == first
+    finally:
+        await r.log.stop()
+        await r.store.shutdown()
 
 
 async def test_a_promoted_follower_rebuilds_the_transaction_book_before_it_checks(tmp_path: Path) -> None:
