@@ -154,7 +154,7 @@ class Broker:
         self.address: tuple[str, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self._register_soon: asyncio.Task | None = None
-        self._persist_locks = {"topics": asyncio.Lock(), "groups": asyncio.Lock()}
+        self._persist_locks = {"topics": asyncio.Lock(), "groups": asyncio.Lock(), "offsets": asyncio.Lock()}
         self._topics_dirty = False
         self._topics_persist = False
         self._ready = False
@@ -334,9 +334,11 @@ class Broker:
 
     # persistence and registration ------------------------------------------------------------
     async def persist_offsets(self) -> None:
-        if self.offsets.dirty:
-            snap = self.offsets.snapshot()
-            await asyncio.to_thread(ConsumerOffsetManager.write, self.offsets.path, snap)
+        # One writer at a time, the snapshot taken inside the lock: an older one never lands last.
+        async with self._persist_locks["offsets"]:
+            if self.offsets.dirty:
+                snap = self.offsets.snapshot()
+                await asyncio.to_thread(ConsumerOffsetManager.write, self.offsets.path, snap)
 
     async def persist_topics(self) -> None:
         # One writer per file at a time, the snapshot taken inside the lock: the newest wins.

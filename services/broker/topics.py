@@ -191,6 +191,7 @@ class TopicConfigManager:
         self.timestamp = int(clock() * 1000)
         # (name, config or None when deleted) after each change through put/delete.
         self.on_change: Callable[[str, TopicConfig | None], None] | None = None
+        self.ensured: frozenset[str] = frozenset()  # the broker's own topics (ensure_system_topics)
 
     def load(self) -> None:
         data = read_json(self.path, None)
@@ -217,6 +218,7 @@ class TopicConfigManager:
         elif DEFAULT_TOPIC in self.topics:
             del self.topics[DEFAULT_TOPIC]
             self._bump()
+        self.ensured = frozenset(tc.topic_name for tc in wanted)
         for tc in wanted:
             if tc.topic_name not in self.topics:
                 self.topics[tc.topic_name] = tc

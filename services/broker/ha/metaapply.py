@@ -153,10 +153,10 @@ class MetadataApplier:
                 at = msg.queue_offset + 1
 
     # ---------------------------------------------------------------------------- a cut tail
-    def cut_changes(self, at: int) -> tuple[int, list[Change]]:
+    async def cut_changes(self, at: int) -> tuple[int, list[Change]]:
         """The metadata records at CommitLog offset ``at`` or past it, what a truncation at ``at``
         is about to cut: the queue offset of the first (the queue's end when none) and their
-        changes, oldest first. Read before the cut."""
+        changes, oldest first. Read before the cut, a batch per loop step."""
         store = self.store
         low = store.min_offset(METADATA_TOPIC, METADATA_QUEUE)
         end = first = store.max_offset(METADATA_TOPIC, METADATA_QUEUE)
@@ -174,12 +174,13 @@ class MetadataApplier:
             if not batch:
                 break
             end = start
+            await asyncio.sleep(0)
         found.reverse()
         return first, found
 
-    async def rewind(self, first: int, cut: list[Change]) -> metarewind.Plan:
-        """Before a truncation cuts the records from metadata queue offset ``first`` on (their
-        changes: ``cut``): set what they touched back to what the records before ``first`` give
+    async def rewind(self, first: int, cut: list[Change], at: int) -> metarewind.Plan:
+        """Before a truncation at CommitLog offset ``at`` cuts the records from metadata queue
+        offset ``first`` on (their changes: ``cut``): set what they touched back to what the records before ``first`` give
         it (:mod:`tidemq.broker.ha.metarewind`); applying continues at ``first``. Done again after
         a crash: until the cut, a restart applies the tail again and the handshake cuts it again.
         The kept records are read a batch per loop step (a long log must not stall the loop)."""
@@ -194,10 +195,12 @@ class MetadataApplier:
                 planner.feed(change)
             if n % REWIND_STEP == 0:
                 await asyncio.sleep(0)
-        plan = planner.result(complete=low == 0, delay_levels=[t.level for t in m.schedule.level_timers])
+        # Whole only if retention removed nothing, before the read or during it.
+        complete = low == 0 and store.min_offset(METADATA_TOPIC, METADATA_QUEUE) == 0
+        plan = planner.result(complete, delay_levels=[t.level for t in m.schedule.level_timers])
         self.applying = True
         try:
-            self._carry_out(plan)
+            self._carry_out(plan, at)
         finally:
             self.applying = False
         log.warning("metadata: %d change(s) of the cut tail undone (%d topic(s), %d group(s), %d offset(s)%s%s)",
@@ -208,19 +211,26 @@ class MetadataApplier:
                         "queues went with the deletion: their messages before it are no longer served here",
                         ", ".join(plan.restored_topics))
         if plan.unknown:
-            log.warning("metadata: the metadata queue's oldest records are gone (retention); kept as they are: %s",
+            log.warning("metadata: kept as they are (no kept record gives their earlier value: the metadata "
+                        "queue's oldest records are gone, or they never were in it): %s",
                         "; ".join(plan.unknown))
         return plan
 
-    def _carry_out(self, plan: metarewind.Plan) -> None:
+    def _carry_out(self, plan: metarewind.Plan, at: int) -> None:
         m = self.m
         topics_changed = False
         for name, tc in plan.topics.items():
             if tc is not None:
                 topics_changed |= m.topics.put(tc)
-            elif m.topics.get(name) is not None and not is_system_topic(name):
+            elif m.topics.get(name) is None:
+                continue
+            elif is_system_topic(name) or name in m.topics.ensured or self._stored_before(name, at):
+                # Not made by the log (a broker's own topics, or one from before replication):
+                # no kept record names it, yet it was there before the cut.
+                plan.unknown.append(f"topic {name} (it was there before the cut)")
+            else:
+                self.store.delete_topic(name)  # first: a failure leaves the topic for the retry
                 m.topics.delete(name)
-                self.store.delete_topic(name)
                 topics_changed = True
         for name, g in plan.groups.items():
             if g is not None:
@@ -241,6 +251,15 @@ class MetadataApplier:
         self.touched |= {kind for kind, hit in (("topics", plan.topics), ("groups", plan.groups),
                                                 ("offsets", plan.offsets), ("delay", plan.delay),
                                                 ("transactions", plan.transactions)) if hit}
+
+    def _stored_before(self, topic: str, at: int) -> bool:
+        """Whether a queue of ``topic`` holds a message stored before CommitLog offset ``at``."""
+        store = self.store
+        for queue_id in store.queue_ids(topic):
+            res = store.get_messages(topic, queue_id, store.min_offset(topic, queue_id), 1, None, everything=True)
+            if res.records and decode_record(res.records[0]).commit_log_offset < at:
+                return True
+        return False
 
     def _apply(self, change: Change, replay: bool) -> None:
         m = self.m

@@ -69,6 +69,7 @@ from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.results import PutRequest
 from tidemq.broker.store.tasks import cancel_and_wait
 from tidemq.broker.topics import TopicConfig
+from tidemq.errors import StoreError
 from tidemq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ class MetadataLog:
         self._checker: tuple[int, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._offsets_soon: asyncio.Future[None] | None = None  # explicit commits of this loop round
+        self._persist_lock = asyncio.Lock()
 
     # ---------------------------------------------------------------------------- lifecycle
     def attach(self) -> None:
@@ -167,14 +169,28 @@ class MetadataLog:
         await self._persist()
 
     async def truncate(self, at: int) -> None:
-        """Follower, at the handshake: cut the log at ``at`` (the store's truncate) and undo what
-        the metadata records of the cut tail changed (an old master's unacknowledged changes, or
-        what it applied of them): the managers then hold what the kept log gives."""
-        self.store.dispatch_replicated()  # every record appended is in the metadata queue
-        first, cut = self.applier.cut_changes(at)
-        await self.applier.rewind(first, cut)
-        await self._persist()  # the managers, then the applied position (the cut's start)
-        await self.store.truncate(at)
+        """Follower, at the handshake: undo what the metadata records past CommitLog offset ``at``
+        changed (an old master's unacknowledged changes, or what it applied of them), write the
+        managers and the applied position, then cut the log at ``at`` (the store's truncate).
+        Raises StoreError (the follower retries the handshake) when any step fails; the log then
+        keeps its tail and its changes are applied again, as before."""
+        store = self.store
+        if not store.is_record_boundary(at):
+            raise StoreError(f"cannot truncate the commitlog at {at}: no record starts there")
+        store.dispatch_replicated()  # every record appended is in the metadata queue
+        applier = self.applier
+        first, cut = await applier.cut_changes(at)
+        try:
+            await applier.rewind(first, cut, at)
+            if not await self._persist():
+                raise StoreError("the metadata undone for the cut could not be written; the log is not cut")
+            await store.truncate(at)
+        except BaseException as exc:
+            applier.apply_until(store.max_offset(METADATA_TOPIC, METADATA_QUEUE))  # what is left
+            if isinstance(exc, (StoreError, OSError)) or not isinstance(exc, Exception):
+                raise
+            log.exception("undoing the metadata of the cut tail failed")
+            raise StoreError(f"undoing the metadata of the cut tail failed: {exc!r}") from exc
 
     # ---------------------------------------------------------------------------- the admin's side
     def check(self) -> None:
@@ -315,26 +331,30 @@ class MetadataLog:
         visible = self.store.visible_end
         return visible() if visible is not None else self.store.commitlog_max_offset
 
-    async def _persist(self) -> None:
-        """Write the applied position once the managers its records touched are written."""
-        a = self.applier
-        applied, touched = a.applied, a.touched
-        if applied == self._written and not touched:
-            return
-        a.touched = set()
-        m = self.m
-        writers = {"topics": m.persist_topics, "groups": m.persist_groups, "offsets": m.persist_offsets,
-                   "delay": m.schedule.persist, "transactions": m.transactions.persist}
-        try:
-            for kind in sorted(touched):
-                await writers[kind]()
-            await asyncio.to_thread(write_json_atomic, self.path, {"applied": applied})
-        except OSError as exc:
-            a.touched |= touched
-            log.error("metadata applied position not written to %s (%s); retrying in %g s", self.path, exc,
-                      self.config.persist_interval)
-            return
-        except asyncio.CancelledError:  # stopped midway: the final round writes them
-            a.touched |= touched
-            raise
-        self._written = applied
+    async def _persist(self) -> bool:
+        """Write the applied position once the managers its records touched are written; False
+        when a write failed (retried in the next round). One writer at a time: a position read
+        by an earlier call must not land after a later one."""
+        async with self._persist_lock:
+            a = self.applier
+            applied, touched = a.applied, a.touched
+            if applied == self._written and not touched:
+                return True
+            a.touched = set()
+            m = self.m
+            writers = {"topics": m.persist_topics, "groups": m.persist_groups, "offsets": m.persist_offsets,
+                       "delay": m.schedule.persist, "transactions": m.transactions.persist}
+            try:
+                for kind in sorted(touched):
+                    await writers[kind]()
+                await asyncio.to_thread(write_json_atomic, self.path, {"applied": applied})
+            except OSError as exc:
+                a.touched |= touched
+                log.error("metadata applied position not written to %s (%s); retrying in %g s", self.path, exc,
+                          self.config.persist_interval)
+                return False
+            except asyncio.CancelledError:  # stopped midway: the final round writes them
+                a.touched |= touched
+                raise
+            self._written = applied
+            return True

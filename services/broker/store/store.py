@@ -439,6 +439,12 @@ class MessageStore:
             raise StoreError(f"cannot truncate the commitlog at {offset}: no record starts there")
         loop = asyncio.get_running_loop()
         cut_from = cl.write_pos
+        # A deletion marked past the cut would hide from replay the records a new master writes
+        # there for a topic of the same name: it moves to the cut.
+        deleted = read_json(self.config.deleted_topics_path, {}, backup=False) or {}
+        if any(v > offset for v in deleted.values()):
+            await loop.run_in_executor(self._io_exec, write_json_atomic, self.config.deleted_topics_path,
+                                       {k: min(v, offset) for k, v in deleted.items()})
         async with self._flusher.paused():  # no flush round may report a position past the cut
             # The checkpoint stops vouching for the bytes to be cut first: a crash in the middle
             # of the cut then loads like a torn tail, not like damaged acknowledged data.

@@ -42,7 +42,7 @@ from tidemq.broker.store.store import MessageStore, PutRequest
 from tidemq.broker.topics import TopicConfig, TopicConfigManager
 from tidemq.broker.transaction.half import EndType
 from tidemq.broker.transaction.service import TransactionConfig, TransactionService
-from tidemq.errors import BrokerError
+from tidemq.errors import BrokerError, StoreError
 from tidemq.message import SysFlag, decode_record
 from tidemq.client import ClientConfig
 from tidemq.client.pull import build_pull_request
@@ -277,6 +277,9 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
     it again."""
     shared, group = TopicConfig("Shared", 1, 1, 6), SubscriptionGroupConfig("billing", retry_max_times=1)
     async with pair(tmp_path) as (a, b):
+        for r in (a, b):  # from before the log: no record names it
+            r.topics.topics["Old"] = TopicConfig("Old", 1, 1, 6)
+        assert a.store.put(req("Old", 0, b"before")).ok
         async with replicating(a, b):
             a.topics.put(shared)
             a.groups.put(group)
@@ -288,6 +291,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         # A alone (its followers gone, it still thinks it is master): nothing of this is acknowledged.
         a.topics.put(TopicConfig("Shared", 4, 4, 6))
         a.topics.put(TopicConfig("Ghost", 2, 2, 6))
+        a.topics.put(TopicConfig("Old", 2, 2, 6))
         assert a.store.put(req("Ghost", 0, b"never acknowledged")).ok
         a.groups.put(SubscriptionGroupConfig("billing", retry_max_times=9))
         a.groups.put(SubscriptionGroupConfig("lost"))
@@ -315,7 +319,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             rf.start()
             await until(lambda: tried != [])
             await rf.close()
-            assert a.groups.get("lost") is None  # undone, and written, before the cut
+            assert a.groups.get("lost") is not None  # not cut: the tail's changes are in effect again
+            assert a.log.applier.applied == meta_end(a)
             await a.log.stop()
             await a.store.shutdown()
             restarted = await replica(a.root)
@@ -340,6 +345,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             assert r.offsets.query("audit", "Shared", 0) == 8
             assert r.schedule.level_timers[0].offset == 0
         assert a.store.queue_ids("Ghost") == []
+        # No kept record gives Old's earlier value, but it held a message before the cut: kept.
+        assert a.topics.get("Old") == TopicConfig("Old", 2, 2, 6) and a.store.max_offset("Old", 0) == 1
         assert a.log.applier.applied == meta_end(a) == meta_end(b)
         await a.log.stop()
         root = a.root
@@ -355,6 +362,34 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
     finally:
         await again.log.stop()
         await store.shutdown()
+
+
+async def test_a_cut_that_cannot_be_undone_and_written_is_not_made(tmp_path: Path) -> None:
+    """No cut where no record starts, nothing changed; and when the undone managers cannot be
+    written, the log keeps its tail and its changes stay in effect (the handshake is retried)."""
+    r = await replica(tmp_path / "r")
+    r.master = True
+    try:
+        r.groups.put(SubscriptionGroupConfig("kept"))
+        at = r.store.commitlog_max_offset
+        r.groups.put(SubscriptionGroupConfig("tail"))
+        end = r.store.commitlog_max_offset
+        r.master = False
+        with pytest.raises(StoreError, match="no record starts there"):
+            await r.log.truncate(at + 1)
+        assert r.groups.get("tail") is not None
+
+        def disk_full() -> None:
+            raise OSError(28, "No space left on device")
+
+        r.groups.persist = disk_full  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match="could not be written; the log is not cut"):
+            await r.log.truncate(at)
+        assert r.store.commitlog_max_offset == end and r.groups.get("tail") is not None
+        assert r.log.applier.applied == meta_end(r)
+    finally:
+        await r.log.stop()
+        await r.store.shutdown()
 
 
 async def test_undoing_a_cut_tail_reads_a_long_kept_log_a_batch_per_loop_step(tmp_path: Path) -> None:
@@ -378,7 +413,7 @@ async def test_undoing_a_cut_tail_reads_a_long_kept_log_a_batch_per_loop_step(tm
         tick = asyncio.create_task(ticker())
         await asyncio.sleep(0)
         first = meta_end(r) - 1
-        plan = await r.log.applier.rewind(first, changes(r, first))
+        plan = await r.log.applier.rewind(first, changes(r, first), r.store.commitlog_max_offset)
         tick.cancel()
         assert steps >= 3  # the loop ran while the kept records were read
         assert plan.groups == {"x": None} and r.groups.get("x") is None and r.groups.get("g7") is not None
