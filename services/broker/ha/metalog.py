@@ -127,6 +127,7 @@ class MetadataLog:
         self._task: asyncio.Task[None] | None = None
         self._offsets_soon: asyncio.Future[None] | None = None  # explicit commits of this loop round
         self._persist_lock = asyncio.Lock()
+        self._baselined = False  # the empty log's baseline checked (see _ensure_baseline)
 
     # ---------------------------------------------------------------------------- lifecycle
     def attach(self) -> None:
@@ -249,7 +250,32 @@ class MetadataLog:
         if not self.applier.applying and self.may_record():
             self._append(OffsetsDropped(topic, group))
 
+    def _ensure_baseline(self) -> None:
+        """The first master of a log that has no metadata record yet (a broker that ran before
+        ``--coordination``, or a new group) writes what its managers hold first: topics (but the
+        broker's own), groups and offsets, so followers learn them and the log is the whole
+        history. Checked once per process, before the first record appended here."""
+        if self._baselined:
+            return
+        self._baselined = True
+        if self.store.max_offset(METADATA_TOPIC, METADATA_QUEUE) > 0:
+            return
+        m = self.m
+        topics = [tc for name, tc in sorted(m.topics.topics.items()) if name not in m.topics.ensured]
+        groups = [g for _, g in sorted(m.groups.groups.items())]
+        offsets = [OffsetEntry(group, topic, queue_id, offset)
+                   for key, queues in sorted(m.offsets.table.items())
+                   for topic, _, group in (key.rpartition("@"),)
+                   for queue_id, offset in sorted(queues.items())]
+        baseline: list[Change] = [*map(TopicSet, topics), *map(GroupSet, groups), *split_offsets(offsets)]
+        for change in baseline:
+            self._append(change)
+        if topics or groups or offsets:
+            log.info("metadata: the replicated log starts with this broker's %d topic(s), %d group(s) and "
+                     "%d committed offset(s)", len(topics), len(groups), len(offsets))
+
     def _append(self, change: Change) -> None:
+        self._ensure_baseline()
         kind = kind_of(change)
         now = int(self.clock() * 1000)
         req = PutRequest(METADATA_TOPIC, METADATA_QUEUE, encode(change), {"TAGS": kind},
@@ -305,6 +331,7 @@ class MetadataLog:
             try:
                 master = self.may_record()
                 if master and not self._master:
+                    self._ensure_baseline()
                     self._promoting = self.store.commitlog_max_offset
                 elif not master:
                     self._promoting = None

@@ -214,6 +214,35 @@ async def test_changes_on_the_master_appear_on_the_follower_and_survive_its_rest
     assert follower_store is not store
 
 
+async def test_the_first_master_of_an_empty_log_writes_what_its_broker_held_before(tmp_path: Path) -> None:
+    """A broker that ran before ``--coordination`` (topics, groups, offsets in its files, none in
+    the log) becomes the group's first master: the log starts with all of it (but the broker's
+    own topics), so its followers, and whoever takes over, have them. Once only."""
+    async with pair(tmp_path) as (m, f):
+        m.master = False  # held before the log existed: put straight into the tables, unrecorded
+        m.topics.ensure_system_topics("c", "broker-a", False, 4)
+        m.topics.topics["Orders"] = TopicConfig("Orders", 2, 2, 6)
+        m.groups.groups["billing"] = SubscriptionGroupConfig("billing", retry_max_times=5)
+        m.offsets.table["Orders@billing"] = {0: 7, 1: 9}
+        assert meta_end(m) == 0
+        m.master = True
+        async with replicating(m, f):
+            await until(lambda: meta_end(m) > 0)
+            await caught_up(m, f)
+            await until(lambda: f.offsets.query("billing", "Orders", 1) == 9)
+        assert f.topics.get("Orders") == TopicConfig("Orders", 2, 2, 6)
+        assert f.groups.get("billing") == SubscriptionGroupConfig("billing", retry_max_times=5)
+        assert f.offsets.offsets("billing", "Orders") == {0: 7, 1: 9}
+        assert f.topics.get("broker-a") is None  # each broker makes its own
+        recorded = [type(c).__name__ for c in changes(m)]
+        assert recorded[:3] == ["TopicSet", "GroupSet", "OffsetsCommitted"]
+        m.master = False
+        await asyncio.sleep(FAST.batch_interval * 3)
+        m.master = True
+        await asyncio.sleep(FAST.batch_interval * 3)
+        assert [type(c).__name__ for c in changes(m)].count("TopicSet") == 1
+
+
 async def test_a_replica_without_its_files_rebuilds_them_from_the_log(tmp_path: Path) -> None:
     async with pair(tmp_path) as (m, f):
         async with replicating(m, f):
@@ -277,9 +306,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
     it again."""
     shared, group = TopicConfig("Shared", 1, 1, 6), SubscriptionGroupConfig("billing", retry_max_times=1)
     async with pair(tmp_path) as (a, b):
-        for r in (a, b):  # from before the log: no record names it
-            r.topics.topics["Old"] = TopicConfig("Old", 1, 1, 6)
-        assert a.store.put(req("Old", 0, b"before")).ok
+        a.topics.topics["Old"] = TopicConfig("Old", 1, 1, 6)  # from before --coordination: the baseline has it
         async with replicating(a, b):
             a.topics.put(shared)
             a.groups.put(group)
@@ -287,11 +314,17 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             a.offsets.commit("audit", "Shared", 0, 8)
             await caught_up(a, b)
             await until(lambda: b.offsets.query("audit", "Shared", 0) == 8)
+            assert b.topics.get("Old") == TopicConfig("Old", 1, 1, 6)
+            for r in (a, b):  # a topic no record names (made after the baseline), with a message before the cut
+                r.topics.topics["Side"] = TopicConfig("Side", 1, 1, 6)
+            assert a.store.put(req("Side", 0, b"before")).ok
+            await caught_up(a, b)
         common = b.store.commitlog_max_offset
         # A alone (its followers gone, it still thinks it is master): nothing of this is acknowledged.
         a.topics.put(TopicConfig("Shared", 4, 4, 6))
         a.topics.put(TopicConfig("Ghost", 2, 2, 6))
         a.topics.put(TopicConfig("Old", 2, 2, 6))
+        a.topics.put(TopicConfig("Side", 2, 2, 6))
         assert a.store.put(req("Ghost", 0, b"never acknowledged")).ok
         a.groups.put(SubscriptionGroupConfig("billing", retry_max_times=9))
         a.groups.put(SubscriptionGroupConfig("lost"))
@@ -345,8 +378,9 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             assert r.offsets.query("audit", "Shared", 0) == 8
             assert r.schedule.level_timers[0].offset == 0
         assert a.store.queue_ids("Ghost") == []
-        # No kept record gives Old's earlier value, but it held a message before the cut: kept.
-        assert a.topics.get("Old") == TopicConfig("Old", 2, 2, 6) and a.store.max_offset("Old", 0) == 1
+        assert a.topics.get("Old") == TopicConfig("Old", 1, 1, 6)  # the baseline's value
+        # No kept record gives Side's earlier value, but it held a message before the cut: kept.
+        assert a.topics.get("Side") == TopicConfig("Side", 2, 2, 6) and a.store.max_offset("Side", 0) == 1
         assert a.log.applier.applied == meta_end(a) == meta_end(b)
         await a.log.stop()
         root = a.root
