@@ -180,10 +180,11 @@ class MetadataApplier:
 
     async def rewind(self, first: int, cut: list[Change], at: int) -> metarewind.Plan:
         """Before a truncation at CommitLog offset ``at`` cuts the records from metadata queue
-        offset ``first`` on (their changes: ``cut``): set what they touched back to what the records before ``first`` give
-        it (:mod:`tidemq.broker.ha.metarewind`); applying continues at ``first``. Done again after
-        a crash: until the cut, a restart applies the tail again and the handshake cuts it again.
-        The kept records are read a batch per loop step (a long log must not stall the loop)."""
+        offset ``first`` on (their changes: ``cut``): set what they touched back to what the
+        records before ``first`` give it (:mod:`tidemq.broker.ha.metarewind`); applying continues
+        at ``first``. Done again after a crash: until the cut, a restart applies the tail again and
+        the handshake cuts it again. The kept records are read a batch per loop step (a long log
+        must not stall the loop)."""
         store, m = self.store, self.m
         low = store.min_offset(METADATA_TOPIC, METADATA_QUEUE)
         self.applied = min(self.applied, first)

@@ -33,8 +33,8 @@ A replica that cuts a diverged tail (``truncate``) undoes the metadata changes o
 (:mod:`tidemq.broker.ha.metarewind`): each key they named gets what the kept log gives it.
 
 Known limits: a topic deleted in a cut tail is set again but its consume queues went with the
-deletion; the delivery timer's progress does not go back; a follower's deletion of a topic re-created in the same replication frame
-marks the store's deletion at the frame's end.
+deletion; the delivery timer's progress does not go back; a follower's deletion of a topic
+re-created in the same replication frame marks the store's deletion at the frame's end.
 """
 
 from __future__ import annotations
@@ -176,8 +176,6 @@ class MetadataLog:
         Raises StoreError (the follower retries the handshake) when any step fails; the log then
         keeps its tail and its changes are applied again, as before."""
         store = self.store
-        if not store.is_record_boundary(at):
-            raise StoreError(f"cannot truncate the commitlog at {at}: no record starts there")
         store.dispatch_replicated()  # every record appended is in the metadata queue
         applier = self.applier
         first, cut = await applier.cut_changes(at)
@@ -186,12 +184,12 @@ class MetadataLog:
             if not await self._persist():
                 raise StoreError("the metadata undone for the cut could not be written; the log is not cut")
             await store.truncate(at)
-        except BaseException as exc:
+        except BaseException as exc:  # the store refused the cut point, a write failed, ...
             applier.apply_until(store.max_offset(METADATA_TOPIC, METADATA_QUEUE))  # what is left
-            if isinstance(exc, (StoreError, OSError)) or not isinstance(exc, Exception):
-                raise
-            log.exception("undoing the metadata of the cut tail failed")
-            raise StoreError(f"undoing the metadata of the cut tail failed: {exc!r}") from exc
+            if isinstance(exc, Exception) and not isinstance(exc, (StoreError, OSError)):
+                log.exception("undoing the metadata of the cut tail failed")
+                raise StoreError(f"undoing the metadata of the cut tail failed: {exc!r}") from exc
+            raise
 
     # ---------------------------------------------------------------------------- the admin's side
     def check(self) -> None:
@@ -254,7 +252,8 @@ class MetadataLog:
         """The first master of a log that has no metadata record yet (a broker that ran before
         ``--coordination``, or a new group) writes what its managers hold first: topics (but the
         broker's own), groups and offsets, so followers learn them and the log is the whole
-        history. Checked once per process, before the first record appended here."""
+        history. Checked once per process, before the first record appended here (a new master's
+        first batch round appends its delay progress at least)."""
         if self._baselined:
             return
         self._baselined = True
@@ -331,7 +330,6 @@ class MetadataLog:
             try:
                 master = self.may_record()
                 if master and not self._master:
-                    self._ensure_baseline()
                     self._promoting = self.store.commitlog_max_offset
                 elif not master:
                     self._promoting = None
