@@ -376,6 +376,22 @@ def test_e2e_workflow_pins_its_tools_and_loads_images_kind_can_import():
         "load images with docker save + kind load image-archive (e2e/kind.py)")
 
 
+def test_bench_workflow_runs_the_replicated_rows_with_options_compare_accepts():
+    """bench.yml (issue 17's speed rows on a 4-core runner): it installs the servers the
+    replicated rows start, and every option it gives bench/compare.py is one compare.py has."""
+    wf = workflows()["bench.yml"]
+    assert "workflow_dispatch" in wf["on"], "bench.yml must be runnable on demand"
+    scripts = "\n".join(script_text(s["run"]) for _j, _job, s in steps(wf) if s.get("run"))
+    for package in ("redis-server", "nats-server", "etcd-server"):
+        assert package in scripts, f"bench.yml must install {package}"
+    lines = [ln for ln in scripts.replace("\\\n", " ").splitlines() if "bench/compare.py" in ln]
+    assert lines, "bench.yml must run bench/compare.py"
+    given = {w for ln in lines for w in shlex.split(ln) if w.startswith("--")}
+    assert {"--replicated", "--write"} <= given, given
+    known = set(re.findall(r"add_argument\(\"(--[\w-]+)\"", (ROOT / "bench" / "compare.py").read_text()))
+    assert given <= known, f"bench.yml gives compare.py options it does not have: {sorted(given - known)}"
+
+
 def test_every_job_has_a_timeout_and_pinned_actions():
     problems = []
     for name, wf in workflows().items():
