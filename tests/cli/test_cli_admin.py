@@ -55,6 +55,26 @@ def test_update_topic_by_cluster_and_by_broker_then_route_and_list(cluster):
     assert [(q["readQueueNums"], q["writeQueueNums"]) for q in rt["queueDatas"]] == [(2, 5)]
 
 
+async def test_update_topic_attributes_set_kept_and_removed(cluster):
+    """mqadmin 5's `updateTopic -a`: +key=value sets, -key removes, unnamed keys keep their value;
+    a key the broker does not know is refused with its sentence and changes nothing."""
+    async def attributes() -> dict:
+        resp = await broker_request(cluster.broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        return json_body(resp)["topicConfigTable"]["AdmAttrs"].get("attributes") or {}
+
+    made = admin(cluster, "updateTopic", "-c", cluster.cluster_name, "-t", "AdmAttrs", "-r", "2", "-w", "2",
+                 "-a", "+message.type=FIFO").ok()
+    assert "attributes=+message.type=FIFO]" in made.out
+    assert await attributes() == {"message.type": "FIFO"}
+    create(cluster, "AdmAttrs", 3)  # no -a: the attribute stays
+    assert await attributes() == {"message.type": "FIFO"}
+    bad = admin(cluster, "updateTopic", "-c", cluster.cluster_name, "-t", "AdmAttrs", "-a", "+no.such.key=1")
+    assert_clean_failure(bad, "no.such.key")
+    assert await attributes() == {"message.type": "FIFO"}
+    create(cluster, "AdmAttrs", 3, "-a", "-message.type")
+    assert await attributes() == {}
+
+
 async def test_concurrent_topic_updates_all_succeed(cluster):
     """What two `tidemq admin updateTopic` (or mqadmin) runs at the same moment send."""
     client = RemotingClient()

@@ -29,6 +29,9 @@ def _cases(tmp, held: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
         "zero-read-queues": (("admin", "updateTopic", "-n", NS, "-c", "C", "-t", "T", "-r", "0"), ("-r", "0 is not in the range")),
         "perm-5": (("admin", "updateTopic", "-n", NS, "-c", "C", "-t", "T", "-p", "5"), ("--perm", "'5'")),
         "order-not-bool": (("admin", "updateTopic", "-n", NS, "-c", "C", "-t", "T", "-o", "maybe"), ("-o", "maybe")),
+        "attributes-no-sign": (("admin", "updateTopic", "-n", NS, "-c", "C", "-t", "T", "-a", "message.type=FIFO"),
+                               ("--attributes", "message.type=FIFO", "+key=value")),
+        "attributes-twice": (("admin", "updateTopic", "-n", NS, "-c", "C", "-t", "T", "-a", "+a=1,-a"), ("--attributes", "twice")),
         "missing-namesrv": (("admin", "clusterList"), ("Missing option", "-n")),
         "namesrv-bad-listen": (("namesrv", "--listen", "foo:bar"), ("--listen", "foo:bar")),
         "broker-bad-listen": (("broker", "--listen", "nope", "--store", store), ("--listen", "nope")),
@@ -68,7 +71,8 @@ def runs(tmp_path_factory):
 
 
 NAMES = [
-    "missing-topic", "both-c-and-b", "neither-c-nor-b", "zero-read-queues", "perm-5", "order-not-bool",
+    "missing-topic", "both-c-and-b", "neither-c-nor-b", "zero-read-queues", "perm-5", "order-not-bool", "attributes-no-sign",
+    "attributes-twice",
     "missing-namesrv", "namesrv-bad-listen", "broker-bad-listen", "broker-bad-namesrv",
     "unknown-admin-command", "unknown-command", "unreachable-namesrv", "unreachable-namesrv-send",
     "send-empty-body", "config-not-key-value", "config-bad-toml", "config-bad-port", "config-missing",

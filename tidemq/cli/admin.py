@@ -19,6 +19,7 @@ from tidemq.client.route import ClusterInfo
 from tidemq.client.validation import DLQ_GROUP_TOPIC_PREFIX, NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from tidemq.errors import AdminError, ClientError, TideMQError
 from tidemq.message import MessageExt
+from tidemq.remoting.headers.admin import decode_attributes
 from tidemq.remoting.headers.replica import HA_EPOCH, HA_IN_SYNC, HA_REPLICA_ID, HA_ROLE, MAX_REPLICA_ID
 
 T = TypeVar("T")
@@ -82,16 +83,25 @@ def admin_group() -> None:
 @click.option("-w", "--writeQueueNums", "write", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("-p", "--perm", type=click.Choice(["2", "4", "6"]), default="6", show_default=True, help="2 write, 4 read, 6 both.")
 @click.option("-o", "--order", default=None, help="true|false")
+@click.option("-a", "--attributes", default=None,
+              help="RocketMQ 5 topic attributes: +key=value sets, -key removes, comma-separated "
+                   "(e.g. +message.type=FIFO); those not named keep their value.")
 @user_errors
-def update_topic(namesrv, cluster, broker, topic, read, write, perm, order) -> None:
+def update_topic(namesrv, cluster, broker, topic, read, write, perm, order, attributes) -> None:
     """Create or update a topic."""
     target = _target(cluster, broker)
     is_order = _bool(order, "-o") or False
+    try:  # checked here, as a broker would refuse it, before anything is sent
+        changes = dict(decode_attributes(attributes or ""))
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc} (write +key=value,-key2)", param_hint="'-a' / '--attributes'") from None
     done = _with_admin(namesrv, lambda a: a.create_topic(topic, read_queues=read, write_queues=write, perm=int(perm), order=is_order,
-                                                          cluster=target["cluster"], broker_addr=target["broker_addr"]))
+                                                          cluster=target["cluster"], broker_addr=target["broker_addr"],
+                                                          attributes=changes or None))
     for addr in done:
         click.echo(f"create topic to {addr} success.")
-    click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, perm={perm}, order={is_order}]")
+    shown = f", attributes={attributes}" if changes else ""
+    click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, perm={perm}, order={is_order}{shown}]")
 
 
 @admin_group.command("deleteTopic")
