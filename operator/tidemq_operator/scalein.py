@@ -13,7 +13,8 @@ group and pass (:func:`plan_group`):
   consumed (:func:`undrained`, the Topic shrink's rule: a queue with retained messages and no
   consumer group's offsets counts as undrained; retention or deleting the topic ends the wait), or
   the group still holds delayed or timer messages not delivered into their topic yet
-  (:func:`undelivered`: they would be lost with it).
+  (:func:`undelivered`: they would be lost with it), or transactional messages not committed or
+  rolled back yet (:func:`unresolved`: their commit and the check-back go to this group).
 - WAIT_QUIET once drained, until ``grace`` seconds (--drain-grace, longer than a client's route
   refresh and its offset commit interval) have passed since writes stopped; the consumption
   check that lets the group go is the one made in that later pass.
@@ -56,6 +57,7 @@ SYSTEM_PREFIXES = ("rmq_sys_", "%DLQ%")
 REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"  # request-reply answers, read by the requester only while it waits
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages: queue level - 1, delivered into their topic when due
 TIMER_TOPIC = "rmq_sys_wheel_timer"     # timer messages (a delivery time of their own): queue 0
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # transactional messages not committed yet: queue 0
 MAX_NAMED_TOPICS = 3  # topics a message names before "..."
 
 
@@ -161,6 +163,16 @@ def undelivered(levels: Mapping[int, int], level_max: Mapping[int, int], timer: 
     if timer is not None and timer_max > timer:
         out[TIMER_TOPIC] = (0,)
     return out
+
+
+def unresolved(half_progress: int | None, half_max: int) -> dict[str, tuple[int, ...]]:
+    """The half queue of a broker still holding transactional messages its producers have not
+    committed or rolled back (their commit or the broker's check-back needs this broker):
+    ``half_progress`` is its transaction checker's progress (every half message below it is
+    resolved; None when not reported), ``half_max`` the half queue's max offset."""
+    if half_progress is not None and half_max > half_progress:
+        return {HALF_TOPIC: (0,)}
+    return {}
 
 
 def _what_is_left(left: Mapping[str, tuple[int, ...]]) -> str:

@@ -36,6 +36,7 @@ from tidemq.errors import BrokerError, TideMQError
 from tidemq.operator import adminpool, brokers, groupops, grouproll, rollout, scalein, workloads
 from tidemq.operator.scalein import Action, GroupStep, Observation
 from tidemq.remoting import ResponseCode
+from tidemq.remoting.headers.admin import TRANSACTION_HALF_PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ async def _observe(admin: Admin, addr: str) -> Observation:
         ranges[topic] = dict(zip(ids, got, strict=True))
     committed = await admin.broker_consumer_offsets(addr)  # after the offsets: never newer than them
     left = scalein.undrained(topics, ranges, committed)
-    return Observation(writable, {**left, **await _undelivered(admin, addr)})
+    return Observation(writable, {**left, **await _undelivered(admin, addr), **await _unresolved(admin, addr)})
 
 
 async def _undelivered(admin: Admin, addr: str) -> dict[str, tuple[int, ...]]:
@@ -171,6 +172,21 @@ async def _undelivered(admin: Admin, addr: str) -> dict[str, tuple[int, ...]]:
     level_max = {lv: (await admin.queue_offset_range(addr, scalein.SCHEDULE_TOPIC, lv - 1))[1] for lv in levels}
     timer_max = (await admin.queue_offset_range(addr, scalein.TIMER_TOPIC, 0))[1] if timer is not None else 0
     return scalein.undelivered(levels, level_max, timer, timer_max)
+
+
+async def _unresolved(admin: Admin, addr: str) -> dict[str, tuple[int, ...]]:
+    """The group's transactional messages not committed or rolled back yet (the checker's
+    progress read before the half queue's max offset: never ahead of it)."""
+    progress = (await admin.get_broker_runtime_info(addr)).get(TRANSACTION_HALF_PROGRESS)
+    if progress is None:
+        log.warning("broker %s does not report its transaction check progress (older TideMQ): the scale-in "
+                    "cannot wait for its open transactions", addr)
+        return {}
+    try:
+        done = int(progress)
+    except ValueError:
+        raise TideMQError(f"{TRANSACTION_HALF_PROGRESS} {progress!r} is not a number") from None
+    return scalein.unresolved(done, (await admin.queue_offset_range(addr, scalein.HALF_TOPIC, 0))[1])
 
 
 async def _retire(c: dict[str, Any], group: int, namespace: str, replicated: bool, since: float | None,

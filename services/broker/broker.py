@@ -204,7 +204,8 @@ class Broker:
                 settings=settings, replace=self._replace_config,
                 reregister=lambda: self.topics_changed(persist=False)), callers=callers),
             RuntimeProcessor(RuntimeService(broker_name=config.broker_name, store=self.store,
-                                            totals=self.metrics.totals, replica=self.replica, clock=clock)),
+                                            totals=self.metrics.totals, replica=self.replica, clock=clock,
+                                            half_progress=lambda: self.transactions.half_progress)),
             DelayProgressProcessor(self.schedule.progress),
         ):
             self.handlers.update(family.handlers())

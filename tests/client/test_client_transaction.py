@@ -17,6 +17,7 @@ import pytest
 
 from tests.procs import Cluster
 from tidemq.client import (
+    Admin,
     ClientConfig,
     LocalTransactionState,
     PullConsumer,
@@ -25,6 +26,7 @@ from tidemq.client import (
     TransactionSendResult,
 )
 from tidemq.client.pull import PullStatus
+from tidemq.remoting.headers.admin import TRANSACTION_HALF_PROGRESS
 from tidemq.client.send import SendStatus
 from tidemq.client.transaction import build_end_transaction, coerce_state
 from tidemq.errors import ClientError
@@ -45,6 +47,7 @@ PATIENT_TX_ARGS = ["--transaction-timeout", str(PATIENT_TIMEOUT), "--transaction
                    "--transaction-check-max", "3"]
 SETTLE = PATIENT_TIMEOUT + 1.0  # past timeout + check interval, with slack
 QUEUES = 2
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
 # A bound per test body (the module's clusters' start is not counted).
@@ -190,6 +193,30 @@ async def test_unknown_state_is_checked_back_and_the_answer_decides(txp, answer)
         final = await visible(txc, topic)
         assert len(listener.checked) == 1  # resolved by the answer: not asked again
     assert len(final) == (1 if answer is COMMIT else 0)
+
+
+async def test_runtime_info_reports_the_check_progress_until_the_transaction_resolves(txp):
+    """transactionHalfProgress (GET_BROKER_RUNTIME_INFO): below the half queue's end while a
+    transaction is open, at the end once its check-back committed it (what a scale-in waits for)."""
+    topic, group = names()
+    await create_topic(txp, topic, QUEUES)
+
+    async def progress_and_end() -> tuple[int, int]:
+        async with Admin(txp.namesrv_addr) as admin:
+            done = int((await admin.get_broker_runtime_info(txp.broker_addr))[TRANSACTION_HALF_PROGRESS])
+            return done, (await admin.queue_offset_range(txp.broker_addr, HALF_TOPIC, 0))[1]
+
+    listener = Listener(UNKNOW, check=COMMIT)
+    async with TransactionProducer(group, listener, config=cfg(txp)) as p:
+        await p.send_message_in_transaction(Message(topic, b"open"))
+        done, end = await progress_and_end()
+        assert done < end, (done, end)  # open: the checker cannot pass it
+        await wait_until(lambda: listener.checked, "the broker to check the transaction back")
+
+        async def resolved() -> bool:
+            now, _ = await progress_and_end()
+            return now >= end
+        await wait_until(resolved, "the checker's progress past the committed half message", timeout=15)
 
 
 async def test_another_producer_of_the_group_answers_for_a_crashed_one(txp):

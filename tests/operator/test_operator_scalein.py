@@ -103,6 +103,13 @@ def test_delayed_and_timer_messages_not_delivered_yet_hold_the_group():
     assert scalein.undelivered({}, {3: 1}, None, 0) == {scalein.SCHEDULE_TOPIC: (2,)}  # no progress: none delivered
 
 
+def test_open_transactions_hold_the_group():
+    assert scalein.unresolved(4, 5) == {scalein.HALF_TOPIC: (0,)}  # a half message the checker cannot pass
+    assert scalein.unresolved(5, 5) == {}
+    assert scalein.unresolved(0, 0) == {}  # never had a transaction
+    assert scalein.unresolved(None, 9) == {}  # a broker that does not report its progress (older TideMQ)
+
+
 def test_conditions_while_scaling_in():
     base = [("Ready", True, "AllReady", ""), ("Progressing", False, "Idle", ""),
             ("Degraded", True, "ReplicasNotReady", "fewer ready replicas than desired: demo-broker-0")]
@@ -172,6 +179,7 @@ from tests.support import rbac  # noqa: E402
 from tests.support.kube import ThreadedEmulator  # noqa: E402
 from tidemq.client.admin import Admin  # noqa: E402
 from tidemq.client.route import MessageQueue, Perm  # noqa: E402
+from tidemq.client import ClientConfig, LocalTransactionState, SyncTransactionProducer  # noqa: E402
 from tidemq.client.sync import SyncPullConsumer, SyncProducer  # noqa: E402
 from tidemq.message import Message  # noqa: E402
 from tidemq.operator import workloads  # noqa: E402
@@ -181,6 +189,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:Deprec
 CLUSTER = "si"
 RETIRING = f"{CLUSTER}-broker-1"
 CLAIM = f"data-{RETIRING}-0"
+# Open transactions are checked back 1 s after their half message, every 0.3 s (RocketMQ: 6 s, 60 s).
+TX_ARGS = ("--transaction-timeout", "1", "--transaction-check-interval", "0.3")
 
 
 class Brokers:
@@ -199,7 +209,8 @@ class Brokers:
             self.procs.append(ServerProcess(tidemq_cmd(
                 "broker", "-n", self.namesrv_addr, "--listen", f"{ip}:{self.port}", "--store", str(root / f"store-{g}"),
                 "--cluster", CLUSTER, "--broker-name", workloads.broker_name(CLUSTER, g),
-                "--metrics-listen", f"{ip}:{metrics}"), root / f"broker-{g}.log", f"http://{ip}:{metrics}/readyz"))
+                "--metrics-listen", f"{ip}:{metrics}", *TX_ARGS), root / f"broker-{g}.log",
+                f"http://{ip}:{metrics}/readyz"))
 
     @staticmethod
     def ip(group: int) -> str:
@@ -371,6 +382,47 @@ def test_a_lowered_group_stops_writes_drains_then_goes_keeping_its_claim(kube, o
                         condition(o, "Ready").get("status") == "True" and o)
     assert condition(obj, "Degraded")["status"] == "False" and not obj["status"].get("scaleIn")
     assert any(f"{CLAIM}" in m and "PVCs kept" in m for m in events(core, "ScaleIn"))
+
+
+class Answer:
+    """A transaction listener whose local transaction is open until ``state`` says otherwise."""
+
+    def __init__(self) -> None:
+        self.state = LocalTransactionState.UNKNOW
+        self.checks = 0
+
+    def execute_local_transaction(self, msg, arg) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg) -> LocalTransactionState:
+        self.checks += 1
+        return self.state
+
+
+@pytest.mark.slow  # ~10 s; the default suite covers the drain of topic queues
+def test_an_open_transaction_holds_the_retiring_group_until_it_is_resolved(kube, operator, brokers):
+    """A transactional producer's half message on the retiring group: its commit or the broker's
+    check-back need that group, so it stays until the transaction is resolved."""
+    _, api = kube
+    apps = kubernetes.client.AppsV1Api(api)
+    two_groups(kube, operator, brokers)
+    topic = f"ScaleTx_{uuid.uuid4().hex[:6]}"
+    brokers.call(lambda a: a.create_topic(topic, 1, 1, broker_addr=brokers.addr(1)))  # only on the retiring group
+    operator.wait("the topic routed on the retiring group", lambda: brokers.route_writable(topic, 1))
+    answer = Answer()
+    with SyncTransactionProducer(f"si_tx_{uuid.uuid4().hex[:6]}", answer,
+                                 config=ClientConfig(name_servers=brokers.namesrv_addr)) as p:
+        p.send_message_in_transaction(Message(topic, b"open"))
+        lower_to_one(kube)
+        obj = operator.wait("Draining, naming the half queue", lambda: (o := get(kube, "Cluster", CLUSTER)) and
+                            [r.get("phase") for r in o["status"].get("scaleIn") or ()] == ["Draining"] and o)
+        assert "RMQ_SYS_TRANS_HALF_TOPIC [0]" in condition(obj, "Degraded")["message"], condition(obj, "Degraded")
+        operator.wait("the transaction checked back", lambda: answer.checks > 0)
+        time.sleep(2.5)  # well past the 1 s drain grace: the open transaction holds the group
+        assert exists(apps.read_namespaced_stateful_set, RETIRING), operator.log()
+        answer.state = LocalTransactionState.ROLLBACK_MESSAGE
+        operator.wait("the group deleted once the transaction is rolled back",
+                      lambda: not exists(apps.read_namespaced_stateful_set, RETIRING))
 
 
 @pytest.mark.slow  # ~11 s; the default suite covers the drain and a kept claim

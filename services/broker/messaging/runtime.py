@@ -49,18 +49,24 @@ class BrokerRuntime:
     unflushed_bytes: int  # CommitLog bytes written but not known to be on disk yet
     disk_usage_ratio: float
     replica: ReplicaStatus | None  # None: not a replica (no --coordination)
+    # The transaction checker's progress in the half queue: every half message below it is
+    # committed, rolled back or discarded (the scale-in waits until it reaches the queue's end).
+    transaction_half_progress: int = 0
 
 
 class RuntimeService:
     """``totals`` gives (messages stored, messages served) since the broker started; ``replica``
-    is the broker's ReplicaService, or None without ``--coordination``."""
+    is the broker's ReplicaService, or None without ``--coordination``; ``half_progress`` the
+    transaction checker's progress offset in the half queue."""
 
     def __init__(self, *, broker_name: str, store: MessageStore, totals: Callable[[], tuple[int, int]],
-                 replica: Replica | None, clock: Callable[[], float]) -> None:
+                 replica: Replica | None, clock: Callable[[], float],
+                 half_progress: Callable[[], int] = lambda: 0) -> None:
         self._broker_name = broker_name
         self._store = store
         self._totals = totals
         self._replica = replica
+        self._half_progress = half_progress
         self._boot_ms = int(clock() * 1000)
 
     def runtime(self) -> BrokerRuntime:
@@ -77,6 +83,7 @@ class RuntimeService:
             unflushed_bytes=max(0, max_offset - int(stats["flushed_offset"])),
             disk_usage_ratio=float(stats["disk_usage_ratio"]),
             replica=None if self._replica is None else self._replica.status(),
+            transaction_half_progress=self._half_progress(),
         )
 
     async def switchover(self, broker_name: str, to: int | None) -> int:

@@ -5,7 +5,8 @@ GET_BROKER_RUNTIME_INFO answers RocketMQ's KVTable body ``{"table": {key: string
 of RocketMQ's ``AdminBrokerProcessor.prepareRuntimeInfo`` this broker can fill honestly
 (``brokerVersionDesc``, ``brokerVersion``, ``msgPutTotalTodayNow``, ``msgGetTotalTodayNow``,
 ``bootTimestamp``, ``commitLogMinOffset``, ``commitLogMaxOffset``, ``remainHowManyDataToFlush``,
-``commitLogDiskRatio``) and, for a replica, the ``ha*`` keys of
+``commitLogDiskRatio``), TideMQ's ``transactionHalfProgress`` (the transaction checker's offset in
+the half queue: every half message below it is resolved) and, for a replica, the ``ha*`` keys of
 :mod:`tidemq.remoting.headers.replica`. SWITCHOVER decodes its header there too and answers
 SUCCESS with ``replicaId``, or the refusal's code and sentence.
 """
@@ -22,6 +23,7 @@ from tidemq.errors import BrokerError
 from tidemq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from tidemq.remoting.codes import SERVER_VERSION
 from tidemq.remoting.headers import replica as ha
+from tidemq.remoting.headers.admin import TRANSACTION_HALF_PROGRESS
 from tidemq.remoting.headers.replica import SwitchoverHeader, decode_switchover_header, id_list, lag_list
 
 # RocketMQ's MQVersion name of the protocol version this broker answers with (SERVER_VERSION).
@@ -40,6 +42,7 @@ def runtime_table(rt: BrokerRuntime) -> dict[str, str]:
         "commitLogMaxOffset": str(rt.commitlog_max_offset),
         "remainHowManyDataToFlush": str(rt.unflushed_bytes),
         "commitLogDiskRatio": repr(rt.disk_usage_ratio),
+        TRANSACTION_HALF_PROGRESS: str(rt.transaction_half_progress),
     }
     s = rt.replica
     if s is not None:

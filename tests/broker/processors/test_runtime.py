@@ -62,6 +62,7 @@ def test_a_plain_broker_answers_rocketmqs_keys_it_can_fill_and_no_ha_keys():
         "brokerVersionDesc": "TideMQ 0.1.0 (V4_9_7)", "brokerVersion": "407", "msgPutTotalTodayNow": "7",
         "msgGetTotalTodayNow": "3", "bootTimestamp": "1700000000500", "commitLogMinOffset": "0",
         "commitLogMaxOffset": "5000", "remainHowManyDataToFlush": "1000", "commitLogDiskRatio": "0.25",
+        "transactionHalfProgress": "0",
     }
     assert not set(RUNTIME_KEYS) & set(t)
 

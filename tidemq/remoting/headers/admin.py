@@ -70,6 +70,12 @@ def decode_create_topic_header(fields: Mapping[str, str]) -> CreateTopicHeader:
 MAX_ATTRIBUTES_LENGTH = 4096  # a handful of short keys; far above what RocketMQ defines
 
 
+# GET_BROKER_RUNTIME_INFO: TideMQ's key (not RocketMQ's), the transaction checker's progress offset
+# in the half queue (RMQ_SYS_TRANS_HALF_TOPIC, queue 0): every half message below it is committed,
+# rolled back or discarded. A scale-in waits until it reaches the queue's max offset.
+TRANSACTION_HALF_PROGRESS = "transactionHalfProgress"
+
+
 def decode_attributes(text: str) -> tuple[tuple[str, str | None], ...]:
     """``+k=v,-k2`` -> ((k, v), (k2, None)); ValueError naming the bad item (as RocketMQ's
     AttributeParser refuses it: no sign, a set without a value, a key twice)."""
