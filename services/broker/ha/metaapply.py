@@ -209,8 +209,7 @@ class MetadataApplier:
                     ", delay progress" if plan.delay else "", ", checker progress" if plan.transactions else "")
         if plan.restored_topics:
             log.warning("metadata: topic(s) %s were deleted in the cut tail and are set again; their consume "
-                        "queues went with the deletion: their messages before it are no longer served here",
-                        ", ".join(plan.restored_topics))
+                        "queues are rebuilt from the commitlog once the log is cut", ", ".join(plan.restored_topics))
         if plan.unknown:
             log.warning("metadata: kept as they are (no kept record gives their earlier value: the metadata "
                         "queue's oldest records are gone, or they never were in it): %s",

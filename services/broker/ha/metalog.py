@@ -32,9 +32,13 @@ Invariants:
 A replica that cuts a diverged tail (``truncate``) undoes the metadata changes of the cut records
 (:mod:`tidemq.broker.ha.metarewind`): each key they named gets what the kept log gives it.
 
-Known limits: a topic deleted in a cut tail is set again but its consume queues went with the
-deletion; the delivery timer's progress does not go back; a follower's deletion of a topic
-re-created in the same replication frame marks the store's deletion at the frame's end.
+A topic deleted in the cut tail is set again and its consume queues, gone with the deletion, are
+rebuilt from the CommitLog below the cut (the store's truncate, ``undeleted``).
+
+Known limits: the delivery timer's progress does not go back; a follower's deletion of a topic
+re-created in the same replication frame marks the store's deletion at the frame's end (so a
+deletion kept by the cut but marked past it is forgotten if the same topic's later deletion was
+cut, and that topic's records of before it come back in the rebuild).
 """
 
 from __future__ import annotations
@@ -180,10 +184,10 @@ class MetadataLog:
         applier = self.applier
         first, cut = await applier.cut_changes(at)
         try:
-            await applier.rewind(first, cut, at)
+            plan = await applier.rewind(first, cut, at)
             if not await self._persist():
                 raise StoreError("the metadata undone for the cut could not be written; the log is not cut")
-            await store.truncate(at)
+            await store.truncate(at, undeleted=plan.restored_topics)
         except BaseException as exc:  # the store refused the cut point, a write failed, ...
             applier.apply_until(store.max_offset(METADATA_TOPIC, METADATA_QUEUE))  # what is left
             if isinstance(exc, Exception) and not isinstance(exc, (StoreError, OSError)):

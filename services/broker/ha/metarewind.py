@@ -55,7 +55,7 @@ class Plan:
     offsets: dict[OffsetKey, int | None] = field(default_factory=dict)
     delay: DelayProgress | None = None  # the progress to go back to (None: untouched)
     transactions: TransactionProgress | None = None
-    restored_topics: tuple[str, ...] = ()  # deleted in the cut tail, set again: their queues are gone
+    restored_topics: tuple[str, ...] = ()  # deleted in the cut tail, set again: their queues are rebuilt
     # What a cut record named that no kept record does, with part of the history gone: kept as is.
     unknown: list[str] = field(default_factory=list)
 

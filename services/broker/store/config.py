@@ -100,6 +100,10 @@ class StoreConfig:
         return self.root / "deletedTopics.json"
 
     @property
+    def rebuild_topics_path(self) -> pathlib.Path:
+        return self.root / "rebuildTopics.json"
+
+    @property
     def checkpoint_path(self) -> pathlib.Path:
         return self.root / "checkpoint"
 

@@ -32,10 +32,10 @@ import logging
 import mmap
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tidemq.errors import CodecError, StoreCorruptError
+from tidemq.errors import CodecError, StoreCorruptError, StoreError
 from tidemq.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
@@ -49,7 +49,7 @@ from tidemq.broker.store.commitlog import BLANK, FILLER_MIN, CommitLog
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.dispatch import Dispatcher, enters_consume_queue
 from tidemq.broker.store.index import IndexService
-from tidemq.broker.store.jsonfile import read_json
+from tidemq.broker.store import deletions
 from tidemq.broker.store.mapped_file import LazyMappedFile, MappedFile
 from tidemq.broker.store.queues import QueueTable
 from tidemq.broker.store.replay import Replayer, ScheduleTagsCode
@@ -125,6 +125,28 @@ def _unwritten_between(seg: MappedFile, rel: int, limit: int, half_written: bool
             return True
         b += PAGE
     return False
+
+
+def walk_records(commitlog: CommitLog, start: int, end: int) -> Iterator[tuple[int, RecordHeader]]:
+    """Each record of a live CommitLog in [``start``, ``end``) with its offset (``start`` a
+    record boundary; read only, no CRC check: the records were validated when written or
+    replicated). StoreError at bytes that are not a record."""
+    segs = commitlog.segments
+    if not segs:
+        return
+    pos = max(start, segs[0].start)
+    while pos < end:
+        seg = segs[(pos - segs[0].start) // commitlog.segment_size]
+        rel = pos - seg.start
+        total, magic = BLANK.unpack_from(seg.mm, rel) if seg.size - rel >= 8 else (0, 0)
+        if seg.size - rel < 8 or (magic == BLANK_MAGIC and total == seg.size - rel):
+            pos = seg.end
+            continue
+        res = validate_record(seg, rel, False)
+        if isinstance(res, str):
+            raise StoreError(f"commitlog offset {pos} (segment {seg.path}): {res}")
+        yield pos, res
+        pos += res.total_size
 
 
 def scan_commitlog(
@@ -299,7 +321,8 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
         walk_from = min(cq_from, idx_from, durable - 1 - (durable - 1) % commitlog.segment_size)
     else:
         walk_from = cl_min
-    deleted = {str(k): int(v) for k, v in (read_json(cfg.deleted_topics_path, {}, backup=False) or {}).items()}
+    deleted = deletions.latest(deletions.load(cfg.deleted_topics_path))
+    rebuild_topics = set(deletions.load_rebuild(cfg.rebuild_topics_path))
     replayer = Replayer(dispatcher, cq_from, idx_from, schedule_tags_code, deleted)
     units_before, indexed_before = dispatcher.queues.units_written, dispatcher.index.indexed
     check = QueueCheck(queues, cq_from, deleted)
@@ -319,8 +342,8 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     end = max(end, cl_min)
     units_written = dispatcher.queues.units_written - units_before
     indexed = dispatcher.index.indexed - indexed_before
-    if check.damaged:
-        _rebuild_queues(cfg, commitlog, queues, dispatcher, check, schedule_tags_code, deleted)
+    if check.damaged or rebuild_topics:
+        _rebuild_queues(cfg, commitlog, queues, dispatcher, check, schedule_tags_code, deleted, rebuild_topics)
     commitlog.ensure_active(end)
     gone = queues.truncate_past(end)
     if crash:  # after a clean shutdown every unit was flushed whole
@@ -402,21 +425,25 @@ class QueueCheck:
 
 def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, dispatcher: Dispatcher,
                     check: QueueCheck, schedule_tags_code: ScheduleTagsCode,
-                    deleted: dict[str, int]) -> None:
-    """Empty the damaged queues and re-dispatch their records from the start of the CommitLog
-    (validating every record on the way). QueueCheck marks only queues it found, so each
-    damaged queue exists: ``get_or_create`` just finds it."""
+                    deleted: dict[str, int], topics: frozenset[str] | set[str] = frozenset()) -> None:
+    """Empty the damaged queues and every queue of ``topics`` (a rebuild a crash interrupted:
+    deletions.py), and re-dispatch their records from the start of the CommitLog (validating
+    every record on the way). QueueCheck marks only queues it found, so each damaged queue
+    exists: ``get_or_create`` just finds it."""
     for topic, qid in check.damaged:
         destroy_all(queues.get_or_create(topic, qid).reset())  # before the rebuild re-creates the same names
+    for topic in topics:
+        for cq in list(queues.by_topic.get(topic, {}).values()):
+            destroy_all(cq.reset())
     rebuild = Replayer(dispatcher, commitlog.min_offset, 1 << 62, schedule_tags_code, deleted)
     wanted = set(check.damaged)
 
     def on_record(phys: int, h: RecordHeader) -> None:
-        if (h.topic, h.queue_id) in wanted:
+        if (h.topic, h.queue_id) in wanted or h.topic in topics:
             rebuild(phys, h)
 
     scan_commitlog(commitlog, commitlog.min_offset, -1, cfg.check_crc_on_recover, False, on_record)
-    for topic, qid in wanted:
+    for topic, qid in sorted(wanted | {(t, q) for t in topics for q in queues.by_topic.get(t, {})}):
         cq = queues.get_or_create(topic, qid)
         log.warning("consume queue %s/%d rebuilt from the commitlog: offsets %d..%d",
                     topic, qid, cq.min_offset, cq.max_offset)

@@ -33,13 +33,13 @@ import os
 import shutil
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tidemq.errors import StoreCorruptError, StoreError
 from tidemq.message import decode_record_header, encode_offset_msg_id
 
-from tidemq.broker.store import reader
+from tidemq.broker.store import deletions, reader
 from tidemq.broker.store.commitlog import CommitLog
 from tidemq.broker.store.config import FlushMode, StoreConfig
 from tidemq.broker.store.consume_queue import ConsumeQueue
@@ -52,11 +52,10 @@ from tidemq.broker.store.dispatch import (
 )
 from tidemq.broker.store.flush import CommitLogFlusher, LogicsFlusher, LogicsSnapshot
 from tidemq.broker.store.index import IndexService
-from tidemq.broker.store.jsonfile import read_json, write_json_atomic
 from tidemq.broker.store.mapped_file import StoreFile, fsync_dir
 from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit, soft_nofile_limit
-from tidemq.broker.store.recovery import recover, truncate_commitlog
+from tidemq.broker.store.recovery import recover, truncate_commitlog, walk_records
 from tidemq.broker.store.replay import SCHEDULE_TOPIC, Replayer, ScheduleTagsCode, default_schedule_tags_code
 from tidemq.broker.store.results import (  # re-exported: the store's API types
     GetResult,
@@ -80,6 +79,7 @@ log = logging.getLogger(__name__)
 # against its share of a page fault), and so does a run past the bound the buffer never outgrows.
 _PWRITE_MIN = 16 * 1024
 _PWRITE_MAX = 4 * 1024 * 1024
+REBUILD_STEP = 4096  # records walked between loop turns by a live consume-queue rebuild
 
 
 
@@ -165,6 +165,7 @@ class MessageStore:
             seg.flush()
         self._flusher.flushed = end
         self._logics.persist(self._snapshot())
+        deletions.save_rebuild(cfg.rebuild_topics_path, ())  # any queues it named are rebuilt and flushed now
         self._probe_disk()
         self._stats["recovered_messages"] = rec.scanned
         self._stats["crash_recoveries"] = int(crash)
@@ -426,11 +427,15 @@ class MessageStore:
                        run.records)
             self._last_store_ts = runs[-1].store_timestamp
 
-    async def truncate(self, offset: int) -> None:
+    async def truncate(self, offset: int, undeleted: Iterable[str] = ()) -> None:
         """Follower: cut the CommitLog at record boundary ``offset`` (what diverged from the
         master), drop consume-queue units pointing past it, and write the checkpoint, so neither
         a load nor a flush ever vouches for the cut records again. For a follower before it
-        streams: nothing may put or read meanwhile (segments past the cut are deleted)."""
+        streams: nothing may put or read meanwhile (segments past the cut are deleted).
+
+        ``undeleted``: topics whose deletion was in the cut tail (the metadata undo set them
+        again): their consume queues, gone with that deletion, are rebuilt from the CommitLog
+        below the cut (:meth:`_rebuild_topics`; finished at the next load if a crash interrupts)."""
         self.dispatch_replicated()  # a unit past the cut is then dropped with the rest
         cl = self._commitlog
         if offset == cl.write_pos:
@@ -439,12 +444,15 @@ class MessageStore:
             raise StoreError(f"cannot truncate the commitlog at {offset}: no record starts there")
         loop = asyncio.get_running_loop()
         cut_from = cl.write_pos
-        # A deletion marked past the cut would hide from replay the records a new master writes
-        # there for a topic of the same name: it moves to the cut.
-        deleted = read_json(self.config.deleted_topics_path, {}, backup=False) or {}
-        if any(v > offset for v in deleted.values()):
-            await loop.run_in_executor(self._io_exec, write_json_atomic, self.config.deleted_topics_path,
-                                       {k: min(v, offset) for k, v in deleted.items()})
+        path = self.config.deleted_topics_path
+        marks = deletions.load(path)
+        undeleted = sorted(t for t in set(undeleted) if any(m > offset for m in marks.get(t, ())))
+        after = deletions.cut(marks, offset, undeleted)
+        if undeleted:  # first: a crash from here on rebuilds them at the next load
+            await loop.run_in_executor(self._io_exec, deletions.save_rebuild, self.config.rebuild_topics_path,
+                                       undeleted)
+        if after != marks:
+            await loop.run_in_executor(self._io_exec, deletions.save, path, after)
         async with self._flusher.paused():  # no flush round may report a position past the cut
             # The checkpoint stops vouching for the bytes to be cut first: a crash in the middle
             # of the cut then loads like a torn tail, not like damaged acknowledged data.
@@ -457,6 +465,37 @@ class MessageStore:
         self._dirty.difference_update(gone)
         await loop.run_in_executor(self._io_exec, destroy_all, gone)
         await self._logics.checkpoint()
+        if undeleted:
+            await self._rebuild_topics(undeleted, deletions.latest(after), offset)
+
+    async def _rebuild_topics(self, topics: list[str], marks: dict[str, int], end: int) -> None:
+        """Empty the consume queues of ``topics`` and dispatch their records in the CommitLog
+        below ``end`` again (those below a topic's deletion mark stay skipped), yielding to the
+        loop every REBUILD_STEP records; then flush them and forget the rebuild file."""
+        loop = asyncio.get_running_loop()
+        for topic in topics:
+            for cq in list(self._queues.by_topic.get(topic, {}).values()):
+                gone = cq.reset()
+                self._dirty.difference_update(gone)
+                await loop.run_in_executor(self._io_exec, destroy_all, gone)
+        wanted = set(topics)
+        replay = Replayer(self._dispatcher, 0, 1 << 62, self._schedule_tags_code, marks)
+        cl = self._commitlog
+        start = max(min(marks.get(t, 0) for t in topics), cl.min_offset)
+        log.warning("rebuilding the consume queues of topic(s) %s from the commitlog [%d, %d): their deletion "
+                    "was cut", ", ".join(topics), start, end)
+        found = walked = 0
+        for phys, h in walk_records(cl, start, end):
+            walked += 1
+            if h.topic in wanted:
+                replay(phys, h)
+                found += 1
+            if walked % REBUILD_STEP == 0:
+                await asyncio.sleep(0)
+        await self._logics.checkpoint()
+        await loop.run_in_executor(self._io_exec, deletions.save_rebuild, self.config.rebuild_topics_path, ())
+        log.warning("consume queues of topic(s) %s rebuilt: %d message(s) of %d record(s) walked",
+                    ", ".join(topics), found, walked)
 
     async def flush_commitlog(self) -> int:
         """Flush the CommitLog now; returns the flushed (durable) offset."""
@@ -555,9 +594,8 @@ class MessageStore:
         if files is None:
             return
         # Durable before any new put: replay skips the topic's older records (a small admin write).
-        deleted = read_json(self.config.deleted_topics_path, {}, backup=False) or {}
-        deleted[topic] = self.commitlog_max_offset
-        write_json_atomic(self.config.deleted_topics_path, deleted)
+        path = self.config.deleted_topics_path
+        deletions.save(path, deletions.deleted(deletions.load(path), topic, self.commitlog_max_offset))
         topic_dir = self.config.consume_queue_dir / topic
         aside = self.config.consume_queue_dir / f".deleted-{topic}-{time.monotonic_ns()}"
         tomb: Path | None = aside

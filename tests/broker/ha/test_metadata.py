@@ -305,6 +305,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
     (a crash between the two), a restart applies the tail again and the next handshake undoes
     it again."""
     shared, group = TopicConfig("Shared", 1, 1, 6), SubscriptionGroupConfig("billing", retry_max_times=1)
+    doomed = TopicConfig("Doomed", 2, 2, 6)
     async with pair(tmp_path) as (a, b):
         a.topics.topics["Old"] = TopicConfig("Old", 1, 1, 6)  # from before --coordination: the baseline has it
         async with replicating(a, b):
@@ -318,8 +319,12 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             for r in (a, b):  # a topic no record names (made after the baseline), with a message before the cut
                 r.topics.topics["Side"] = TopicConfig("Side", 1, 1, 6)
             assert a.store.put(req("Side", 0, b"before")).ok
+            a.topics.put(doomed)
+            for i in range(3):
+                assert a.store.put(req("Doomed", i % 2, b"acknowledged %d" % i)).ok
             await caught_up(a, b)
         common = b.store.commitlog_max_offset
+        doomed_queues = queues(b.store)["Doomed", 0], queues(b.store)["Doomed", 1]
         # A alone (its followers gone, it still thinks it is master): nothing of this is acknowledged.
         a.topics.put(TopicConfig("Shared", 4, 4, 6))
         a.topics.put(TopicConfig("Ghost", 2, 2, 6))
@@ -331,6 +336,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         a.offsets.commit("billing", "Shared", 0, 40)
         a.offsets.commit("lost", "Shared", 0, 2)
         a.offsets.drop(None, "audit")
+        a.topics.delete("Doomed")  # as the admin service does: the topic, then its queues
+        a.store.delete_topic("Doomed")
         deliver_one_delayed(a)
         await until(lambda: any(isinstance(c, OffsetsCommitted) for c in changes(a, meta_end(b))) and
                     a.log.applier.applied == meta_end(a) > meta_end(b) + 5)
@@ -343,7 +350,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         if crash_before_cut:
             tried: list[int] = []
 
-            async def cut_fails(at: int) -> None:
+            async def cut_fails(at: int, undeleted: object = ()) -> None:
                 tried.append(at)
                 raise OSError("the disk went away")
 
@@ -378,6 +385,10 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             assert r.offsets.query("audit", "Shared", 0) == 8
             assert r.schedule.level_timers[0].offset == 0
         assert a.store.queue_ids("Ghost") == []
+        # Deleted in the cut tail: set again, and its queues (gone with the deletion) rebuilt.
+        assert a.topics.get("Doomed") == doomed
+        assert (queues(a.store)["Doomed", 0], queues(a.store)["Doomed", 1]) == doomed_queues
+        assert not a.store.config.rebuild_topics_path.exists()
         assert a.topics.get("Old") == TopicConfig("Old", 1, 1, 6)  # the baseline's value
         # No kept record gives Side's earlier value, but it held a message before the cut: kept.
         assert a.topics.get("Side") == TopicConfig("Side", 2, 2, 6) and a.store.max_offset("Side", 0) == 1
@@ -392,6 +403,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         assert again.groups.get("billing") == group and again.groups.get("lost") is None
         assert again.offsets.query("billing", "Shared", 0) == 3 and again.offsets.query("audit", "Shared", 0) == 8
         assert again.offsets.query("lost", "Shared", 0) is None
+        assert again.topics.get("Doomed") == doomed and store.max_offset("Doomed", 0) == 2
+        assert [decode_record(raw).body for raw in store.get_messages("Doomed", 1, 0, 8, None).records] == [b"acknowledged 1"]
         assert again.log.applier.applied == meta_end(again) and again.log.applier.applied_count == 0
     finally:
         await again.log.stop()

@@ -10,14 +10,14 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 
 import pytest
 import uvloop
 
 from tidemq.errors import StoreError
-from tidemq.message import decode_record_header
+from tidemq.message import decode_record, decode_record_header
 
 from tidemq.broker.ha import protocol
 from tidemq.broker.ha.protocol import Ack, Data, Handshake, Heartbeat, Refusal, Welcome
@@ -29,6 +29,8 @@ from tidemq.broker.ha.replication import (
     ReplicationMaster,
     truncation_point,
 )
+from tidemq.broker.store import deletions
+from tidemq.broker.store import store as store_module
 from tidemq.broker.store.store import MessageStore
 from tests.broker.store.util import Clock, config, open_store, req
 
@@ -338,6 +340,84 @@ async def test_a_topic_deleted_in_a_cut_tail_keeps_the_new_masters_records_in_a_
         assert reopened.max_offset("Gone", 0) == 2
     finally:
         reopened.close_abruptly()
+
+
+def bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    res = store.get_messages(topic, queue_id, 0, 64, None)
+    return [decode_record(raw).body for raw in res.records]
+
+
+async def test_a_topic_whose_deletion_is_cut_gets_its_queues_back_and_an_earlier_deletion_holds(
+        tmp_path: Path) -> None:
+    """The second of two deletions of one topic is cut: the topic's queues come back with what
+    it held between the two (the first incarnation's records stay skipped), also after a load."""
+    store = await started(tmp_path / "f")
+    for i in range(3):
+        assert store.put(req("Twice", 0, b"first life %d" % i)).ok
+    store.delete_topic("Twice")
+    for i in range(2):
+        assert store.put(req("Twice", i, b"second life %d" % i)).ok
+    put(store, 4)
+    cut = store.commitlog_max_offset
+    put(store, 1, 4)  # the tail: a record (a master writes its deletion's first), the deletion, more
+    store.delete_topic("Twice")
+    put(store, 5, 5)
+    await store.truncate(cut, undeleted=["Twice"])
+    assert (bodies(store, "Twice", 0), bodies(store, "Twice", 1)) == ([b"second life 0"], [b"second life 1"])
+    assert not store.config.rebuild_topics_path.exists()
+    await store.shutdown()
+    shutil.rmtree(store.config.consume_queue_dir)  # and a replay from the CommitLog agrees
+    reopened = open_store(store.config, clock=Clock())
+    try:
+        assert (bodies(reopened, "Twice", 0), bodies(reopened, "Twice", 1)) == ([b"second life 0"], [b"second life 1"])
+    finally:
+        reopened.close_abruptly()
+
+
+async def test_a_rebuild_a_crash_interrupts_is_finished_at_the_next_load(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    store = await started(tmp_path / "f")
+    for i in range(5):
+        assert store.put(req("Back", i % 2, b"kept %d" % i)).ok
+    put(store, 6)
+    cut = store.commitlog_max_offset
+    units = queues(store)
+    put(store, 1, 6)
+    store.delete_topic("Back")
+    put(store, 3, 7)
+
+    def crash(*_args: object) -> Iterator[tuple[int, object]]:
+        raise OSError("killed in the middle of the rebuild")
+        yield  # a generator, as the real walk
+
+    monkeypatch.setattr(store_module, "walk_records", crash)
+    with pytest.raises(OSError, match="killed"):
+        await store.truncate(cut, undeleted=["Back"])
+    assert store.config.rebuild_topics_path.exists() and store.max_offset("Back", 0) == 0
+    store.close_abruptly()
+    monkeypatch.undo()
+    reopened = open_store(store.config, clock=Clock())
+    try:
+        assert queues(reopened) == units
+        assert bodies(reopened, "Back", 1) == [b"kept 1", b"kept 3"]
+        assert not reopened.config.rebuild_topics_path.exists()
+    finally:
+        reopened.close_abruptly()
+
+
+def test_deletion_marks_read_an_older_file_keep_a_history_and_refuse_junk(tmp_path: Path) -> None:
+    path = tmp_path / "deletedTopics.json"
+    path.write_text('{"Old": 120}')  # one mark per topic, as written before histories
+    marks = deletions.load(path)
+    assert marks == {"Old": [120]}
+    for at in range(200, 200 + deletions.MAX_KEPT + 2):
+        marks = deletions.deleted(marks, "Old", at)
+    assert len(marks["Old"]) == deletions.MAX_KEPT and deletions.latest(marks) == {"Old": 209}
+    assert deletions.cut({"A": [5, 50], "B": [60]}, 40, ["A"]) == {"A": [5], "B": [40]}
+    for junk in ('{"A": "x"}', '{"A": [true]}', '{"A": []}', '[1]', '{"A": -1}'):
+        path.write_text(junk)
+        with pytest.raises(StoreError, match="deletedTopics.json"):
+            deletions.load(path)
 
 
 async def test_two_followers_of_one_master_both_match_it(tmp_path: Path) -> None:
