@@ -127,6 +127,7 @@ class MessageStore:
                                     lambda: self._flusher.flushed, self._detach_logics, self._io_exec)
         self._cleanup_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Future[None]] = set()
+        self._walking = asyncio.Lock()  # held while a live consume-queue rebuild walks the CommitLog
         self._disk_ratio = 0.0
         # Replicated sync groups: consumers read records that end at or below this CommitLog
         # offset only (the high-water mark, ha/replica.py); None: everything stored.
@@ -481,18 +482,25 @@ class MessageStore:
         wanted = set(topics)
         replay = Replayer(self._dispatcher, 0, 1 << 62, self._schedule_tags_code, marks)
         cl = self._commitlog
-        start = max(min(marks.get(t, 0) for t in topics), cl.min_offset)
-        log.warning("rebuilding the consume queues of topic(s) %s from the commitlog [%d, %d): their deletion "
-                    "was cut", ", ".join(topics), start, end)
         found = walked = 0
-        for phys, h in walk_records(cl, start, end):
-            walked += 1
-            if h.topic in wanted:
-                replay(phys, h)
-                found += 1
-            if walked % REBUILD_STEP == 0:
-                await asyncio.sleep(0)
-        await self._logics.checkpoint()
+        try:
+            async with self._walking:
+                start = max(min(marks.get(t, 0) for t in topics), cl.min_offset)
+                log.warning("rebuilding the consume queues of topic(s) %s from the commitlog [%d, %d): their "
+                            "deletion was cut", ", ".join(topics), start, end)
+                for phys, h in walk_records(cl, start, end):
+                    walked += 1
+                    if h.topic in wanted:
+                        replay(phys, h)
+                        found += 1
+                    if walked % REBUILD_STEP == 0:
+                        await asyncio.sleep(0)
+            await self._logics.checkpoint()
+        except (StoreError, OSError, ValueError) as exc:  # the log is cut and whole: only the queues wait
+            log.error("rebuilding the consume queues of topic(s) %s failed after %d record(s): %s; the next "
+                      "start of this broker finishes it (%s)", ", ".join(topics), walked, exc,
+                      self.config.rebuild_topics_path)
+            return
         await loop.run_in_executor(self._io_exec, deletions.save_rebuild, self.config.rebuild_topics_path, ())
         log.warning("consume queues of topic(s) %s rebuilt: %d message(s) of %d record(s) walked",
                     ", ".join(topics), found, walked)
@@ -627,7 +635,8 @@ class MessageStore:
         """One cleanup pass now (``manual``: ignore delete_when_hours, as TRIGGER_DELETE_FILES).
         Returns the number of CommitLog segments deleted."""
         try:
-            return await self._retention.run_once(manual)
+            async with self._walking:  # no segment goes while a rebuild walks the CommitLog
+                return await self._retention.run_once(manual)
         finally:
             self._update_refusal()
 

@@ -391,8 +391,8 @@ async def test_a_rebuild_a_crash_interrupts_is_finished_at_the_next_load(tmp_pat
         yield  # a generator, as the real walk
 
     monkeypatch.setattr(store_module, "walk_records", crash)
-    with pytest.raises(OSError, match="killed"):
-        await store.truncate(cut, undeleted=["Back"])
+    await store.truncate(cut, undeleted=["Back"])  # the cut is made: only the queues wait (logged)
+    assert store.commitlog_max_offset == cut
     assert store.config.rebuild_topics_path.exists() and store.max_offset("Back", 0) == 0
     store.close_abruptly()
     monkeypatch.undo()
