@@ -24,14 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tidemq.broker.store.replay import SCHEDULE_TOPIC
+from tidemq.broker.store.replay import SCHEDULE_TOPIC, TIMER_OUT_MS, TIMER_TOPIC  # the store replays their units
 from tidemq.broker.store.results import PutRequest, put_again
 from tidemq.errors import BrokerError, ConfigError
 from tidemq.message import TRANSACTION_MASK, MessageExt, Prop, SysFlag
 from tidemq.remoting import ResponseCode
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 MAX_DELAY_LEVELS = 64
 MAX_LEVEL_DELAY_MS = 365 * 86_400_000
 DEFAULT_MAX_TIMER_DELAY_MS = 3 * 86_400_000  # RocketMQ 5 timerMaxDelaySec: 3 days
@@ -40,7 +39,6 @@ TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
-TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_INPUTS = (TIMER_DELIVER_MS, START_DELIVER_TIME, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 _TIMER_INPUT_SET = frozenset(TIMER_INPUTS)
 DELAY_PROPERTIES = frozenset({Prop.DELAY, *TIMER_INPUTS})  # a message with none of these is not delayed

@@ -236,6 +236,12 @@ class ScheduleMessageService:
                 self.level_timers[level - 1].offset = max(0, offset)
         self.timer.advance_to(timer)
 
+    def rewind_progress(self, levels: tuple[tuple[int, int], ...], timer: int) -> None:
+        """As :meth:`apply_progress`, but the delivery timer may go back too (a replica undoing
+        the deliveries of a tail it cut)."""
+        self.apply_progress(levels, timer)
+        self.timer.rewind_to(timer)
+
     async def persist(self) -> None:
         """Write the progress if it moved (after the deliveries it covers are durable in SYNC)."""
         if self._persist_lock is None:

@@ -75,6 +75,19 @@ class DeliveryTimer:
             heapq.heapify(self._open)
         self.scanned = max(self.scanned, progress)
 
+    def rewind_to(self, progress: int) -> None:
+        """Set the progress to ``progress`` even when it is lower (a replica undoing the deliveries
+        of a tail it cut: their copies in the topics went with the tail, so the entries from
+        ``progress`` on are to be delivered again): forget what is loaded, load again from there."""
+        if progress >= self.progress:
+            self.advance_to(progress)
+            return
+        self._heap.clear()
+        self._open.clear()
+        self._pending.clear()
+        self.scanned = max(0, progress)
+        self.next_due = None
+
     def on_dispatch(self, queue_offset: int, due: int) -> bool:
         """A new entry was written. Returns True when the driving loop must wake earlier."""
         if queue_offset != self.scanned or len(self._pending) >= self.capacity:

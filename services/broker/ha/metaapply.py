@@ -242,8 +242,8 @@ class MetadataApplier:
                 m.offsets.remove(group, topic, queue_id)
             else:
                 m.offsets.commit(group, topic, queue_id, offset, record=False)
-        if plan.delay is not None:  # the levels go back; the delivery timer only moves forward
-            m.schedule.apply_progress(plan.delay.levels, plan.delay.timer)
+        if plan.delay is not None:  # the levels and the delivery timer go back
+            m.schedule.rewind_progress(plan.delay.levels, plan.delay.timer)
         if plan.transactions is not None:
             m.transactions.apply_progress(plan.transactions.half, plan.transactions.op)
         if topics_changed:

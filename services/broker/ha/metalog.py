@@ -35,7 +35,7 @@ A replica that cuts a diverged tail (``truncate``) undoes the metadata changes o
 A topic deleted in the cut tail is set again and its consume queues, gone with the deletion, are
 rebuilt from the CommitLog below the cut (the store's truncate, ``undeleted``).
 
-Known limits: the delivery timer's progress does not go back; a follower's deletion of a topic
+Known limits: a follower's deletion of a topic
 re-created in the same replication frame marks the store's deletion at the frame's end (so a
 deletion kept by the cut but marked past it is forgotten if the same topic's later deletion was
 cut, and that topic's records of before it come back in the rebuild).

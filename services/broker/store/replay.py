@@ -8,7 +8,8 @@ re-created topic's queue offsets (which restart at 0) never collide with the old
 of what enters a queue or the index, and the repair of units, are the dispatcher's
 (tidemq.broker.store.dispatch), shared with live puts. SCHEDULE_TOPIC_XXXX units carry the
 delivery time as tags code, recomputed here by the ``schedule_tags_code`` hook (default:
-RocketMQ's 18 delay levels, from the DELAY property).
+RocketMQ's 18 delay levels, from the DELAY property); TIMER_TOPIC units carry their record's
+TIMER_OUT_MS.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from tidemq.message import Prop, RecordHeader, decode_properties, tags_code
 
 from tidemq.broker.store.dispatch import SCHEDULE_TOPIC, Dispatcher, Replayed
 
-__all__ = ["DEFAULT_DELAY_LEVELS_MS", "SCHEDULE_TOPIC", "Replayer", "ScheduleTagsCode",
-           "default_schedule_tags_code"]
+__all__ = ["DEFAULT_DELAY_LEVELS_MS", "SCHEDULE_TOPIC", "TIMER_OUT_MS", "TIMER_TOPIC", "Replayer",
+           "ScheduleTagsCode", "default_schedule_tags_code", "due_tags_code", "timer_tags_code"]
+
+# Delivery-timestamp messages (RocketMQ 5's timer): queue 0 of this topic, the delivery time (ms)
+# in this property, also their units' tags code (tidemq.broker.delay writes both).
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_OUT_MS = "TIMER_OUT_MS"
 
 DEFAULT_DELAY_LEVELS_MS = (
     1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
@@ -38,6 +44,26 @@ def default_schedule_tags_code(queue_id: int, store_timestamp: int, properties: 
         level = queue_id + 1
     level = min(max(level, 1), len(DEFAULT_DELAY_LEVELS_MS))
     return store_timestamp + DEFAULT_DELAY_LEVELS_MS[level - 1]
+
+
+def timer_tags_code(store_timestamp: int, properties: dict[str, str]) -> int:
+    """Delivery time of a TIMER_TOPIC record: its TIMER_OUT_MS (the store time when missing or
+    not a number, as the timer reads it)."""
+    try:
+        return int(properties.get(TIMER_OUT_MS) or store_timestamp)
+    except ValueError:
+        return store_timestamp
+
+
+def due_tags_code(topic: str, queue_id: int, store_timestamp: int, properties: dict[str, str],
+                  schedule_tags_code: ScheduleTagsCode) -> int:
+    """The tags code of a replayed record's unit: a delivery time for the schedule and timer
+    topics (as their puts wrote it), else the hash of its TAGS."""
+    if topic == SCHEDULE_TOPIC:
+        return schedule_tags_code(queue_id, store_timestamp, properties)
+    if topic == TIMER_TOPIC:
+        return timer_tags_code(store_timestamp, properties)
+    return tags_code(properties.get(Prop.TAGS))
 
 
 class Replayer:
@@ -59,12 +85,7 @@ class Replayer:
         if not (want_cq or want_index):
             return
         props = decode_properties(h.properties)
-        if not want_cq:
-            code = 0  # no unit is written
-        elif h.topic == SCHEDULE_TOPIC:
-            code = self.schedule_tags_code(h.queue_id, h.store_timestamp, props)
-        else:
-            code = tags_code(props.get(Prop.TAGS))
+        code = due_tags_code(h.topic, h.queue_id, h.store_timestamp, props, self.schedule_tags_code) if want_cq else 0
         record = Replayed(h.total_size, code, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY))
         self.dispatcher.replay(h.topic, h.queue_id, h.sys_flag, h.queue_offset, phys, h.store_timestamp,
                                (record,), want_cq, want_index)

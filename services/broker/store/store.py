@@ -56,7 +56,13 @@ from tidemq.broker.store.mapped_file import StoreFile, fsync_dir
 from tidemq.broker.store.observer import StoreObserver
 from tidemq.broker.store.queues import QueueTable, fd_fitted_limit, soft_nofile_limit
 from tidemq.broker.store.recovery import recover, truncate_commitlog, walk_records
-from tidemq.broker.store.replay import SCHEDULE_TOPIC, Replayer, ScheduleTagsCode, default_schedule_tags_code
+from tidemq.broker.store.replay import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    Replayer,
+    ScheduleTagsCode,
+    default_schedule_tags_code,
+)
 from tidemq.broker.store.results import (  # re-exported: the store's API types
     GetResult,
     GetStatus,
@@ -79,6 +85,7 @@ log = logging.getLogger(__name__)
 # against its share of a page fault), and so does a run past the bound the buffer never outgrows.
 _PWRITE_MIN = 16 * 1024
 _PWRITE_MAX = 4 * 1024 * 1024
+_DUE_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})  # replicated one record at a time (their tags code)
 REBUILD_STEP = 4096  # records walked between loop turns by a live consume-queue rebuild
 
 
@@ -418,7 +425,7 @@ class MessageStore:
         replay = self._replicated.dispatcher.replay
         for phys, records, runs in pending:
             for run in runs:
-                if run.topic == SCHEDULE_TOPIC:  # units carry a delivery time, from the DELAY property
+                if run.topic in _DUE_TOPICS:  # units carry a delivery time, from the record's properties
                     at = run.phys
                     for r in run.records:
                         self._replicated(at, decode_record_header(records, at - phys))

@@ -322,6 +322,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             a.topics.put(doomed)
             for i in range(3):
                 assert a.store.put(req("Doomed", i % 2, b"acknowledged %d" % i)).ok
+            timed = a.schedule.prepare_put(req("Real", 0, b"at a time", props={"TIMER_DELIVER_MS": str(int(T0 * 1000) + 5000)}))
+            assert a.store.put(timed).ok  # acknowledged; delivered only in A's tail below
             await caught_up(a, b)
         common = b.store.commitlog_max_offset
         doomed_queues = queues(b.store)["Doomed", 0], queues(b.store)["Doomed", 1]
@@ -339,6 +341,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         a.topics.delete("Doomed")  # as the admin service does: the topic, then its queues
         a.store.delete_topic("Doomed")
         deliver_one_delayed(a)
+        a.schedule.timer.run_due(int((T0 + 3600) * 1000))  # A alone delivers the timer message
+        assert a.schedule.timer.progress == 1
         await until(lambda: any(isinstance(c, OffsetsCommitted) for c in changes(a, meta_end(b))) and
                     a.log.applier.applied == meta_end(a) > meta_end(b) + 5)
         await until(lambda: a.schedule.level_timers[0].offset == 1)
@@ -385,6 +389,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             assert r.offsets.query("audit", "Shared", 0) == 8
             assert r.schedule.level_timers[0].offset == 0
         assert a.store.queue_ids("Ghost") == []
+        assert a.schedule.timer.progress == 0  # its delivery went with the tail: to be delivered again
         # Deleted in the cut tail: set again, and its queues (gone with the deletion) rebuilt.
         assert a.topics.get("Doomed") == doomed
         assert (queues(a.store)["Doomed", 0], queues(a.store)["Doomed", 1]) == doomed_queues
@@ -404,6 +409,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         assert again.offsets.query("billing", "Shared", 0) == 3 and again.offsets.query("audit", "Shared", 0) == 8
         assert again.offsets.query("lost", "Shared", 0) is None
         assert again.topics.get("Doomed") == doomed and store.max_offset("Doomed", 0) == 2
+        assert again.schedule.timer.progress == 0
         assert [decode_record(raw).body for raw in store.get_messages("Doomed", 1, 0, 8, None).records] == [b"acknowledged 1"]
         assert again.log.applier.applied == meta_end(again) and again.log.applier.applied_count == 0
     finally:

@@ -31,6 +31,7 @@ from tidemq.broker.ha.replication import (
 )
 from tidemq.broker.store import deletions
 from tidemq.broker.store import store as store_module
+from tidemq.broker.store.replay import TIMER_TOPIC
 from tidemq.broker.store.store import MessageStore
 from tests.broker.store.util import Clock, config, open_store, req
 
@@ -338,6 +339,31 @@ async def test_a_topic_deleted_in_a_cut_tail_keeps_the_new_masters_records_in_a_
     reopened = open_store(store.config, clock=Clock())
     try:
         assert reopened.max_offset("Gone", 0) == 2
+    finally:
+        reopened.close_abruptly()
+
+
+async def test_timer_units_carry_their_delivery_time_on_a_follower_and_after_a_replay(tmp_path: Path) -> None:
+    """A delivery-timestamp message's unit carries its delivery time on the master (its put); a
+    follower's replicated dispatch, what its listeners (its timer) hear, and a replay at load
+    must give the same, or a promoted follower delivers it at once."""
+    due = 1_700_000_060_000
+    async with stores(tmp_path) as (master, follower):
+        timed = req(TIMER_TOPIC, 0, b"later", props={"TIMER_OUT_MS": str(due), "REAL_TOPIC": "Real", "REAL_QID": "0"},
+                    tags="TagT")
+        timed.tags_code = due
+        assert master.put(timed).ok
+        heard: list[tuple[str, int, int, int]] = []
+        follower.add_dispatch_listener(lambda *unit: heard.append(unit))
+        follower.append_replicated(0, commitlog(master))
+        assert heard == [(TIMER_TOPIC, 0, 0, due)]
+        assert queues(follower) == queues(master)
+        assert queues(master)[TIMER_TOPIC, 0][0][2] == due
+        units = queues(master)
+    shutil.rmtree(follower.config.consume_queue_dir)  # replayed from the CommitLog at load
+    reopened = open_store(follower.config, clock=Clock())
+    try:
+        assert queues(reopened) == units
     finally:
         reopened.close_abruptly()
 
