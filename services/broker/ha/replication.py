@@ -465,6 +465,8 @@ class ReplicationFollower:
                 log.warning("replica %d truncates its commitlog from %d to %d to follow epoch %d",
                             self.replica_id, store.commitlog_max_offset, answer.truncate_at, answer.epoch)
                 await self.truncate(answer.truncate_at)
+            else:  # a cut an earlier session made and could not finish (a rebuild that failed)
+                await store.finish_cut()
             if answer.stream_from != store.commitlog_max_offset:
                 raise ReplicationError(f"the master streams from {answer.stream_from} but this log ends at "
                                        f"{store.commitlog_max_offset}")

@@ -100,8 +100,8 @@ class StoreConfig:
         return self.root / "deletedTopics.json"
 
     @property
-    def rebuild_topics_path(self) -> pathlib.Path:
-        return self.root / "rebuildTopics.json"
+    def pending_cut_path(self) -> pathlib.Path:
+        return self.root / "pendingCut.json"
 
     @property
     def checkpoint_path(self) -> pathlib.Path:

@@ -1,5 +1,5 @@
-"""Topic deletion marks (``deletedTopics.json``) and topics whose consume queues are to be rebuilt
-(``rebuildTopics.json``), both in the store's root.
+"""Topic deletion marks (``deletedTopics.json``) and a cut not finished yet (``pendingCut.json``),
+both in the store's root.
 
 A deletion mark is the CommitLog end when the topic was deleted: records of the topic below a
 topic's latest mark belong to a deleted incarnation, and replay (recovery, rebuilds) skips them.
@@ -7,9 +7,11 @@ A topic keeps its last ``MAX_KEPT`` marks, so a deletion that a replica cuts (it
 that diverged from the new master's log, ha/metalog.py) gives back the mark before it. A file
 written by an older TideMQ holds one mark per topic (a number): read as a history of one.
 
-A topic named in the rebuild file gets its consume queues emptied and rebuilt from the CommitLog
-at load (recovery.py): written before a live rebuild starts and removed once it is on disk, so a
-crash in between finishes it at the next start.
+A follower's cut (store.truncate) writes ``pendingCut.json`` (the cut offset and the topics whose
+deletion was in the cut tail) before it cuts, and removes it once the marks are moved and those
+topics' consume queues are rebuilt and flushed. The marks change only after the CommitLog is cut,
+so a crash before the cut leaves them as they were (the file is then stale: the log still ends
+past the cut); after the cut, the next load or truncate finishes the marks and the rebuild.
 
 Invariants: both files are replaced atomically; marks are ascending; a value that is not a mark
 (a hand-edited file) is refused with a StoreError naming the file, never half-read.
@@ -69,17 +71,21 @@ def cut(marks: Mapping[str, list[int]], offset: int, undone: Iterable[str]) -> d
     return out
 
 
-def load_rebuild(path: Path) -> list[str]:
-    """The topics whose consume queues a load rebuilds."""
-    raw = read_json(path, [], backup=False) or []
-    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
-        raise StoreError(f"{path} is not a JSON list of topic names")
-    return sorted(set(raw))
+def load_pending(path: Path) -> tuple[int, list[str]] | None:
+    """A cut whose marks and rebuild are not known to be done: (cut offset, undeleted topics)."""
+    raw = read_json(path, None, backup=False)
+    if raw is None:
+        return None
+    cut_at, topics = raw.get("cut") if isinstance(raw, dict) else None, raw.get("undeleted") if isinstance(raw, dict) else None
+    if (not isinstance(cut_at, int) or isinstance(cut_at, bool) or cut_at < 0 or not isinstance(topics, list)
+            or not all(isinstance(t, str) for t in topics)):
+        raise StoreError(f"{path} is not a pending cut ({{\"cut\": offset, \"undeleted\": [topics]}})")
+    return cut_at, sorted(set(topics))
 
 
-def save_rebuild(path: Path, topics: Iterable[str]) -> None:
-    names = sorted(set(topics))
-    if names:
-        write_json_atomic(path, names)
-    else:
-        path.unlink(missing_ok=True)
+def save_pending(path: Path, cut_at: int, undeleted: Iterable[str]) -> None:
+    write_json_atomic(path, {"cut": cut_at, "undeleted": sorted(set(undeleted))})
+
+
+def clear_pending(path: Path) -> None:
+    path.unlink(missing_ok=True)

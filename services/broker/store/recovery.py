@@ -321,8 +321,8 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
         walk_from = min(cq_from, idx_from, durable - 1 - (durable - 1) % commitlog.segment_size)
     else:
         walk_from = cl_min
-    deleted = deletions.latest(deletions.load(cfg.deleted_topics_path))
-    rebuild_topics = set(deletions.load_rebuild(cfg.rebuild_topics_path))
+    marks = deletions.load(cfg.deleted_topics_path)
+    deleted = deletions.latest(marks)
     replayer = Replayer(dispatcher, cq_from, idx_from, schedule_tags_code, deleted)
     units_before, indexed_before = dispatcher.queues.units_written, dispatcher.index.indexed
     check = QueueCheck(queues, cq_from, deleted)
@@ -342,6 +342,17 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     end = max(end, cl_min)
     units_written = dispatcher.queues.units_written - units_before
     indexed = dispatcher.index.indexed - indexed_before
+    rebuild_topics: set[str] = set()
+    pending = deletions.load_pending(cfg.pending_cut_path)
+    if pending is not None and end <= pending[0]:
+        # A follower's cut made before a crash, its marks or rebuild maybe not (deletions.py):
+        # finish both. (A log still past the cut was never cut: the replay above is consistent
+        # with the marks as they are, and the next handshake cuts again.)
+        fixed = deletions.cut(marks, pending[0], pending[1])
+        if fixed != marks:
+            deletions.save(cfg.deleted_topics_path, fixed)
+            deleted = deletions.latest(fixed)
+        rebuild_topics = set(pending[1])
     if check.damaged or rebuild_topics:
         _rebuild_queues(cfg, commitlog, queues, dispatcher, check, schedule_tags_code, deleted, rebuild_topics)
     commitlog.ensure_active(end)
@@ -426,8 +437,8 @@ class QueueCheck:
 def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, dispatcher: Dispatcher,
                     check: QueueCheck, schedule_tags_code: ScheduleTagsCode,
                     deleted: dict[str, int], topics: frozenset[str] | set[str] = frozenset()) -> None:
-    """Empty the damaged queues and every queue of ``topics`` (a rebuild a crash interrupted:
-    deletions.py), and re-dispatch their records from the start of the CommitLog (validating
+    """Empty the damaged queues and every queue of ``topics`` (their deletion was in a cut tail and
+    a crash came before their rebuild was done: deletions.py), and re-dispatch their records from the start of the CommitLog (validating
     every record on the way). QueueCheck marks only queues it found, so each damaged queue
     exists: ``get_or_create`` just finds it."""
     for topic, qid in check.damaged:

@@ -173,7 +173,7 @@ class MessageStore:
             seg.flush()
         self._flusher.flushed = end
         self._logics.persist(self._snapshot())
-        deletions.save_rebuild(cfg.rebuild_topics_path, ())  # any queues it named are rebuilt and flushed now
+        deletions.clear_pending(cfg.pending_cut_path)  # finished by the recovery (flushed now), or stale
         self._probe_disk()
         self._stats["recovered_messages"] = rec.scanned
         self._stats["crash_recoveries"] = int(crash)
@@ -443,8 +443,12 @@ class MessageStore:
 
         ``undeleted``: topics whose deletion was in the cut tail (the metadata undo set them
         again): their consume queues, gone with that deletion, are rebuilt from the CommitLog
-        below the cut (:meth:`_rebuild_topics`; finished at the next load if a crash interrupts)."""
+        below the cut, and their deletion marks past it forgotten (other marks past it move to
+        it). ``pendingCut.json`` is written before the cut and removed once that is done
+        (deletions.py); a failure raises (the handshake is retried: the next session's
+        :meth:`finish_cut`, or the next load, finishes it before anything streams)."""
         self.dispatch_replicated()  # a unit past the cut is then dropped with the rest
+        await self.finish_cut()
         cl = self._commitlog
         if offset == cl.write_pos:
             return
@@ -452,15 +456,11 @@ class MessageStore:
             raise StoreError(f"cannot truncate the commitlog at {offset}: no record starts there")
         loop = asyncio.get_running_loop()
         cut_from = cl.write_pos
-        path = self.config.deleted_topics_path
-        marks = deletions.load(path)
+        marks = deletions.load(self.config.deleted_topics_path)
         undeleted = sorted(t for t in set(undeleted) if any(m > offset for m in marks.get(t, ())))
-        after = deletions.cut(marks, offset, undeleted)
-        if undeleted:  # first: a crash from here on rebuilds them at the next load
-            await loop.run_in_executor(self._io_exec, deletions.save_rebuild, self.config.rebuild_topics_path,
-                                       undeleted)
-        if after != marks:
-            await loop.run_in_executor(self._io_exec, deletions.save, path, after)
+        if any(m > offset for ms in marks.values() for m in ms):
+            await loop.run_in_executor(self._io_exec, deletions.save_pending, self.config.pending_cut_path,
+                                       offset, undeleted)
         async with self._flusher.paused():  # no flush round may report a position past the cut
             # The checkpoint stops vouching for the bytes to be cut first: a crash in the middle
             # of the cut then loads like a torn tail, not like damaged acknowledged data.
@@ -473,13 +473,31 @@ class MessageStore:
         self._dirty.difference_update(gone)
         await loop.run_in_executor(self._io_exec, destroy_all, gone)
         await self._logics.checkpoint()
-        if undeleted:
-            await self._rebuild_topics(undeleted, deletions.latest(after), offset)
+        await self.finish_cut()
 
-    async def _rebuild_topics(self, topics: list[str], marks: dict[str, int], end: int) -> None:
+    async def finish_cut(self) -> None:
+        """Follower, before it streams: move the deletion marks of a cut recorded in ``pendingCut.json`` and rebuild the
+        consume queues of its undeleted topics, then forget it. A record whose cut was never
+        made (a crash came first: the log still ends past it) is stale and forgotten."""
+        path = self.config.pending_cut_path
+        pending = deletions.load_pending(path)
+        if pending is None:
+            return
+        loop = asyncio.get_running_loop()
+        cut_at, topics = pending
+        if self._commitlog.write_pos <= cut_at:
+            marks = deletions.load(self.config.deleted_topics_path)
+            fixed = deletions.cut(marks, cut_at, topics)
+            if fixed != marks:
+                await loop.run_in_executor(self._io_exec, deletions.save, self.config.deleted_topics_path, fixed)
+            if topics:
+                await self._rebuild_topics(topics, deletions.latest(fixed))
+        await loop.run_in_executor(self._io_exec, deletions.clear_pending, path)
+
+    async def _rebuild_topics(self, topics: list[str], marks: dict[str, int]) -> None:
         """Empty the consume queues of ``topics`` and dispatch their records in the CommitLog
-        below ``end`` again (those below a topic's deletion mark stay skipped), yielding to the
-        loop every REBUILD_STEP records; then flush them and forget the rebuild file."""
+        again (those below a topic's deletion mark stay skipped), yielding to the loop every
+        REBUILD_STEP records, retention held off meanwhile; then flush them."""
         loop = asyncio.get_running_loop()
         for topic in topics:
             for cq in list(self._queues.by_topic.get(topic, {}).values()):
@@ -490,25 +508,18 @@ class MessageStore:
         replay = Replayer(self._dispatcher, 0, 1 << 62, self._schedule_tags_code, marks)
         cl = self._commitlog
         found = walked = 0
-        try:
-            async with self._walking:
-                start = max(min(marks.get(t, 0) for t in topics), cl.min_offset)
-                log.warning("rebuilding the consume queues of topic(s) %s from the commitlog [%d, %d): their "
-                            "deletion was cut", ", ".join(topics), start, end)
-                for phys, h in walk_records(cl, start, end):
-                    walked += 1
-                    if h.topic in wanted:
-                        replay(phys, h)
-                        found += 1
-                    if walked % REBUILD_STEP == 0:
-                        await asyncio.sleep(0)
-            await self._logics.checkpoint()
-        except (StoreError, OSError, ValueError) as exc:  # the log is cut and whole: only the queues wait
-            log.error("rebuilding the consume queues of topic(s) %s failed after %d record(s): %s; the next "
-                      "start of this broker finishes it (%s)", ", ".join(topics), walked, exc,
-                      self.config.rebuild_topics_path)
-            return
-        await loop.run_in_executor(self._io_exec, deletions.save_rebuild, self.config.rebuild_topics_path, ())
+        async with self._walking:
+            start, end = max(min(marks.get(t, 0) for t in topics), cl.min_offset), cl.write_pos
+            log.warning("rebuilding the consume queues of topic(s) %s from the commitlog [%d, %d): their "
+                        "deletion was cut", ", ".join(topics), start, end)
+            for phys, h in walk_records(cl, start, end):
+                walked += 1
+                if h.topic in wanted:
+                    replay(phys, h)
+                    found += 1
+                if walked % REBUILD_STEP == 0:
+                    await asyncio.sleep(0)
+        await self._logics.checkpoint()
         log.warning("consume queues of topic(s) %s rebuilt: %d message(s) of %d record(s) walked",
                     ", ".join(topics), found, walked)
 

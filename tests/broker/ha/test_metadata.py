@@ -393,7 +393,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         # Deleted in the cut tail: set again, and its queues (gone with the deletion) rebuilt.
         assert a.topics.get("Doomed") == doomed
         assert (queues(a.store)["Doomed", 0], queues(a.store)["Doomed", 1]) == doomed_queues
-        assert not a.store.config.rebuild_topics_path.exists()
+        assert not a.store.config.pending_cut_path.exists()
         assert a.topics.get("Old") == TopicConfig("Old", 1, 1, 6)  # the baseline's value
         # No kept record gives Side's earlier value, but it held a message before the cut: kept.
         assert a.topics.get("Side") == TopicConfig("Side", 2, 2, 6) and a.store.max_offset("Side", 0) == 1

@@ -390,7 +390,7 @@ async def test_a_topic_whose_deletion_is_cut_gets_its_queues_back_and_an_earlier
     put(store, 5, 5)
     await store.truncate(cut, undeleted=["Twice"])
     assert (bodies(store, "Twice", 0), bodies(store, "Twice", 1)) == ([b"second life 0"], [b"second life 1"])
-    assert not store.config.rebuild_topics_path.exists()
+    assert not store.config.pending_cut_path.exists()
     await store.shutdown()
     shutil.rmtree(store.config.consume_queue_dir)  # and a replay from the CommitLog agrees
     reopened = open_store(store.config, clock=Clock())
@@ -400,35 +400,117 @@ async def test_a_topic_whose_deletion_is_cut_gets_its_queues_back_and_an_earlier
         reopened.close_abruptly()
 
 
-async def test_a_rebuild_a_crash_interrupts_is_finished_at_the_next_load(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    store = await started(tmp_path / "f")
+async def deleted_in_a_tail(root: Path) -> tuple[MessageStore, int, dict]:
+    """A store whose tail (past the returned cut) deletes topic Back and writes a new Back, whose
+    queue offsets start at 0 again; and the queues as they were at the cut."""
+    store = await started(root)
     for i in range(5):
         assert store.put(req("Back", i % 2, b"kept %d" % i)).ok
     put(store, 6)
     cut = store.commitlog_max_offset
     units = queues(store)
-    put(store, 1, 6)
+    put(store, 1, 6)  # a master writes its deletion's record first
     store.delete_topic("Back")
+    for i in range(2):
+        assert store.put(req("Back", 0, b"tail life %d" % i)).ok
     put(store, 3, 7)
+    return store, cut, units
 
-    def crash(*_args: object) -> Iterator[tuple[int, object]]:
-        raise OSError("killed in the middle of the rebuild")
+
+def assert_back(store: MessageStore, units: dict) -> None:
+    assert queues(store) == units
+    assert bodies(store, "Back", 0) == [b"kept 0", b"kept 2", b"kept 4"] and bodies(store, "Back", 1) == [b"kept 1", b"kept 3"]
+    assert not store.config.pending_cut_path.exists()
+    assert all(m <= store.commitlog_max_offset for ms in deletions.load(store.config.deleted_topics_path).values()
+               for m in ms)
+
+
+def crash_in(monkeypatch: pytest.MonkeyPatch, target: object, name: str) -> None:
+    def crash(*_args: object, **_kw: object) -> None:
+        raise OSError(f"killed in {name}")
+
+    def crash_walking(*_args: object, **_kw: object) -> Iterator[tuple[int, object]]:
+        raise OSError(f"killed in {name}")
         yield  # a generator, as the real walk
 
-    monkeypatch.setattr(store_module, "walk_records", crash)
-    await store.truncate(cut, undeleted=["Back"])  # the cut is made: only the queues wait (logged)
-    assert store.commitlog_max_offset == cut
-    assert store.config.rebuild_topics_path.exists() and store.max_offset("Back", 0) == 0
+    monkeypatch.setattr(target, name, crash_walking if name == "walk_records" else crash)
+
+
+@pytest.mark.parametrize("where", ["walk", "marks"])
+async def test_a_cut_a_crash_interrupts_after_the_cut_is_finished_at_the_next_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Killed in the rebuild's walk, or before the marks past the cut were moved: the load moves
+    them and rebuilds the undeleted topic's queues (the tail's new incarnation is gone with the
+    cut, the first one's records come back once, without a clash of queue offsets)."""
+    store, cut, units = await deleted_in_a_tail(tmp_path / "f")
+    crash_in(monkeypatch, store_module, "walk_records") if where == "walk" else crash_in(monkeypatch, deletions, "save")
+    with pytest.raises(OSError, match="killed"):
+        await store.truncate(cut, undeleted=["Back"])
+    assert store.commitlog_max_offset == cut and store.config.pending_cut_path.exists()
     store.close_abruptly()
     monkeypatch.undo()
     reopened = open_store(store.config, clock=Clock())
     try:
-        assert queues(reopened) == units
-        assert bodies(reopened, "Back", 1) == [b"kept 1", b"kept 3"]
-        assert not reopened.config.rebuild_topics_path.exists()
+        assert_back(reopened, units)
     finally:
         reopened.close_abruptly()
+
+
+async def test_a_cut_a_crash_came_before_is_made_again_and_a_failed_rebuild_is_finished_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed before the cut: the load leaves the marks and queues as they were (consistent with
+    the uncut log) and the next truncate cuts; a rebuild that fails is finished by the next
+    truncate before anything else (the handshake is retried)."""
+    store, cut, units = await deleted_in_a_tail(tmp_path / "f")
+    crash_in(monkeypatch, store_module, "truncate_commitlog")
+    with pytest.raises(OSError, match="killed"):
+        await store.truncate(cut, undeleted=["Back"])
+    store.close_abruptly()
+    monkeypatch.undo()
+    reopened = open_store(store.config, clock=Clock())
+    try:
+        assert reopened.commitlog_max_offset > cut and not reopened.config.pending_cut_path.exists()
+        assert bodies(reopened, "Back", 0) == [b"tail life 0", b"tail life 1"]  # the tail's incarnation
+        await reopened.start()
+        crash_in(monkeypatch, store_module, "walk_records")
+        with pytest.raises(OSError, match="killed"):
+            await reopened.truncate(cut, undeleted=["Back"])
+        monkeypatch.undo()
+        await reopened.truncate(cut)  # the retried handshake: same cut point, nothing else to undo
+        assert_back(reopened, units)
+    finally:
+        await reopened.shutdown()
+
+
+async def test_the_next_session_finishes_a_cut_whose_rebuild_failed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its log already ends at the cut, so the master asks for no truncation: the follower still
+    finishes the pending rebuild before it streams."""
+    async with stores(tmp_path) as (master, follower):
+        for i in range(5):
+            assert master.put(req("Back", i % 2, b"kept %d" % i)).ok
+        follower.append_replicated(0, commitlog(master))
+        cut = follower.commitlog_max_offset
+        units = queues(follower)
+        put(follower, 1, 6)  # the follower's own tail, as an old master's: a record, the deletion
+        follower.delete_topic("Back")
+        crash_in(monkeypatch, store_module, "walk_records")
+        with pytest.raises(OSError, match="killed"):
+            await follower.truncate(cut, undeleted=["Back"])
+        monkeypatch.undo()
+        rm = ReplicationMaster(master, CFG, 1, (EpochStart(1, 0),))
+        port = await rm.start("127.0.0.1", 0)
+        rf = ReplicationFollower(follower, CFG, 1, 1, ("127.0.0.1", port))
+        rf.start()
+        try:
+            await until(lambda: not follower.config.pending_cut_path.exists())
+            assert master.put(req("Back", 0, b"new")).ok  # and streaming goes on
+            await until(lambda: follower.max_offset("Back", 0) == 4)
+        finally:
+            await rf.close()
+            await rm.close()
+        assert {k: v for k, v in queues(follower).items() if v} == queues(master) != units
+        assert bodies(follower, "Back", 0) == [b"kept 0", b"kept 2", b"kept 4", b"new"]
 
 
 def test_deletion_marks_read_an_older_file_keep_a_history_and_refuse_junk(tmp_path: Path) -> None:
