@@ -242,6 +242,13 @@ class ScheduleMessageService:
         self.apply_progress(levels, timer)
         self.timer.rewind_to(timer)
 
+    def after_cut(self) -> None:
+        """The store's CommitLog was cut: the timer loads its queue again from its progress
+        (what it loaded from the cut tail, maybe while the cut was being made, is gone)."""
+        self.timer.reload()
+        if self._wakes:
+            self._wakes[-1].set()
+
     async def persist(self) -> None:
         """Write the progress if it moved (after the deliveries it covers are durable in SYNC)."""
         if self._persist_lock is None:

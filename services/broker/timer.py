@@ -81,11 +81,18 @@ class DeliveryTimer:
         ``progress`` on are to be delivered again): forget what is loaded, load again from there."""
         if progress >= self.progress:
             self.advance_to(progress)
-            return
+        else:
+            self.reload(progress)
+
+    def reload(self, progress: int | None = None) -> None:
+        """Forget every loaded entry and load again from ``progress`` (default: the progress):
+        after the timer queue's tail was cut, what was loaded from it is gone, and the entries
+        a new master writes there reuse its queue offsets."""
+        start = self.progress if progress is None else max(0, progress)
         self._heap.clear()
         self._open.clear()
         self._pending.clear()
-        self.scanned = max(0, progress)
+        self.scanned = start
         self.next_due = None
 
     def on_dispatch(self, queue_offset: int, due: int) -> bool:

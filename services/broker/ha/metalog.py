@@ -187,7 +187,10 @@ class MetadataLog:
             plan = await applier.rewind(first, cut, at)
             if not await self._persist():
                 raise StoreError("the metadata undone for the cut could not be written; the log is not cut")
-            await store.truncate(at, undeleted=plan.restored_topics)
+            try:
+                await store.truncate(at, undeleted=plan.restored_topics)
+            finally:  # made or not, the timer loads its queue again (always safe)
+                self.m.schedule.after_cut()
         except BaseException as exc:  # the store refused the cut point, a write failed, ...
             applier.apply_until(store.max_offset(METADATA_TOPIC, METADATA_QUEUE))  # what is left
             if isinstance(exc, Exception) and not isinstance(exc, (StoreError, OSError)):

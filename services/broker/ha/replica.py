@@ -460,6 +460,7 @@ class ReplicaService:
         self.epoch = max(self.epoch, role.epoch)
         cfg = self.config
         if role.kind is RoleKind.MASTER:
+            await self.store.finish_cut()  # a cut it made as follower and could not finish: first
             start = self.store.commitlog_max_offset
             if role.epoch > self.history.last_epoch:  # on disk before any write of the epoch
                 self.history.begin(role.epoch, start)

@@ -8,10 +8,11 @@ that diverged from the new master's log, ha/metalog.py) gives back the mark befo
 written by an older TideMQ holds one mark per topic (a number): read as a history of one.
 
 A follower's cut (store.truncate) writes ``pendingCut.json`` (the cut offset and the topics whose
-deletion was in the cut tail) before it cuts, and removes it once the marks are moved and those
-topics' consume queues are rebuilt and flushed. The marks change only after the CommitLog is cut,
-so a crash before the cut leaves them as they were (the file is then stale: the log still ends
-past the cut); after the cut, the next load or truncate finishes the marks and the rebuild.
+deletion was in the cut tail, ``made`` false) before it cuts, ``made`` true once the CommitLog is
+cut, and removes it once the marks are moved and those topics' consume queues are rebuilt and
+flushed. The marks change only after the cut, so a crash before it leaves them as they were (the
+record is then stale: not made, and the log still ends past the cut); after the cut, the next
+load, handshake or promotion finishes the marks and the rebuild (store.finish_cut).
 
 Invariants: both files are replaced atomically; marks are ascending; a value that is not a mark
 (a hand-edited file) is refused with a StoreError naming the file, never half-read.
@@ -71,20 +72,23 @@ def cut(marks: Mapping[str, list[int]], offset: int, undone: Iterable[str]) -> d
     return out
 
 
-def load_pending(path: Path) -> tuple[int, list[str]] | None:
-    """A cut whose marks and rebuild are not known to be done: (cut offset, undeleted topics)."""
+def load_pending(path: Path) -> tuple[int, list[str], bool] | None:
+    """A cut whose marks and rebuild are not known to be done: (cut offset, undeleted topics,
+    whether the CommitLog is known to be cut)."""
     raw = read_json(path, None, backup=False)
     if raw is None:
         return None
-    cut_at, topics = raw.get("cut") if isinstance(raw, dict) else None, raw.get("undeleted") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        raw = {}
+    cut_at, topics, made = raw.get("cut"), raw.get("undeleted"), raw.get("made", False)
     if (not isinstance(cut_at, int) or isinstance(cut_at, bool) or cut_at < 0 or not isinstance(topics, list)
-            or not all(isinstance(t, str) for t in topics)):
-        raise StoreError(f"{path} is not a pending cut ({{\"cut\": offset, \"undeleted\": [topics]}})")
-    return cut_at, sorted(set(topics))
+            or not all(isinstance(t, str) for t in topics) or not isinstance(made, bool)):
+        raise StoreError(f'{path} is not a pending cut ({{"cut": offset, "undeleted": [topics], "made": bool}})')
+    return cut_at, sorted(set(topics)), made
 
 
-def save_pending(path: Path, cut_at: int, undeleted: Iterable[str]) -> None:
-    write_json_atomic(path, {"cut": cut_at, "undeleted": sorted(set(undeleted))})
+def save_pending(path: Path, cut_at: int, undeleted: Iterable[str], made: bool) -> None:
+    write_json_atomic(path, {"cut": cut_at, "undeleted": sorted(set(undeleted)), "made": made})
 
 
 def clear_pending(path: Path) -> None:

@@ -344,10 +344,11 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     indexed = dispatcher.index.indexed - indexed_before
     rebuild_topics: set[str] = set()
     pending = deletions.load_pending(cfg.pending_cut_path)
-    if pending is not None and end <= pending[0]:
+    if pending is not None and (pending[2] or end <= pending[0]):
         # A follower's cut made before a crash, its marks or rebuild maybe not (deletions.py):
         # finish both. (A log still past the cut was never cut: the replay above is consistent
-        # with the marks as they are, and the next handshake cuts again.)
+        # with the marks as they are, and the next handshake cuts again.) A made cut is finished
+        # even when the log has grown since (a promoted replica took writes).
         fixed = deletions.cut(marks, pending[0], pending[1])
         if fixed != marks:
             deletions.save(cfg.deleted_topics_path, fixed)

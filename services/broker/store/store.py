@@ -458,9 +458,10 @@ class MessageStore:
         cut_from = cl.write_pos
         marks = deletions.load(self.config.deleted_topics_path)
         undeleted = sorted(t for t in set(undeleted) if any(m > offset for m in marks.get(t, ())))
-        if any(m > offset for ms in marks.values() for m in ms):
+        pending = any(m > offset for ms in marks.values() for m in ms)
+        if pending:
             await loop.run_in_executor(self._io_exec, deletions.save_pending, self.config.pending_cut_path,
-                                       offset, undeleted)
+                                       offset, undeleted, False)
         async with self._flusher.paused():  # no flush round may report a position past the cut
             # The checkpoint stops vouching for the bytes to be cut first: a crash in the middle
             # of the cut then loads like a torn tail, not like damaged acknowledged data.
@@ -469,6 +470,9 @@ class MessageStore:
             await loop.run_in_executor(self._io_exec, truncate_commitlog, cl, offset,
                                        f"diverged from the master's log (it ended at {cut_from})")
             cl.rewound(offset)
+        if pending:
+            await loop.run_in_executor(self._io_exec, deletions.save_pending, self.config.pending_cut_path,
+                                       offset, undeleted, True)
         gone = self._queues.truncate_past(offset)
         self._dirty.difference_update(gone)
         await loop.run_in_executor(self._io_exec, destroy_all, gone)
@@ -476,16 +480,17 @@ class MessageStore:
         await self.finish_cut()
 
     async def finish_cut(self) -> None:
-        """Follower, before it streams: move the deletion marks of a cut recorded in ``pendingCut.json`` and rebuild the
-        consume queues of its undeleted topics, then forget it. A record whose cut was never
-        made (a crash came first: the log still ends past it) is stale and forgotten."""
+        """A replica before it streams or takes writes as master: move the deletion marks of a
+        cut recorded in ``pendingCut.json`` and rebuild the consume queues of its undeleted
+        topics, then forget it. A record of a cut never made (a crash came first: the log still
+        ends past it) is stale and forgotten."""
         path = self.config.pending_cut_path
         pending = deletions.load_pending(path)
         if pending is None:
             return
         loop = asyncio.get_running_loop()
-        cut_at, topics = pending
-        if self._commitlog.write_pos <= cut_at:
+        cut_at, topics, made = pending
+        if made or self._commitlog.write_pos <= cut_at:
             marks = deletions.load(self.config.deleted_topics_path)
             fixed = deletions.cut(marks, cut_at, topics)
             if fixed != marks:

@@ -343,6 +343,8 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
         deliver_one_delayed(a)
         a.schedule.timer.run_due(int((T0 + 3600) * 1000))  # A alone delivers the timer message
         assert a.schedule.timer.progress == 1
+        later = a.schedule.prepare_put(req("Real", 0, b"alone", props={"TIMER_DELIVER_MS": str(int(T0 * 1000) + 7_200_000)}))
+        assert a.store.put(later).ok  # and stores another one, never acknowledged
         await until(lambda: any(isinstance(c, OffsetsCommitted) for c in changes(a, meta_end(b))) and
                     a.log.applier.applied == meta_end(a) > meta_end(b) + 5)
         await until(lambda: a.schedule.level_timers[0].offset == 1)
@@ -372,6 +374,15 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             assert restarted.log.applier.applied == meta_end(restarted) > meta_end(b)
             vars(a).update(vars(restarted))  # the pair stops this one
             a.master = False
+        cut_store = a.store.truncate
+        loaded: list[int] = []
+
+        async def truncate_while_the_timer_loads(at: int, undeleted: object = ()) -> None:
+            a.schedule.timer.refill()  # what A's timer loop may do during the cut's awaits
+            loaded.append(len(a.schedule.timer))
+            await cut_store(at, undeleted=undeleted)
+
+        a.store.truncate = truncate_while_the_timer_loads  # type: ignore[method-assign]
         rf = ReplicationFollower(a.store, CFG, 0, 1, ("127.0.0.1", port), truncate=a.log.truncate)
         rf.start()
         try:
@@ -390,6 +401,7 @@ async def test_an_old_master_undoes_the_metadata_changes_of_the_tail_it_cuts(tmp
             assert r.schedule.level_timers[0].offset == 0
         assert a.store.queue_ids("Ghost") == []
         assert a.schedule.timer.progress == 0  # its delivery went with the tail: to be delivered again
+        assert loaded == [2] and len(a.schedule.timer) == 0  # what it loaded of the cut tail is forgotten
         # Deleted in the cut tail: set again, and its queues (gone with the deletion) rebuilt.
         assert a.topics.get("Doomed") == doomed
         assert (queues(a.store)["Doomed", 0], queues(a.store)["Doomed", 1]) == doomed_queues

@@ -456,6 +456,27 @@ async def test_a_cut_a_crash_interrupts_after_the_cut_is_finished_at_the_next_lo
         reopened.close_abruptly()
 
 
+@pytest.mark.parametrize("where", ["walk", "marks"])
+async def test_a_made_cut_is_finished_at_the_next_load_though_the_log_grew_since(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """The record says the cut was made: a log that grew past it since (other topics' writes)
+    does not make it stale."""
+    store, cut, units = await deleted_in_a_tail(tmp_path / "f")
+    crash_in(monkeypatch, store_module, "walk_records") if where == "walk" else crash_in(monkeypatch, deletions, "save")
+    with pytest.raises(OSError, match="killed"):
+        await store.truncate(cut, undeleted=["Back"])
+    monkeypatch.undo()
+    put(store, 3, 30)
+    units = {**queues(store), **{k: v for k, v in units.items() if k[0] == "Back"}}
+    store.close_abruptly()
+    reopened = open_store(store.config, clock=Clock())
+    try:
+        assert reopened.commitlog_max_offset > cut
+        assert_back(reopened, units)
+    finally:
+        reopened.close_abruptly()
+
+
 async def test_a_cut_a_crash_came_before_is_made_again_and_a_failed_rebuild_is_finished_first(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed before the cut: the load leaves the marks and queues as they were (consistent with
