@@ -246,6 +246,8 @@ class ScheduleMessageService:
         """The store's CommitLog was cut: the timer loads its queue again from its progress
         (what it loaded from the cut tail, maybe while the cut was being made, is gone)."""
         self.timer.reload()
+        # Deliveries past the cut are gone: a SYNC_FLUSH persist must not wait for them.
+        self._delivered_end = min(self._delivered_end, self.store.commitlog_max_offset)
         if self._wakes:
             self._wakes[-1].set()
 

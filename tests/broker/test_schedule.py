@@ -270,6 +270,26 @@ def test_a_follower_takes_the_masters_progress_and_never_delivers_below_it(tmp_p
     assert len(t) == 0 and t.progress == 9 and not t.refill()
 
 
+async def test_after_a_cut_the_timer_loads_its_queue_again_and_forgets_deliveries_past_it(tmp_path):
+    """A replica's CommitLog cut (tidemq.broker.ha.metalog): what the timer loaded of the cut tail
+    is forgotten, and a SYNC_FLUSH persist no longer waits for a delivery the cut removed."""
+    clock, store, svc = make(tmp_path)
+    await store.start()
+    try:
+        put(svc, store, body=b"kept", props={"TIMER_DELAY_MS": "1000"})
+        cut = store.commitlog_max_offset
+        put(svc, store, body=b"cut", props={"TIMER_DELAY_MS": "2000"})
+        svc.timer.refill()
+        svc.timer.run_due(T0_MS + 1000)  # "kept" delivered: its copy lands past the cut
+        assert len(svc.timer) == 1 and svc._delivered_end > cut
+        await store.truncate(cut)
+        svc.after_cut()
+        assert len(svc.timer) == 0 and svc.timer.scanned == svc.timer.progress == 1
+        assert svc._delivered_end <= cut and not svc.timer.refill()
+    finally:
+        await store.shutdown()
+
+
 def test_timer_capacity_bounds_memory_and_still_delivers_everything(tmp_path):
     clock, store, svc = make(tmp_path, timer_capacity=2)
     for i in range(7):
