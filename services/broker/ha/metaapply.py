@@ -109,9 +109,9 @@ class MetadataApplier:
         """Apply the records of the metadata queue from ``applied`` up to ``end``; the count.
         ``replay``: at start, over a store that recovered its own topic deletions."""
         n = 0
-        for queue_offset, _, change in self._records(self.applied, end, "applying"):
+        for queue_offset, phys, change in self._records(self.applied, end, "applying"):
             if change is not None:
-                self._apply(change, replay)
+                self._apply(change, replay, phys)
                 n += 1
             self.applied = queue_offset + 1
         self.applied_count += n
@@ -261,7 +261,8 @@ class MetadataApplier:
                 return True
         return False
 
-    def _apply(self, change: Change, replay: bool) -> None:
+    def _apply(self, change: Change, replay: bool, phys: int = -1) -> None:
+        """Apply one record's change; ``phys`` is the record's CommitLog offset (-1: unknown)."""
         m = self.m
         self.applying = True
         try:
@@ -271,7 +272,10 @@ class MetadataApplier:
             elif isinstance(change, TopicDeleted):
                 if m.topics.delete(change.name):
                     if not replay:  # at start the store recovered its own (durable) deletion
-                        self.store.delete_topic(change.name)
+                        # Marked at its record, not at the end of the frame it came in: the
+                        # topic's records after it (re-created in the same frame) are kept by a
+                        # replay, and a cut keeps or removes the mark with the record.
+                        self.store.delete_topic(change.name, at=phys + 1 if phys >= 0 else None)
                     m.topics_changed()
             elif isinstance(change, GroupSet):
                 m.groups.put(change.config)

@@ -35,10 +35,9 @@ A replica that cuts a diverged tail (``truncate``) undoes the metadata changes o
 A topic deleted in the cut tail is set again and its consume queues, gone with the deletion, are
 rebuilt from the CommitLog below the cut (the store's truncate, ``undeleted``).
 
-Known limits: a follower's deletion of a topic
-re-created in the same replication frame marks the store's deletion at the frame's end (so a
-deletion kept by the cut but marked past it is forgotten if the same topic's later deletion was
-cut, and that topic's records of before it come back in the rebuild).
+A follower marks a replicated topic deletion in its store at the deletion's record (a master's
+mark is the log's end right after appending it): a cut keeps a mark exactly when it keeps the
+record, and a replay keeps a topic re-created in the same replication frame.
 """
 
 from __future__ import annotations

@@ -615,8 +615,10 @@ class MessageStore:
         return sorted(self._queues.by_topic)
 
     # ================================================================== admin
-    def delete_topic(self, topic: str) -> None:
+    def delete_topic(self, topic: str, at: int | None = None) -> None:
         """Drop the topic's consume queues now; their files are deleted by a worker thread.
+        The deletion is marked at CommitLog offset ``at`` (default: the log's end): replay skips
+        the topic's records before it.
 
         The directory is renamed to a tombstone on the loop first: a topic re-created (and
         written to) before the worker runs gets fresh files that the worker never touches.
@@ -626,7 +628,8 @@ class MessageStore:
             return
         # Durable before any new put: replay skips the topic's older records (a small admin write).
         path = self.config.deleted_topics_path
-        deletions.save(path, deletions.deleted(deletions.load(path), topic, self.commitlog_max_offset))
+        mark = self.commitlog_max_offset if at is None else at
+        deletions.save(path, deletions.deleted(deletions.load(path), topic, mark))
         topic_dir = self.config.consume_queue_dir / topic
         aside = self.config.consume_queue_dir / f".deleted-{topic}-{time.monotonic_ns()}"
         tomb: Path | None = aside

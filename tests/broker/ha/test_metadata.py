@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ from tidemq.remoting.codes import ResponseCode
 from tests.broker.ha.conftest import wait_for
 from tests.broker.ha.test_replication import CFG, assert_same, commitlog, queues, started, until
 from tests.cli.clirun import broker_request, json_body, tidemq
-from tests.broker.store.util import T0, req
+from tests.broker.store.util import T0, Clock, open_store, req
 
 HOST = ("127.0.0.1", 10911)
 QUOTA = CreationQuota(CreationLimits())
@@ -212,6 +213,29 @@ async def test_changes_on_the_master_appear_on_the_follower_and_survive_its_rest
         await again.log.stop()
         await store.shutdown()
     assert follower_store is not store
+
+
+async def test_a_followers_deletion_mark_is_at_the_deletion_not_at_the_end_of_its_frame(tmp_path: Path) -> None:
+    """A topic deleted and re-created in one replication frame: the follower marks the deletion
+    at its record, so a replay of its CommitLog keeps the second incarnation's record (marked at
+    the frame's end, the replay dropped it)."""
+    async with pair(tmp_path) as (m, f):
+        m.topics.put(TopicConfig("Again", 1, 1, 6))
+        assert m.store.put(req("Again", 0, b"first life")).ok
+        m.topics.delete("Again")
+        m.store.delete_topic("Again")
+        m.topics.put(TopicConfig("Again", 1, 1, 6))
+        assert m.store.put(req("Again", 0, b"second life")).ok
+        f.store.append_replicated(0, commitlog(m.store))  # one frame: dispatched, applied
+        assert f.topics.get("Again") is not None and f.store.max_offset("Again", 0) == 1
+        cfg = f.store.config
+    shutil.rmtree(cfg.consume_queue_dir)
+    again = open_store(cfg, clock=Clock())
+    try:
+        res = again.get_messages("Again", 0, 0, 8, None)
+        assert [decode_record(raw).body for raw in res.records] == [b"second life"]
+    finally:
+        again.close_abruptly()
 
 
 async def test_the_first_master_of_an_empty_log_writes_what_its_broker_held_before(tmp_path: Path) -> None:
