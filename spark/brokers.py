@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 from collections.abc import AsyncGenerator, Iterator
 
@@ -180,7 +181,15 @@ def read_slice(opts: SourceOptions, part: Slice) -> Iterator[object]:
             yield batch
     finally:
         if not reader.loop.is_closed():  # ended early (Spark closing the generator): drop the pull ahead
-            reader.run(batches.aclose())
+            try:
+                reader.run(batches.aclose())
+            except RuntimeError:
+                # An interrupt (KeyboardInterrupt) raised inside one of the loop's steps left the
+                # generator mid-step: this reader is forgotten, and what ended the read is raised,
+                # not this.
+                clients.drop(_reader_key(opts))
+                if sys.exc_info()[1] is None:
+                    raise
 
 
 async def _batches(reader: ReaderLoop, opts: SourceOptions, part: Slice) -> AsyncGenerator[object, None]:

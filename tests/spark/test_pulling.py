@@ -104,6 +104,25 @@ def test_a_read_closed_early_leaves_the_next_read_of_the_thread_exact(small_pull
     assert brokers._reader(o).in_flight == 0
 
 
+def test_an_interrupt_in_the_middle_of_a_read_is_raised_as_itself_and_the_next_read_is_exact(small_pulls, big_topic):
+    """Ctrl-C while a batch is read (a KeyboardInterrupt raised inside the reading loop's step):
+    the read ends with that KeyboardInterrupt (closing the half-run generator raised a
+    RuntimeError over it), and the thread's next read gets a fresh reader."""
+    o = opts(small_pulls, big_topic)
+    reader = brokers._reader(o)
+    slices = read_slice(o, Slice(big_topic, "broker-a", 0, 0, BIG))
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    reader.loop.call_later(0.005, interrupt)  # the first batch takes dozens of pulls
+    with pytest.raises(KeyboardInterrupt):
+        next(slices)
+    assert brokers._reader(o) is not reader
+    got = offsets_and_values(read_slice(o, Slice(big_topic, "broker-a", 0, 100, 300)))
+    assert got == [(o, b"m%d" % o) for o in range(100, 300)]
+
+
 def test_threads_read_on_loops_of_their_own(small_pulls, topic):
     o = opts(small_pulls, topic, pull_batch_size=50)
     results: dict[int, object] = {}
