@@ -231,16 +231,19 @@ class ScheduleMessageService:
     def apply_progress(self, levels: tuple[tuple[int, int], ...], timer: int) -> None:
         """Take the master's progress (a follower: its own walkers never deliver). Levels this
         broker's table does not have are ignored, as at ``load``."""
-        for level, offset in levels:
-            if 1 <= level <= len(self.level_timers):
-                self.level_timers[level - 1].offset = max(0, offset)
+        self._set_levels(levels)
         self.timer.advance_to(timer)
 
     def rewind_progress(self, levels: tuple[tuple[int, int], ...], timer: int) -> None:
         """As :meth:`apply_progress`, but the delivery timer may go back too (a replica undoing
         the deliveries of a tail it cut)."""
-        self.apply_progress(levels, timer)
-        self.timer.rewind_to(timer)
+        self._set_levels(levels)
+        self.timer.reload(timer)
+
+    def _set_levels(self, levels: tuple[tuple[int, int], ...]) -> None:
+        for level, offset in levels:
+            if 1 <= level <= len(self.level_timers):
+                self.level_timers[level - 1].offset = max(0, offset)
 
     def after_cut(self) -> None:
         """The store's CommitLog was cut: the timer loads its queue again from its progress

@@ -23,7 +23,8 @@ import heapq
 import logging
 from collections.abc import Callable
 
-from tidemq.broker.delay import TIMER_OUT_MS, TIMER_TOPIC
+from tidemq.broker.delay import TIMER_TOPIC
+from tidemq.broker.store.replay import timer_tags_code
 from tidemq.broker.store.store import GetStatus, MessageStore
 from tidemq.errors import CodecError
 from tidemq.message import decode_record_header, decode_properties
@@ -75,19 +76,11 @@ class DeliveryTimer:
             heapq.heapify(self._open)
         self.scanned = max(self.scanned, progress)
 
-    def rewind_to(self, progress: int) -> None:
-        """Set the progress to ``progress`` even when it is lower (a replica undoing the deliveries
-        of a tail it cut: their copies in the topics went with the tail, so the entries from
-        ``progress`` on are to be delivered again): forget what is loaded, load again from there."""
-        if progress >= self.progress:
-            self.advance_to(progress)
-        else:
-            self.reload(progress)
-
     def reload(self, progress: int | None = None) -> None:
-        """Forget every loaded entry and load again from ``progress`` (default: the progress):
-        after the timer queue's tail was cut, what was loaded from it is gone, and the entries
-        a new master writes there reuse its queue offsets."""
+        """Forget every loaded entry and load again from ``progress`` (default: the progress),
+        lower or higher: after the timer queue's tail was cut, what was loaded from it is gone
+        and the entries a new master writes there reuse its queue offsets; a replica undoing the
+        deliveries of a cut tail sets its progress back (their copies went with the tail)."""
         start = self.progress if progress is None else max(0, progress)
         self._heap.clear()
         self._open.clear()
@@ -123,8 +116,8 @@ class DeliveryTimer:
                     return True
                 try:
                     h = decode_record_header(rec)
-                    due = int(decode_properties(h.properties).get(TIMER_OUT_MS) or h.store_timestamp)
-                except (CodecError, ValueError) as exc:
+                    due = timer_tags_code(h.store_timestamp, decode_properties(h.properties))
+                except CodecError as exc:
                     log.error("timer queue: unreadable record at offset %d skipped: %s", self.scanned, exc)
                     continue
                 if h.queue_offset >= self.scanned:

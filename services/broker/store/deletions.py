@@ -91,5 +91,13 @@ def save_pending(path: Path, cut_at: int, undeleted: Iterable[str], made: bool) 
     write_json_atomic(path, {"cut": cut_at, "undeleted": sorted(set(undeleted)), "made": made})
 
 
+def owed(pending: tuple[int, list[str], bool], log_end: int) -> bool:
+    """Whether a pending cut's marks and rebuild are still to be done: the cut is recorded as
+    made, or the log ends at or before it (a crash came between the cut and that record). A
+    log past a cut not recorded as made was never cut: the record is stale."""
+    cut_at, _, made = pending
+    return made or log_end <= cut_at
+
+
 def clear_pending(path: Path) -> None:
     path.unlink(missing_ok=True)

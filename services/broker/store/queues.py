@@ -124,6 +124,13 @@ class QueueTable:
             gone += cq.detach_below(phys_min)
         return gone
 
+    def reset_topic(self, topic: str) -> list[LazyMappedFile]:
+        """Empty every queue of ``topic`` (kept, from offset 0, for a rebuild); returns the files
+        to destroy."""
+        files = [f for cq in list(self.by_topic.get(topic, {}).values()) for f in cq.reset()]
+        self._dirty.difference_update(files)
+        return files
+
     def drop_topic(self, topic: str) -> list[LazyMappedFile] | None:
         """Forget a topic's queues; returns their files (None when the topic had none)."""
         qs = self.by_topic.pop(topic, None)

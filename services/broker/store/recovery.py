@@ -344,11 +344,10 @@ def recover(cfg: StoreConfig, crash: bool, commitlog: CommitLog, queues: QueueTa
     indexed = dispatcher.index.indexed - indexed_before
     rebuild_topics: set[str] = set()
     pending = deletions.load_pending(cfg.pending_cut_path)
-    if pending is not None and (pending[2] or end <= pending[0]):
-        # A follower's cut made before a crash, its marks or rebuild maybe not (deletions.py):
-        # finish both. (A log still past the cut was never cut: the replay above is consistent
-        # with the marks as they are, and the next handshake cuts again.) A made cut is finished
-        # even when the log has grown since (a promoted replica took writes).
+    if pending is not None and deletions.owed(pending, end):
+        # A follower's cut made before a crash, its marks or rebuild maybe not: finish both. (A
+        # stale record's replay above is consistent with the marks as they are, and the next
+        # handshake cuts again.)
         fixed = deletions.cut(marks, pending[0], pending[1])
         if fixed != marks:
             deletions.save(cfg.deleted_topics_path, fixed)
@@ -445,8 +444,7 @@ def _rebuild_queues(cfg: StoreConfig, commitlog: CommitLog, queues: QueueTable, 
     for topic, qid in check.damaged:
         destroy_all(queues.get_or_create(topic, qid).reset())  # before the rebuild re-creates the same names
     for topic in topics:
-        for cq in list(queues.by_topic.get(topic, {}).values()):
-            destroy_all(cq.reset())
+        destroy_all(queues.reset_topic(topic))
     rebuild = Replayer(dispatcher, commitlog.min_offset, 1 << 62, schedule_tags_code, deleted)
     wanted = set(check.damaged)
 

@@ -489,8 +489,8 @@ class MessageStore:
         if pending is None:
             return
         loop = asyncio.get_running_loop()
-        cut_at, topics, made = pending
-        if made or self._commitlog.write_pos <= cut_at:
+        cut_at, topics, _ = pending
+        if deletions.owed(pending, self._commitlog.write_pos):
             marks = deletions.load(self.config.deleted_topics_path)
             fixed = deletions.cut(marks, cut_at, topics)
             if fixed != marks:
@@ -504,11 +504,8 @@ class MessageStore:
         again (those below a topic's deletion mark stay skipped), yielding to the loop every
         REBUILD_STEP records, retention held off meanwhile; then flush them."""
         loop = asyncio.get_running_loop()
-        for topic in topics:
-            for cq in list(self._queues.by_topic.get(topic, {}).values()):
-                gone = cq.reset()
-                self._dirty.difference_update(gone)
-                await loop.run_in_executor(self._io_exec, destroy_all, gone)
+        gone = [f for topic in topics for f in self._queues.reset_topic(topic)]
+        await loop.run_in_executor(self._io_exec, destroy_all, gone)
         wanted = set(topics)
         replay = Replayer(self._dispatcher, 0, 1 << 62, self._schedule_tags_code, marks)
         cl = self._commitlog
