@@ -328,6 +328,8 @@ class _ReplicaCollector(Collector):
             ("tidemq_replica_failovers", "Times this replica became master by election", s.failovers),
             ("tidemq_replica_switchovers", "Planned hand-overs of mastership this replica made as master",
              s.switchovers),
+            ("tidemq_replica_deposed", "Masters this replica deposed without waiting for their lease "
+             "(their replication address refused connections)", s.deposed),
         ):
             c = CounterMetricFamily(name, doc, labels=["cluster", "broker"])
             c.add_metric(list(base), value)

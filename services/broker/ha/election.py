@@ -132,6 +132,16 @@ def grow_record(record: GroupRecord, replica: int) -> GroupRecord:
     return replace(record, in_sync=tuple(sorted((*record.in_sync, replica))))
 
 
+def deposed_record(record: GroupRecord) -> GroupRecord:
+    """The record without its master, which an in-sync follower proved gone: the same epoch (the
+    next winner writes one more), the in-sync set without the gone master (it rejoins once caught
+    up, as after a lapsed lease), no hand-over."""
+    if record.master is None:
+        raise ElectionError(f"epoch {record.epoch} has no master to depose")
+    return replace(record, master=None, handed_over_by=None,
+                   in_sync=tuple(r for r in record.in_sync if r != record.master))
+
+
 def handover_record(record: GroupRecord, to: int, log_end: int) -> GroupRecord:
     """The record moving mastership to the in-sync replica ``to`` at epoch + 1."""
     if record.master is None:
@@ -344,6 +354,40 @@ class Elector:
             self._handed_over_at = self.clock.now()
         return done
 
+    async def depose(self, epoch: int, master: int) -> bool:
+        """As an in-sync follower, end ``master``'s mastership of ``epoch`` without waiting for its
+        lease: the caller has proof that it is gone (its replication address, which welcomed this
+        replica at ``epoch``, now refuses connections: the process died, or it left the master
+        role). Writes :func:`deposed_record` at the revision read, under this replica's lease, and
+        campaigns at once. False (nothing written) unless the record still names ``master`` at
+        ``epoch`` and this replica is in sync by it.
+
+        Safe without the lease: the record's in-sync set names this replica, so the old master
+        acknowledges nothing more unless this replica acks it or it first takes this replica out
+        of the set, a compare-and-swap that this one's makes fail (or that makes this one fail:
+        then this replica is no longer in sync and does not depose). So every write the old
+        master acknowledged is on every replica of the deposed record's in-sync set, and the next
+        winner is one of them, as after a lapsed lease. An old master that is still running
+        learns it from the record (watch, or its next keep-alive on Kubernetes) and stops."""
+        if self._lease is None:
+            return False
+        current = await self._call(self.store.get(self.key))
+        if current is None or current.record.master != master or current.record.epoch != epoch \
+                or master == self.replica:
+            return False
+        if not counts_as_in_sync(current.record, self.replica, self.position().log_end):
+            return False
+        written = await self._call(self.store.compare_and_swap(
+            self.key, deposed_record(current.record), current.revision, lease=self._lease))
+        if written is None:
+            return False
+        log.warning("replica %d: deposed replica %d, master of epoch %d, without waiting for its "
+                    "lease (its replication address refuses connections); electing", self.replica,
+                    master, epoch)
+        self.known = written.record
+        self._wake.set()
+        return True
+
     async def _rewrite(self, change: Callable[[GroupRecord], GroupRecord]) -> bool:
         if self.role.kind is not RoleKind.MASTER or self._lease is None:
             return False
@@ -551,5 +595,5 @@ class Elector:
 
 __all__ = ["Candidate", "Clock", "ElectionConfig", "ElectionError", "Elector", "LoopClock",
            "ReplicaPosition", "Role", "RoleKind", "announcement", "backoff", "candidate_key", "last_key",
-           "counts_as_in_sync",
+           "counts_as_in_sync", "deposed_record",
            "grow_record", "handover_record", "may_campaign", "rank", "shrink_record", "winner_record"]

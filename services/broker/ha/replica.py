@@ -123,6 +123,7 @@ class ReplicaStatus:
     failovers: int  # times this replica became master by an election
     last_failover_seconds: float | None  # no live master seen -> this replica master
     switchovers: int  # planned hand-overs this replica made as master
+    deposed: int = 0  # masters this replica deposed, their replication address refusing (Elector.depose)
 
 
 def open_store(config: ReplicaConfig) -> CoordinationStore:
@@ -167,6 +168,8 @@ class ReplicaService:
         self._resolve_task: asyncio.Task[None] | None = None
         self._in_sync_task: asyncio.Task[None] | None = None
         self._expire_task: asyncio.Task[None] | None = None
+        self._depose_task: asyncio.Task[None] | None = None
+        self._deposed = 0  # masters this replica deposed (their address refused)
         self._sync = config.replication is ReplicationMode.SYNC
         # Acknowledgement (master, sync): writes waiting for acks, by end offset; the high-water
         # mark; long-poll wake-ups held until their record is below it.
@@ -310,7 +313,7 @@ class ReplicaService:
             min_in_sync=known.min_in_sync if known is not None else self.config.min_in_sync,
             replication=self.config.replication.value, log_end=end, high_water=self.high_water(),
             followers=followers, failovers=self._failovers, last_failover_seconds=self._last_failover,
-            switchovers=self._switchovers)
+            switchovers=self._switchovers, deposed=self._deposed)
 
     async def switchover(self, to: int | None) -> int:
         """A planned hand-over to in-sync follower ``to`` (None: the one that acked the most).
@@ -436,7 +439,7 @@ class ReplicaService:
                  self.config.lease_seconds, self.config.replication.value, self.config.min_in_sync)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._roles_task)
+        await cancel_and_wait(self._roles_task, self._depose_task)
         await self._leave_role()
         for _end, wake in self._deferred:
             wake()
@@ -509,13 +512,34 @@ class ReplicaService:
                 self.follower = ReplicationFollower(
                     self.store, self._replication, self.config.replica_id, max(role.epoch, self.epoch), target,
                     history=self.history, ack_flushed=self.store.config.flush_mode is FlushMode.SYNC,
-                    on_high_water=self._learn_mark, truncate=self.truncate)
+                    on_high_water=self._learn_mark, truncate=self.truncate,
+                    on_refused=functools.partial(self._master_refused, role))
                 self.follower.start()
                 following = addr
                 log.info("replica %d replicates from the master's HA address %s (epoch %d)",
                          self.config.replica_id, addr, role.epoch)
             streaming = self.follower is not None and self.follower.acked >= 0
             await asyncio.sleep(RESOLVE_STREAMING_INTERVAL if streaming else RESOLVE_INTERVAL)
+
+    def _master_refused(self, role: Role, welcomed: int) -> None:
+        """As follower of ``role``: the master's replication address, which welcomed this replica
+        at epoch ``welcomed``, refuses connections. When that is the epoch followed, the master of
+        it is gone (its listener closes only with its process or its role): depose it rather than
+        wait out its lease (:meth:`Elector.depose`)."""
+        if welcomed != role.epoch or role.master is None or self.role != role or \
+                (self._depose_task is not None and not self._depose_task.done()):
+            return
+        self._depose_task = asyncio.create_task(self._depose(role), name="replica-depose")
+
+    async def _depose(self, role: Role) -> None:
+        assert role.master is not None
+        try:
+            if await self.elector.depose(role.epoch, role.master):
+                self._deposed += 1
+        except (CoordinationError, TimeoutError) as exc:
+            log.warning("replica %d could not depose replica %d (master of epoch %d) after its "
+                        "address refused (%s); its lease runs out instead", self.config.replica_id,
+                        role.master, role.epoch, exc)
 
     async def _expire_waiting(self) -> None:
         """As master: answer waiting writes FLUSH_SLAVE_TIMEOUT at their deadline, and all of them

@@ -397,7 +397,8 @@ class ReplicationFollower:
     def __init__(self, store: MessageStore, config: ReplicationConfig, replica_id: int, epoch: int,
                  master: tuple[str, int], history: EpochHistory | None = None,
                  ack_flushed: bool = True, on_high_water: Callable[[int], None] | None = None,
-                 truncate: Callable[[int], Awaitable[None]] | None = None) -> None:
+                 truncate: Callable[[int], Awaitable[None]] | None = None,
+                 on_refused: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.config = config
         self.replica_id = replica_id
@@ -415,6 +416,12 @@ class ReplicationFollower:
         # Cuts the log at the handshake's truncation point: the store's truncate, or a replicated
         # broker's (which also undoes the metadata changes of the cut tail).
         self.truncate = truncate or store.truncate
+        # The epoch of the last Welcome from ``master`` (None: never welcomed there): once that
+        # address refuses connections, ``on_refused(welcomed)`` (a master's replication listener
+        # closes only when its process ends or it leaves the master role: proof it is gone).
+        self.welcomed: int | None = None
+        self.on_refused = on_refused
+        self._welcomes = 0  # sessions welcomed so far
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -429,16 +436,23 @@ class ReplicationFollower:
                 await task
 
     async def _run(self) -> None:
+        quick = False  # the last retry was immediate
         while True:
+            welcomed_before = self._welcomes
             try:
                 await self.run_session()
+            except ConnectionRefusedError as exc:
+                log.info("replication from %s:%d refused: %r", *self.master, exc)
+                if self.welcomed is not None and self.on_refused is not None:
+                    self.on_refused(self.welcomed)
             except (ReplicationError, protocol.ReplicationCodecError, StoreError) as exc:
-                log.warning("replication from %s:%d stopped: %s; retrying in %.1fs",
-                            *self.master, exc, self.config.retry_interval)
+                log.warning("replication from %s:%d stopped: %s", *self.master, exc)
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-                log.info("replication from %s:%d interrupted: %r; retrying in %.1fs",
-                         *self.master, exc, self.config.retry_interval)
-            await asyncio.sleep(self.config.retry_interval)
+                log.info("replication from %s:%d interrupted: %r", *self.master, exc)
+            # A session that was welcomed is retried at once when it breaks (once in a row): a
+            # refusal then tells the replica its master is gone without waiting for its lease.
+            quick = self._welcomes != welcomed_before and not quick
+            await asyncio.sleep(0.0 if quick else self.config.retry_interval)
 
     async def run_session(self) -> None:
         """One connection: handshake, truncation, then frames until it breaks (raises why)."""
@@ -460,7 +474,8 @@ class ReplicationFollower:
             if answer.epoch < self.epoch:
                 raise ReplicationError(f"the master is at epoch {answer.epoch}, older than {self.epoch} "
                                        f"that this replica knows: it is stale")
-            self.epoch = answer.epoch
+            self.epoch = self.welcomed = answer.epoch
+            self._welcomes += 1
             if answer.truncate_at >= 0:
                 log.warning("replica %d truncates its commitlog from %d to %d to follow epoch %d",
                             self.replica_id, store.commitlog_max_offset, answer.truncate_at, answer.epoch)

@@ -61,6 +61,7 @@ def runtime_table(rt: BrokerRuntime) -> dict[str, str]:
             ha.HA_FAILOVERS: str(s.failovers),
             ha.HA_LAST_FAILOVER_SECONDS: "" if last is None else f"{last:.3f}",
             ha.HA_SWITCHOVERS: str(s.switchovers),
+            ha.HA_DEPOSED: str(s.deposed),
         })
     return table
 

@@ -10,6 +10,7 @@ and say which package to install (``python3 dev.py`` installs it when run as roo
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import time
@@ -22,6 +23,8 @@ import pytest
 
 from tests.cli.clirun import tidemq
 from tests.procs import ServerProcess, free_port, tidemq_cmd, wait_ready
+from tidemq.client import ClientConfig
+from tidemq.client.admin import Admin
 
 T = TypeVar("T")
 
@@ -111,6 +114,13 @@ class ReplicaGroup:
             addr = self.ids().get("0")
             return addr if addr is not None and addr != other_than else None
         return str(wait_for(f"a master of {self.name} registered as brokerId 0", find, timeout))
+
+    def runtime(self, addr: str) -> dict[str, str]:
+        """The GET_BROKER_RUNTIME_INFO table of the replica at ``addr`` (its ``ha*`` keys)."""
+        async def ask() -> dict[str, str]:
+            async with Admin(self.namesrv, ClientConfig(request_timeout=2.0)) as admin:
+                return await admin.get_broker_runtime_info(addr)
+        return asyncio.run(ask())
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from tidemq.broker.ha.election import (
     RoleKind,
     backoff,
     counts_as_in_sync,
+    deposed_record,
     grow_record,
     handover_record,
     last_key,
@@ -176,6 +177,18 @@ def test_elections_keep_one_master_per_epoch_and_growing_epochs(
                     write(grow_record(record, arg))
             except ElectionError:
                 pass
+
+
+def test_a_deposed_record_keeps_its_epoch_without_the_master_in_or_out_of_sync() -> None:
+    record = dataclasses.replace(rec(epoch=4, master=1, in_sync=(0, 1, 2), log_end=70), handed_over_by=0)
+    deposed = deposed_record(record)
+    assert (deposed.epoch, deposed.master, deposed.in_sync, deposed.master_log_end, deposed.handed_over_by) \
+        == (4, None, (0, 2), 70, None)
+    # The next winner writes one more epoch and keeps the survivors in sync.
+    won = winner_record(deposed, 2, True, 90, 4, 2)
+    assert (won.epoch, won.master, won.in_sync) == (5, 2, (0, 2))
+    with pytest.raises(ElectionError, match="no master to depose"):
+        deposed_record(rec(master=None))
 
 
 def test_election_config_refuses_a_margin_longer_than_the_lease() -> None:
@@ -521,3 +534,66 @@ async def test_the_master_writes_a_changed_min_in_sync(group: Group) -> None:
     current = await group.backend().get(group.key)
     assert current is not None and current.record.min_in_sync == 2 and current.record.epoch == role.epoch
     assert not await group.electors[1 - role.master].set_min_in_sync(1)  # a follower cannot
+
+
+# ---- deposing a master proven gone -----------------------------------------------------------------
+
+# A lease far longer than the tests' waits: a new master within them is the deposition's doing.
+LONG = dataclasses.replace(FAST, lease_seconds=30, safety_margin=1)
+
+
+async def test_a_follower_deposes_a_crashed_master_and_the_group_elects_without_its_lease(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica, config=LONG)
+    await group.start(0, 1, 2)
+    first = await group.settled(within=10)
+    assert first.master is not None
+    crash(group.electors[first.master])
+    follower = next(r for r in range(3) if r != first.master)
+    started = time.monotonic()
+    assert await group.electors[follower].depose(first.epoch, first.master)
+    second = await group.settled(within=5, exclude=(first.master,))
+    print(f"deposed and elected in {time.monotonic() - started:.2f} s (lease {LONG.lease_seconds:g} s)")
+    assert second.master != first.master and second.epoch == first.epoch + 1
+    current = await group.backend().get(group.key)
+    assert current is not None and first.master not in current.record.in_sync
+
+
+async def test_a_deposed_master_that_still_runs_stops_being_master(group: Group) -> None:
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica, config=LONG)
+    await group.start(0, 1, 2)
+    first = await group.settled(within=10)
+    assert first.master is not None
+    old = group.electors[first.master]
+    follower = next(r for r in range(3) if r != first.master)
+    assert await group.electors[follower].depose(first.epoch, first.master)
+    # It learns it from the record (watch, or its keep-alive on Kubernetes): one master again,
+    # of the next epoch, and the old one follows it (it is no longer in sync, so it cannot win).
+    deadline = time.monotonic() + 5
+    while old.role == first:
+        assert time.monotonic() < deadline, "the deposed master is still master"
+        await asyncio.sleep(0.05)
+    second = await group.settled(within=8)
+    assert second.epoch == first.epoch + 1 and second.master != first.master
+    assert old.role == Role(RoleKind.FOLLOWER, second.epoch, second.master)
+
+
+async def test_only_an_in_sync_follower_deposes_and_only_the_master_of_the_epoch_named(group: Group) -> None:
+    await group.seed((0, 1))
+    group.make(0, config=LONG)
+    group.make(1, config=LONG)
+    group.make(2, config=LONG)  # never in sync
+    await group.start(0, 1, 2)
+    first = await group.settled(within=10)
+    assert first.master in (0, 1)
+    other = 1 - first.master
+    before = await group.backend().get(group.key)
+    assert not await group.electors[2].depose(first.epoch, first.master)  # out of sync
+    assert not await group.electors[other].depose(first.epoch - 1, first.master)  # an older epoch
+    assert not await group.electors[other].depose(first.epoch, other)  # not the master
+    assert not await group.electors[first.master].depose(first.epoch, first.master)  # itself
+    assert await group.backend().get(group.key) == before
+    assert group.masters() == [first.master]

@@ -6,6 +6,7 @@ sends."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -68,3 +69,41 @@ def test_one_master_replicates_and_a_killed_master_is_replaced_within_the_lease(
     with SyncProducer("rg-pg2", namesrv, ClientConfig(request_timeout=5.0)) as producer:
         assert producer.send(Message(TOPIC, b"after failover")).status is SendStatus.SEND_OK
     assert b"after failover" in _commitlog(replicas[new_master][1])
+
+
+LONG_LEASE = 30.0  # s: far longer than the waits below; a new master within them is a deposition's doing
+FAST_FAILOVER = 5.0  # s: the issue's aim for the time from a master's death to a new master
+
+
+def test_a_killed_master_is_deposed_and_replaced_without_waiting_for_its_lease(replica_group):
+    """SIGKILL closes the master's replication listener with its process: the followers, which it
+    welcomed at the epoch, find their next connection refused and depose it (Elector.depose) rather
+    than wait 30 s for its lease. A stopped master (SIGSTOP) still accepts connections: no one deposes
+    it, and once continued it is master still (its lease did not run out)."""
+    g = replica_group("rg-depose", 3, LONG_LEASE)
+    namesrv, replicas = g.namesrv, g.replicas
+    master = g.master(20)
+    tidemq("admin", "updateTopic", "-n", namesrv, "-b", master, "-t", TOPIC, "-r", "2", "-w", "2").ok()
+    wait_for("three replicas in sync", lambda: g.runtime(master).get("haInSync") == "0,1,2", 20)
+
+    replicas[master][0].proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(4)
+        assert g.ids().get("0") == master, "a stopped master (connections accepted) was replaced"
+    finally:
+        replicas[master][0].proc.send_signal(signal.SIGCONT)
+    with SyncProducer("rg-dp", namesrv, ClientConfig(request_timeout=5.0)) as producer:
+        assert producer.send(Message(TOPIC, b"after SIGCONT")).status is SendStatus.SEND_OK
+    assert g.ids().get("0") == master
+
+    replicas[master][0].kill()
+    killed = time.monotonic()
+    new_master = wait_for("another replica registered as brokerId 0",
+                          lambda: (a := g.ids().get("0")) not in (None, master) and a, FAST_FAILOVER)
+    took = time.monotonic() - killed
+    print(f"failover: {new_master} registered brokerId 0 {took:.2f} s after SIGKILL of {master} "
+          f"(lease {LONG_LEASE:g} s)")
+    with SyncProducer("rg-dp2", namesrv, ClientConfig(request_timeout=5.0)) as producer:
+        assert producer.send(Message(TOPIC, b"after the deposition")).status is SendStatus.SEND_OK
+    deposed = sum(int(g.runtime(a).get("haDeposed", "0")) for a in replicas if a != master)
+    assert deposed == 1, f"{deposed} deposition(s) counted by the survivors"

@@ -74,6 +74,7 @@ def test_a_master_adds_every_ha_key():
         "haRole": "master", "haReplicaId": "1", "haEpoch": "4", "haMaster": "1", "haInSync": "0,1,2",
         "haMinInSync": "2", "haReplication": "sync", "haHighWater": "8000", "haLogEnd": "9000",
         "haFollowerLag": "0:0,2:4096", "haFailovers": "1", "haLastFailoverSeconds": "2.500", "haSwitchovers": "3",
+        "haDeposed": "0",
     }
     assert parse_id_list(t["haInSync"]) == (0, 1, 2) and parse_lag_list(t["haFollowerLag"]) == ((0, 0), (2, 4096))
 

@@ -43,9 +43,10 @@ HA_FOLLOWER_LAG = "haFollowerLag"  # "1:0,2:4096" (master only)
 HA_FAILOVERS = "haFailovers"  # times this replica became master by election
 HA_LAST_FAILOVER_SECONDS = "haLastFailoverSeconds"  # "" until it did
 HA_SWITCHOVERS = "haSwitchovers"
+HA_DEPOSED = "haDeposed"  # masters this replica deposed because their replication address refused
 RUNTIME_KEYS = (HA_ROLE, HA_REPLICA_ID, HA_EPOCH, HA_MASTER, HA_IN_SYNC, HA_MIN_IN_SYNC, HA_REPLICATION,
                 HA_HIGH_WATER, HA_LOG_END, HA_FOLLOWER_LAG, HA_FAILOVERS, HA_LAST_FAILOVER_SECONDS,
-                HA_SWITCHOVERS)
+                HA_SWITCHOVERS, HA_DEPOSED)
 
 
 @dataclass(frozen=True, slots=True)
