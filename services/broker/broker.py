@@ -300,6 +300,10 @@ class Broker:
             self.metadata.load()
 
     async def stop(self) -> None:
+        if self.replica is not None:
+            # While still registered and serving: a master hands over first, so that producers
+            # find the new master at their next route read and no send fails.
+            await self.replica.prepare_stop()
         self._ready = False
         await cancel_and_wait(*self._tasks)
         await cancel_and_wait(self._register_soon)

@@ -207,7 +207,9 @@ class RouteInfoManager:
         """A broker leaving on purpose. Returns whether anything was removed."""
         removed = self._live.pop(broker_addr, None) is not None
         bd = self._brokers.get(broker_name)
-        if bd is not None and bd.addrs.get(broker_id) is not None:
+        # Only its own entry: after a failover or hand-over the id may name another address by
+        # now (the group's new master registered brokerId 0 before the old one unregistered).
+        if bd is not None and bd.addrs.get(broker_id) == broker_addr:
             del bd.addrs[broker_id]
             removed = True
             if not bd.addrs:

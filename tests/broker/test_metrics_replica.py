@@ -51,11 +51,12 @@ def test_each_scrape_reads_the_status_of_that_moment():
         ("tidemq_replica_high_water_offset_bytes", ()): 4096.0,
         ("tidemq_replica_failovers_total", ()): 0.0,
         ("tidemq_replica_switchovers_total", ()): 0.0,
+        ("tidemq_replica_deposed_total", ()): 0.0,
     }
 
     replica.now = replace(FOLLOWER, role="master", epoch=4, master=2, in_sync=(0, 1, 2), high_water=8000,
                           followers=(FollowerLag(0, 8000, 192), FollowerLag(1, 8192, 0)), failovers=1,
-                          last_failover_seconds=2.75, switchovers=1)
+                          last_failover_seconds=2.75, switchovers=1, deposed=2)
     after = samples(registry)
     assert after[("tidemq_replica_role", (("role", "master"),))] == 1.0
     assert after[("tidemq_replica_role", (("role", "follower"),))] == 0.0
@@ -63,4 +64,5 @@ def test_each_scrape_reads_the_status_of_that_moment():
     assert {k[1]: v for k, v in after.items() if k[0] == "tidemq_replica_follower_lag_bytes"} == {
         (("replica", "0"),): 192.0, (("replica", "1"),): 0.0}
     assert after[("tidemq_replica_failover_seconds", ())] == 2.75
-    assert (after[("tidemq_replica_failovers_total", ())], after[("tidemq_replica_switchovers_total", ())]) == (1, 1)
+    assert (after[("tidemq_replica_failovers_total", ())], after[("tidemq_replica_switchovers_total", ())],
+            after[("tidemq_replica_deposed_total", ())]) == (1, 1, 2)

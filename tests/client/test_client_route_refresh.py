@@ -525,3 +525,73 @@ async def test_a_fixed_queue_send_waits_for_a_master_up_to_its_timeout_not_its_r
     with pytest.raises(ClientError, match="no master address"):
         await sender.send("T", sender.single(out()), "UNIQ1", MessageQueue("T", "broker-a", 0), 0.4)
     assert 0.35 <= loop.time() - started < 1.0 and not inst.sent
+
+
+def single_group_sender(answer, interval: float = 0.05):
+    """A Sender over a FakeInstance whose topic only broker-a serves; refreshes bounded by a real clock."""
+    inst, _ = make({"T": route("broker-a")}, answer, retries=2)
+    config = ClientConfig(retry_times_when_send_failed=2, request_timeout=3.0,
+                          fault_route_refresh_interval=interval)
+    sender = Sender(inst, "pg", config, FaultStrategy(True, FakeClock(), seed=3))  # type: ignore[arg-type]
+
+    async def fetch(topic: str) -> None:
+        await inst.get_route(topic, refresh=True)
+
+    inst.refresh_route_after_fault = FaultRefresher(fetch, min_interval=interval).request  # type: ignore[method-assign,assignment]
+    return inst, sender
+
+
+MASTERLESS = TopicRouteData((QueueData("broker-a", 2, 2, Perm.READ | Perm.WRITE),),
+                            (BrokerData("C", "broker-a", {2: "10.0.0.3:10911"}),))
+
+
+async def _elect_after(inst: FakeInstance, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+    inst.known["T"] = moved()
+
+
+async def test_a_send_waits_through_its_only_groups_election_instead_of_failing():
+    """The master dies (refused), the route names no master for a while (an election: more
+    attempts than the retry budget would allow find none), then the new master: one SEND_OK."""
+    old = ADDRS["broker-a"]
+
+    def answer(addr, cmd):
+        if addr == old:
+            raise ConnectError(f"connect to {addr} refused")
+        return ResponseCode.SUCCESS
+
+    inst, sender = single_group_sender(answer)
+    await sender.queues("T")
+    inst.known["T"] = MASTERLESS  # the name server dropped the dead master
+    election = asyncio.create_task(_elect_after(inst, 0.4))
+    res = await sender.send_one(out(), 3.0)
+    await election
+    assert res.status is SendStatus.SEND_OK and [a for a, _ in inst.sent] == [old, NEW_MASTER]
+
+
+async def test_a_send_whose_cached_route_has_no_master_waits_for_one():
+    inst, sender = single_group_sender(lambda addr, cmd: ResponseCode.SUCCESS)
+    inst.known["T"] = MASTERLESS
+    await inst.get_route("T", refresh=True)
+    election = asyncio.create_task(_elect_after(inst, 0.3))
+    res = await sender.send_one(out(), 3.0)
+    await election
+    assert res.status is SendStatus.SEND_OK and [a for a, _ in inst.sent] == [NEW_MASTER]
+
+
+async def test_a_send_waiting_for_a_master_gives_up_at_its_timeout_and_a_read_only_topic_fails_at_once():
+    inst, sender = single_group_sender(lambda addr, cmd: ResponseCode.SUCCESS)
+    inst.known["T"] = MASTERLESS
+    await inst.get_route("T", refresh=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ClientError, match="no writable queue"):
+        await sender.send_one(out(), 0.4)
+    assert 0.35 <= loop.time() - started < 1.0 and not inst.sent
+    inst.known["T"] = TopicRouteData((QueueData("broker-a", 2, 2, Perm.READ),),
+                                     (BrokerData("C", "broker-a", {0: ADDRS["broker-a"]}),))
+    await inst.get_route("T", refresh=True)
+    started = loop.time()
+    with pytest.raises(ClientError, match="no writable queue"):
+        await sender.send_one(out(), 3.0)
+    assert loop.time() - started < 0.2 and not inst.sent

@@ -167,6 +167,14 @@ def test_master_leaving_keeps_slave_and_queue_data(rim: RouteInfoManager) -> Non
     assert route["brokerDatas"][0]["brokerAddrs"] == {"1": "1.1.1.2:1"}
 
 
+def test_an_old_master_unregistering_after_a_hand_over_leaves_the_new_masters_entry(rim: RouteInfoManager) -> None:
+    rim.register_broker("C", "a", "1.1.1.1:1", 0, {"T": topic()}, V1)
+    rim.register_broker("C", "a", "1.1.1.2:1", 0, {"T": topic()}, V1)  # the new master
+    assert rim.unregister_broker("C", "a", "1.1.1.1:1", 0) is True  # the old one leaves as id 0
+    route = rim.pickup_topic_route("T")
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "1.1.1.2:1"}
+
+
 def test_connection_close_drops_only_that_connections_brokers(rim: RouteInfoManager) -> None:
     c1, c2 = object(), object()
     rim.register_broker("C", "a", "1.1.1.1:1", 0, {"T": topic()}, V1, conn_key=c1)

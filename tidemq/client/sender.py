@@ -21,7 +21,12 @@ re-reads the topic's route at once through the instance's bounded
 :class:`~tidemq.client.route_refresh.FaultRefresher`. The retry waits for that refresh only when
 no other broker serves the topic (else it goes elsewhere at once, as before); when the route then
 names a new master for the failed group, that group's fault record (the old master's) is
-forgotten and the retry may go to it. SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT (stored, not
+forgotten and the retry may go to it. When that group is the only one serving the topic, a retry
+after a connection error or a not-master answer waits until the route names another master, or
+for ``fault_route_refresh_interval`` and one more refresh; an attempt that finds no master in the
+route sends nothing and does not use up the retry budget; and a route whose writable queues all
+belong to groups without a master (an election) is re-read until one has a master: a send during
+a failover waits for the new master within its timeout instead of failing. SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT (stored, not
 replicated) are sent again while retries last and the last such result is returned when none
 does better. Where RocketMQ differs: DefaultMQProducerImpl.sendDefaultImpl retries on another
 broker and updates fault items but learns a new master only from the 30 s
@@ -133,16 +138,32 @@ class Sender:
         return build
 
     # routing -----------------------------------------------------------------------------------
-    async def queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's publish queues, learning its route first (or borrowing TBW102's) when needed."""
+    async def queues(self, topic: str, deadline: float | None = None) -> list[MessageQueue]:
+        """The topic's publish queues, learning its route first (or borrowing TBW102's) when needed.
+        While the route has writable queues only on groups without a master (an election), the
+        route is re-read (the bounded fault refresh) until one names a master, up to ``deadline``
+        (default: ``request_timeout`` from now)."""
         await self._route(topic)
-        queues = self.inst.routes.publish_queues(topic)
-        refresh = None if queues else self.inst.refresh_route_after_fault(topic)
-        if refresh is not None:  # no group has a master in the cached route (a failover): re-read it
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(refresh), self.config.request_timeout)
-            queues = self.inst.routes.publish_queues(topic)
-        return self._some(queues, topic)
+        inst = self.inst
+        queues = inst.routes.publish_queues(topic)
+        if queues:
+            return queues
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + self.config.request_timeout
+        while True:
+            refresh = inst.refresh_route_after_fault(topic)
+            remaining = deadline - loop.time()
+            if refresh is not None:  # no group has a master in the cached route: re-read it
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(refresh), max(0.0, remaining))
+            queues = inst.routes.publish_queues(topic)
+            route = inst.routes.get(topic)
+            electing = route is not None and bool(route.ordered_queues(topic))
+            remaining = deadline - loop.time()
+            if queues or not electing or remaining <= 0:
+                return self._some(queues, topic)
+            await asyncio.sleep(min(remaining, self.config.fault_route_refresh_interval / 4))
 
     async def _route(self, topic: str) -> TopicRouteData:
         inst = self.inst
@@ -231,7 +252,7 @@ class Sender:
             if inst.routes.get(topic) is not None:
                 queues = inst.routes.publish_queues(topic)
             if not queues:
-                queues = await self.queues(topic)
+                queues = await self.queues(topic, deadline)
         attempts = 1 + self.config.retry_times_when_send_failed
         fault = self.fault
         last_broker: str | None = None
@@ -249,7 +270,7 @@ class Sender:
                 break
             if fixed is None and made:  # a retry: the route may have changed meanwhile
                 if last_broker is not None and await self._follow(
-                        topic, refresh, last_broker, failed_addr, queues or (), remaining):
+                        topic, refresh, last_broker, failed_addr, queues or (), remaining, faulted):
                     last_broker = None  # the same group's new master may take the retry
                 refresh = None
                 # During a failover the route may name no master for a while: keep the queues
@@ -272,13 +293,15 @@ class Sender:
                 # hot path (bench/produce_consume.py): a cached master address needs no coroutine
                 addr = failed_addr or await inst.master_addr(topic, mq.broker_name)
             except ClientError as exc:  # no master registered: the group is electing one
+                # Nothing was sent: the attempt does not use up the retry budget (the deadline
+                # bounds the wait for the new master).
                 last_exc, last_broker, faulted = exc, mq.broker_name, True
+                unsent += 1
                 if fixed is not None:
-                    unsent += 1
                     continue
                 refresh = inst.refresh_route_after_fault(topic)
                 fault.report(mq.broker_name, (fault.now() - started) * 1000, isolation=True)
-                log.info("send to %s failed (attempt %d/%d): %s", mq, made, attempts, exc)
+                log.info("send to %s found no master (%s); waiting for the route to name one", mq, exc)
                 continue
             try:
                 resp = await inst.invoke(addr, build(mq), remaining)
@@ -296,7 +319,8 @@ class Sender:
                     fault.report(mq.broker_name, latency_ms)
                 return parse_send_response(resp, topic, mq.broker_name, msg_id, addr, mq)
             if code in ROUTE_FAULT_CODES:  # the group may have a new master: learn it at once
-                refresh, faulted = inst.refresh_route_after_fault(topic), True
+                # Stored but not replicated: this master is alive, a retry needs no new one.
+                refresh, faulted = inst.refresh_route_after_fault(topic), code not in NOT_STORE_OK_CODES
             if code == ResponseCode.SYSTEM_BUSY:  # flow control: not stored, back off and retry
                 busy += 1
                 last_exc, last_broker = broker_error(resp, f"send to {mq}", addr), mq.broker_name
@@ -326,7 +350,8 @@ class Sender:
 
     async def _await_new_master(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,
                                 failed_addr: str | None, deadline: float) -> None:
-        """Before retrying a fixed queue of ``broker`` after a route fault: wait for the route
+        """Before retrying on ``broker`` after a route fault (a fixed queue, or the only group
+        serving the topic): wait for the route
         refresh the fault started until the route names another master for ``broker`` (the retry
         goes there), or, while it still names ``failed_addr``, until ``fault_route_refresh_interval``
         has passed and one more (bounded) refresh has run; never past ``deadline``."""
@@ -351,17 +376,16 @@ class Sender:
 
     async def _follow(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,
                       failed_addr: str | None, queues: Sequence[MessageQueue],
-                      remaining: float) -> bool:
-        """Before a retry after a fault on ``broker``: when no other broker serves the topic, wait
-        (within the send's deadline) for the route refresh the fault started, since only a new
-        master of the same group can take the retry. True when the route now names another
-        master for ``broker``: its fault record belonged to the old master and is forgotten."""
-        if (refresh is not None and not refresh.done()
-                and all(q.broker_name == broker for q in queues)):
-            try:
-                await asyncio.wait_for(asyncio.shield(refresh), remaining)
-            except asyncio.TimeoutError:
-                return False
+                      remaining: float, faulted: bool) -> bool:
+        """Before a retry after a fault on ``broker``: after a route fault (``faulted``) when no
+        other broker serves the topic, wait (within the send's deadline) for the group's new
+        master, since only it can take the retry. True when the route now names another master
+        for ``broker``: its fault record belonged to the old master and is forgotten."""
+        if faulted and all(q.broker_name == broker for q in queues):
+            # Only that group serves the topic: wait for its new master, or for the interval and
+            # one more refresh (a broker restarted in place), as a fixed-queue retry does.
+            loop = asyncio.get_running_loop()
+            await self._await_new_master(topic, refresh, broker, failed_addr, loop.time() + remaining)
         master = self.inst.routes.master_addr(broker)
         if master is None or master == failed_addr:
             return False

@@ -142,8 +142,10 @@ def deposed_record(record: GroupRecord) -> GroupRecord:
                    in_sync=tuple(r for r in record.in_sync if r != record.master))
 
 
-def handover_record(record: GroupRecord, to: int, log_end: int) -> GroupRecord:
-    """The record moving mastership to the in-sync replica ``to`` at epoch + 1."""
+def handover_record(record: GroupRecord, to: int, log_end: int, leaving: bool = False) -> GroupRecord:
+    """The record moving mastership to the in-sync replica ``to`` at epoch + 1; ``leaving`` (the
+    master is stopping) takes the master out of the in-sync set too, so that the new master's
+    writes do not wait for it until its lag shows."""
     if record.master is None:
         raise ElectionError(f"epoch {record.epoch} has no master to hand over from")
     if to == record.master:
@@ -151,8 +153,9 @@ def handover_record(record: GroupRecord, to: int, log_end: int) -> GroupRecord:
     if to not in record.in_sync:
         raise ElectionError(f"replica {to} is not in sync ({list(record.in_sync)}): wait until it "
                             "has caught up, or name an in-sync replica")
+    in_sync = tuple(r for r in record.in_sync if r != record.master) if leaving else record.in_sync
     return replace(record, epoch=record.epoch + 1, master=to, master_log_end=log_end,
-                   handed_over_by=record.master)
+                   handed_over_by=record.master, in_sync=in_sync)
 
 
 def _why(exc: BaseException) -> str:
@@ -342,14 +345,14 @@ class Elector:
         effect once a replica started with it is master); False if no longer master."""
         return await self._rewrite(lambda r: replace(r, min_in_sync=n))
 
-    async def hand_over(self, to: int) -> bool:
+    async def hand_over(self, to: int, leaving: bool = False) -> bool:
         """As master, move mastership to in-sync ``to`` at epoch + 1 (a planned switchover).
 
         This replica stops acknowledging at once; ``to`` rewrites the record under its own lease
         when it sees it. If it does not within a lease, this replica lets the record lapse so that
         the group elects normally."""
         log_end = self.position().log_end
-        done = await self._rewrite(lambda r: handover_record(r, to, log_end))
+        done = await self._rewrite(lambda r: handover_record(r, to, log_end, leaving))
         if done:
             self._handed_over_at = self.clock.now()
         return done
@@ -368,7 +371,8 @@ class Elector:
         then this replica is no longer in sync and does not depose). So every write the old
         master acknowledged is on every replica of the deposed record's in-sync set, and the next
         winner is one of them, as after a lapsed lease. An old master that is still running
-        learns it from the record (watch, or its next keep-alive on Kubernetes) and stops."""
+        learns it from the record (watch or poll) and stops. That argument needs sync
+        acknowledgement: the replica service deposes only with ``--replication sync``."""
         if self._lease is None:
             return False
         current = await self._call(self.store.get(self.key))

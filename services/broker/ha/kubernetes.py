@@ -282,19 +282,29 @@ class KubernetesLeaseStore:
         if self._deadline.get(lease.id, 0.0) < renewed_at:
             self._forget(lease)
             return False
-        for key in sorted(self._leased[lease.id]):
-            if not await self._renew(key, lease):
+        keys = self._leased[lease.id]
+        for key in sorted(keys):
+            renewed = await self._renew(key, lease)
+            if renewed is None:
+                # Written since under another lease (a deposition, a hand-over taken, a new
+                # master): no longer this lease's key, as a key rewritten on etcd leaves its old
+                # lease; the lease itself lives on for its other keys.
+                keys.discard(key)
+            elif not renewed:
                 self._forget(lease)
                 return False
         self._deadline[lease.id] = renewed_at + lease.ttl
         return True
 
-    async def _renew(self, key: str, lease: Lease) -> bool:
-        """Move renewTime of ``key``'s Lease on, if ``lease`` still holds it and has not run out."""
+    async def _renew(self, key: str, lease: Lease) -> bool | None:
+        """Move renewTime of ``key``'s Lease on, if ``lease`` still holds it and has not run out:
+        True when renewed, None when the key is gone or another lease holds it now, False when
+        this lease's hold on it ran out (or the write kept conflicting)."""
         for _attempt in range(3):  # a conflict here is another field's write: read and retry
             obj = await self._fetch(key)
-            if obj is None or (obj.get("spec") or {}).get("holderIdentity") != lease.id or \
-                    self._live(obj, key) is None:
+            if obj is None or (obj.get("spec") or {}).get("holderIdentity") != lease.id:
+                return None
+            if self._live(obj, key) is None:
                 return False
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                      "spec": {"renewTime": _micro_time(self.clock())}}
@@ -303,7 +313,7 @@ class KubernetesLeaseStore:
             if status < 300:
                 return True
             if status == 404:
-                return False
+                return None
         return False
 
     async def revoke(self, lease: Lease) -> None:

@@ -93,6 +93,8 @@ LAG_SECONDS = 2.0
 ACK_TIMEOUT = 2.5
 # A planned switchover waits this long for its target to hold the master's log end.
 SWITCHOVER_CATCH_UP = 5.0
+# s: at most this long a stopping master spends handing over (then the group elects)
+STOP_HANDOVER_SECONDS = 8.0
 
 _SUCCESS = int(ResponseCode.SUCCESS)
 _FLUSH_SLAVE_TIMEOUT = int(ResponseCode.FLUSH_SLAVE_TIMEOUT)
@@ -179,6 +181,7 @@ class ReplicaService:
         self._deferred: deque[tuple[int, Callable[[], None]]] = deque()
         self._caught_up_at: dict[int, float] = {}
         self._handing_over = False
+        self._stopping = False  # a graceful stop has begun: no write is stored any more
         self._leaderless_since: float | None = None
         self._failovers = 0
         self._last_failover: float | None = None
@@ -195,8 +198,11 @@ class ReplicaService:
             self.elector.may_acknowledge(asyncio.get_running_loop().time())
 
     def master_refusal(self) -> tuple[int, str] | None:
-        """Why this replica may not store a write now (not the acknowledging master, or handing
-        over): (SERVICE_NOT_AVAILABLE, remark), or None."""
+        """Why this replica may not store a write now (not the acknowledging master, handing
+        over, or stopping): (SERVICE_NOT_AVAILABLE, remark), or None."""
+        if self._stopping:
+            return (int(ResponseCode.SERVICE_NOT_AVAILABLE),
+                    f"replica {self.config.replica_id} is stopping: refresh the route and send to brokerId 0")
         if not self.may_write():
             return (int(ResponseCode.SERVICE_NOT_AVAILABLE),
                     f"replica {self.config.replica_id} is not the master of its group "
@@ -315,7 +321,7 @@ class ReplicaService:
             followers=followers, failovers=self._failovers, last_failover_seconds=self._last_failover,
             switchovers=self._switchovers, deposed=self._deposed)
 
-    async def switchover(self, to: int | None) -> int:
+    async def switchover(self, to: int | None, leaving: bool = False) -> int:
         """A planned hand-over to in-sync follower ``to`` (None: the one that acked the most).
 
         New writes are refused (SERVICE_NOT_AVAILABLE: clients refresh and retry on the new
@@ -353,7 +359,7 @@ class ReplicaService:
                                       f"{SWITCHOVER_CATCH_UP:g} s; nothing changed, try again")
                 master.wake()
                 await asyncio.sleep(0.01)
-            if not await self.elector.hand_over(to):
+            if not await self.elector.hand_over(to, leaving):
                 raise _refusal(ResponseCode.SYSTEM_ERROR, f"replica {me} could not write the hand-over (no longer master?)")
         finally:
             self._handing_over = False
@@ -438,9 +444,33 @@ class ReplicaService:
                  self.config.replica_id, self._replication.cluster, self._replication.broker_name,
                  self.config.lease_seconds, self.config.replication.value, self.config.min_in_sync)
 
+    async def prepare_stop(self) -> None:
+        """The first step of a graceful stop (Kafka's controlled shutdown): no write is stored
+        from now on; a master hands mastership over to its best in-sync follower, leaving the
+        in-sync set with it, and waits (bounded) until the follower has taken the record, so
+        that clients find the new master before this one unregisters. Best effort: when no
+        follower can take over, the group elects once this replica's lease is revoked."""
+        me = self.config.replica_id
+        if self.role.kind is RoleKind.MASTER and self.master is not None:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                async with asyncio.timeout(STOP_HANDOVER_SECONDS):
+                    to = await self.switchover(None, leaving=True)
+                    while not ((k := self.elector.known) is not None and k.master == to
+                               and k.handed_over_by is None):
+                        await asyncio.sleep(0.01)
+                log.warning("replica %d stopping: replica %d took mastership over in %.2f s", me, to,
+                            loop.time() - started)
+            except (BrokerError, CoordinationError, TimeoutError) as exc:
+                log.warning("replica %d stopping without a hand-over (%s): the group elects once its "
+                            "lease is revoked", me, exc)
+        self._stopping = True
+
     async def stop(self) -> None:
+        self._stopping = True
         await cancel_and_wait(self._roles_task, self._depose_task)
-        await self._leave_role()
+        await self._leave_role(leaving=True)
         for _end, wake in self._deferred:
             wake()
         self._deferred.clear()
@@ -526,7 +556,10 @@ class ReplicaService:
         at epoch ``welcomed``, refuses connections. When that is the epoch followed, the master of
         it is gone (its listener closes only with its process or its role): depose it rather than
         wait out its lease (:meth:`Elector.depose`)."""
-        if welcomed != role.epoch or role.master is None or self.role != role or \
+        # Sync replication only: its acknowledgement rule is what makes a deposition safe
+        # without the lease (Elector.depose); an async master acknowledges alone, and only its
+        # lease stops it before another replica wins.
+        if not self._sync or welcomed != role.epoch or role.master is None or self.role != role or \
                 (self._depose_task is not None and not self._depose_task.done()):
             return
         self._depose_task = asyncio.create_task(self._depose(role), name="replica-depose")
@@ -563,11 +596,14 @@ class ReplicaService:
             known = self.elector.known
             in_sync = known.in_sync if known is not None else ()
             followers = master.followers()
+            leaving = master.leaving()
             for r, state in followers.items():
                 if state.acked >= end:
                     self._caught_up_at[r] = now
             for r in in_sync:
-                if r != me and now - self._caught_up_at.get(r, now) > LAG_SECONDS:
+                if r != me and r in leaving:
+                    await self._change_in_sync(self.elector.shrink, r, "left the in-sync set: it is stopping")
+                elif r != me and now - self._caught_up_at.get(r, now) > LAG_SECONDS:
                     await self._change_in_sync(self.elector.shrink, r, "left the in-sync set: "
                                                + ("its session ended" if r not in followers else
                                                   f"not caught up for {LAG_SECONDS:g} s"))
@@ -598,13 +634,13 @@ class ReplicaService:
         except (CoordinationError, TimeoutError) as exc:
             log.warning("replica %d could not write minInSync %d (%s); retrying", self.config.replica_id, n, exc)
 
-    async def _leave_role(self) -> None:
+    async def _leave_role(self, leaving: bool = False) -> None:
         await cancel_and_wait(self._resolve_task, self._in_sync_task, self._expire_task)
         self._resolve_task = self._in_sync_task = self._expire_task = None
         follower, self.follower = self.follower, None
         if follower is not None:
             self.epoch = max(self.epoch, follower.epoch)
-            await follower.close()
+            await follower.close(leaving)
         master, self.master = self.master, None
         if master is not None:
             self.store.on_commit = None

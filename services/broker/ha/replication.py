@@ -42,7 +42,7 @@ from tidemq.errors import BrokerError, StoreError
 from tidemq.broker.ha import protocol
 from tidemq.broker.ha.epochs import EpochHistory, EpochStart
 from tidemq.broker.ha.link import FrameLink
-from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Refusal, Welcome
+from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Leaving, Refusal, Welcome
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
 
@@ -135,6 +135,8 @@ class ReplicationMaster:
         self._sessions: set[asyncio.Task[None]] = set()
         self._followers: dict[int, FollowerState] = {}  # connected followers only
         self._owners: dict[int, asyncio.Task[None]] = {}  # the session that owns each follower's state
+        # Followers that said they are stopping (Leaving), until they connect again.
+        self._leaving: set[int] = set()
         self._wake = asyncio.Event()
         self._parked: dict[int, _Stream] = {}  # the streams waiting for news, by replica id
         self._push_due = False  # a coalesced push waits for the end of this loop step
@@ -157,6 +159,10 @@ class ReplicationMaster:
     def followers(self) -> dict[int, FollowerState]:
         """Each connected follower's acked and sent offsets, by replica id."""
         return dict(self._followers)
+
+    def leaving(self) -> frozenset[int]:
+        """Replicas that said they are stopping on purpose and have not connected since."""
+        return frozenset(self._leaving)
 
     def acked_offset(self, replica_id: int) -> int | None:
         state = self._followers.get(replica_id)
@@ -230,6 +236,7 @@ class ReplicationMaster:
         log.info("replica %d of %s/%s joined at offset %d (truncated from %d: %s)", hello.replica_id,
                  cfg.cluster, cfg.broker_name, start, hello.log_end, cut is not None)
         state = FollowerState(hello.replica_id, start, start)
+        self._leaving.discard(hello.replica_id)
         self._followers[hello.replica_id] = state
         self._owners[hello.replica_id] = task
         acked = asyncio.Event()
@@ -372,6 +379,10 @@ class ReplicationMaster:
             raise ReplicationError(f"replica {replica} connected again; this older session ends")
         offset = state.acked
         for frame in frames:
+            if isinstance(frame, Leaving):
+                log.info("replica %d is stopping", replica)
+                self._leaving.add(replica)
+                continue
             if not isinstance(frame, Ack):
                 raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
             if not offset <= frame.offset <= state.sent:
@@ -422,13 +433,21 @@ class ReplicationFollower:
         self.welcomed: int | None = None
         self.on_refused = on_refused
         self._welcomes = 0  # sessions welcomed so far
+        self._link: FrameLink | None = None  # the session's connection, once welcomed
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Run sessions until ``close``, reconnecting after each failure."""
         self._task = asyncio.create_task(self._run(), name=f"tidemq-replica-{self.replica_id}")
 
-    async def close(self) -> None:
+    async def close(self, leaving: bool = False) -> None:
+        """Stop replicating; ``leaving`` (a graceful stop) first tells the master, which takes this
+        replica out of the in-sync set at once (best effort: a master that does not hear it
+        drops the replica when its lag shows)."""
+        link = self._link
+        if leaving and link is not None:
+            with contextlib.suppress(OSError):  # closed already: the master sees the end anyway
+                link.write(Leaving())
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -436,23 +455,32 @@ class ReplicationFollower:
                 await task
 
     async def _run(self) -> None:
-        quick = False  # the last retry was immediate
+        loop = asyncio.get_running_loop()
+        quick_at = float("-inf")  # when the last immediate retry was made
         while True:
             welcomed_before = self._welcomes
             try:
                 await self.run_session()
             except ConnectionRefusedError as exc:
                 log.info("replication from %s:%d refused: %r", *self.master, exc)
-                if self.welcomed is not None and self.on_refused is not None:
+                # Proof that the master welcomed at ``welcomed`` is gone, from a replica that
+                # held all it had heard was acknowledged (an emptied replica catching up does not
+                # count).
+                if self.welcomed is not None and self.on_refused is not None and \
+                        self.store.commitlog_max_offset >= self.high_water:
                     self.on_refused(self.welcomed)
             except (ReplicationError, protocol.ReplicationCodecError, StoreError) as exc:
                 log.warning("replication from %s:%d stopped: %s", *self.master, exc)
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 log.info("replication from %s:%d interrupted: %r", *self.master, exc)
-            # A session that was welcomed is retried at once when it breaks (once in a row): a
-            # refusal then tells the replica its master is gone without waiting for its lease.
-            quick = self._welcomes != welcomed_before and not quick
-            await asyncio.sleep(0.0 if quick else self.config.retry_interval)
+            # A session that was welcomed is retried at once when it breaks (at most once per
+            # retry interval): a refusal then tells the replica its master is gone without
+            # waiting for its lease.
+            now = loop.time()
+            if self._welcomes != welcomed_before and now - quick_at >= self.config.retry_interval:
+                quick_at = now
+                continue
+            await asyncio.sleep(self.config.retry_interval)
 
     async def run_session(self) -> None:
         """One connection: handshake, truncation, then frames until it breaks (raises why)."""
@@ -487,8 +515,10 @@ class ReplicationFollower:
                                        f"{store.commitlog_max_offset}")
             if self.history is not None:  # before any record of the master's is appended
                 self.history.adopt(answer.history)
+            self._link = link
             await self._follow(link, answer.epoch)
         finally:
+            self._link = None
             await link.close()
 
     async def _follow(self, link: FrameLink, epoch: int) -> None:

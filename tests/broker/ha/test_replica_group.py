@@ -7,6 +7,7 @@ sends."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.cli.clirun import tidemq
 from tidemq.client import ClientConfig
 from tidemq.client.send import SendStatus
 from tidemq.client.sync import SyncProducer
+from tidemq.errors import TideMQError
 from tidemq.message import Message
 
 LEASE = 3.0  # s: short, so the failover fits the suite's budget
@@ -107,3 +109,56 @@ def test_a_killed_master_is_deposed_and_replaced_without_waiting_for_its_lease(r
         assert producer.send(Message(TOPIC, b"after the deposition")).status is SendStatus.SEND_OK
     deposed = sum(int(g.runtime(a).get("haDeposed", "0")) for a in replicas if a != master)
     assert deposed == 1, f"{deposed} deposition(s) counted by the survivors"
+
+
+def test_graceful_stops_of_a_follower_and_then_the_master_fail_no_send_and_hold_none(replica_group):
+    """Kafka's controlled shutdown: a follower stopped with SIGTERM tells its master (LEAVING),
+    which takes it out of the in-sync set at once instead of holding writes until its lag shows
+    (2 s); a master stopped with SIGTERM hands mastership over to an in-sync follower (leaving the
+    in-sync set with it) before it unregisters, and its producers' sends wait for the new master
+    within their timeout: none fails, none is answered "stored, not replicated"."""
+    g = replica_group("rg-graceful", 3, 3.0)
+    master = g.master(20)
+    tidemq("admin", "updateTopic", "-n", g.namesrv, "-b", master, "-t", TOPIC, "-r", "2", "-w", "2").ok()
+    wait_for("three replicas in sync", lambda: g.runtime(master).get("haInSync") == "0,1,2", 20)
+    sent: list[tuple[float, float, str]] = []  # (started, seconds, outcome)
+    stop = threading.Event()
+
+    def send_loop() -> None:
+        with SyncProducer("rg-gs", g.namesrv, ClientConfig(request_timeout=3.0)) as producer:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                started = time.monotonic()
+                try:
+                    outcome = producer.send(Message(TOPIC, f"g{n}".encode())).status.value
+                except TideMQError as exc:
+                    outcome = f"error: {exc}"
+                sent.append((started, time.monotonic() - started, outcome))
+
+    sender = threading.Thread(target=send_loop, name="rg-gs-sender")
+    sender.start()
+    try:
+        wait_for("sends acknowledged", lambda: len(sent) >= 20, 10)
+        follower = next(a for a in g.replicas if a != master)
+        follower_stop = time.monotonic()
+        assert g.replicas[follower][0].stop() == 0
+        time.sleep(2.5)
+        master_stop = time.monotonic()
+        assert g.replicas[master][0].stop() == 0
+        new_master = wait_for("another replica registered as brokerId 0",
+                              lambda: (a := g.ids().get("0")) not in (None, master) and a, 10)
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        sender.join(30)
+    during_follower = [s for s in sent if follower_stop - 0.5 <= s[0] < master_stop]
+    during_master = [s for s in sent if s[0] >= master_stop - 0.5]
+    slowest = max(s[1] for s in during_follower)
+    print(f"follower stop: {len(during_follower)} sends, slowest {slowest:.3f} s; master stop: "
+          f"{len(during_master)} sends, slowest {max(s[1] for s in during_master):.3f} s; new master {new_master}")
+    failed = [s for s in sent if s[2] != "SEND_OK"]
+    assert not failed, f"{len(failed)} sends not SEND_OK, e.g. {failed[:3]}"
+    assert slowest < 1.0, f"a send waited {slowest:.2f} s for the stopped follower"
+    assert during_master and max(s[0] for s in during_master) > master_stop + 1.0
+    assert "took mastership over" in g.replicas[master][0].log()

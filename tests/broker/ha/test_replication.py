@@ -864,3 +864,33 @@ async def test_a_follower_ends_a_session_whose_master_went_silent(tmp_path: Path
 ], ids=lambda f: f.__name__.removeprefix("test_"))
 def test_on_uvloop(scenario: Callable[[Path], Coroutine[None, None, None]], tmp_path: Path) -> None:
     uvloop.run(scenario(tmp_path))
+
+
+async def test_a_follower_reports_its_welcoming_masters_address_refusing_at_once(tmp_path: Path) -> None:
+    """The proof a deposition needs (ha/election.py, Elector.depose): the address that welcomed
+    this follower at an epoch refuses connections. Told once the session breaks, by the immediate
+    retry (the retry interval here is 30 s); an address that never welcomed it proves nothing."""
+    slow = dataclasses.replace(CFG, retry_interval=30.0)
+    async with stores(tmp_path) as (master, follower):
+        put(master, 10)
+        m = ReplicationMaster(master, CFG, 3, (EpochStart(3, 0),))
+        port = await m.start("127.0.0.1", 0)
+        refused: list[int] = []
+        f = ReplicationFollower(follower, slow, 1, 3, ("127.0.0.1", port), on_refused=refused.append)
+        f.start()
+        try:
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            assert refused == [] and f.welcomed == 3
+            await m.close()  # its listener closes with it (its process ending does the same)
+            await until(lambda: refused == [3], timeout=3.0)
+        finally:
+            await f.close()
+        never: list[int] = []
+        g = ReplicationFollower(follower, dataclasses.replace(CFG, retry_interval=0.05), 2, 3,
+                                ("127.0.0.1", port), on_refused=never.append)
+        g.start()
+        try:
+            await asyncio.sleep(0.5)  # refused ~10 times
+            assert never == [] and g.welcomed is None
+        finally:
+            await g.close()
