@@ -93,7 +93,6 @@ class FrameKind(IntEnum):
     ACK = 4
     HEARTBEAT = 5
     REFUSAL = 6
-    LEAVING = 7  # follower -> master: stopping on purpose (no fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +151,7 @@ class Refusal:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Leaving:
-    """A follower stopping on purpose (a graceful shutdown): its master takes it out of the
-    in-sync set at once, so that writes do not wait for it until its lag shows. A master that
-    does not know the kind ends the session, as it would after the follower closed."""
-
-
-Frame = Handshake | Welcome | Data | Ack | Heartbeat | Refusal | Leaving
+Frame = Handshake | Welcome | Data | Ack | Heartbeat | Refusal
 
 
 def default_ha_port(listen_port: int) -> int:
@@ -203,8 +195,6 @@ def encode(frame: Frame) -> bytes:
         return _frame(FrameKind.WELCOME, WELCOME.pack(frame.epoch, frame.truncate_at, frame.stream_from,
                                                       len(frame.history))
                       + b"".join(EPOCH_START.pack(e.epoch, e.start) for e in frame.history))
-    if isinstance(frame, Leaving):
-        return _frame(FrameKind.LEAVING, b"")
     if isinstance(frame, Handshake):
         body = (HANDSHAKE.pack(PROTOCOL_MAGIC, frame.replica_id, frame.epoch, frame.log_end)
                 + _name(frame.cluster, "cluster name") + _name(frame.broker_name, "broker name"))
@@ -298,10 +288,6 @@ def decode_body(kind: FrameKind, body: bytes | bytearray) -> Frame:
         if p != len(body):
             raise ReplicationCodecError(f"handshake has {len(body) - p} extra bytes")
         return Handshake(cluster, name, replica, epoch, end)
-    if kind is FrameKind.LEAVING:
-        if body:
-            raise ReplicationCodecError(f"a LEAVING frame has no fields, got {len(body)} bytes")
-        return Leaving()
     if len(body) < _REASON_LEN.size:
         raise ReplicationCodecError("refusal frame without its reason length")
     (n,) = _REASON_LEN.unpack_from(body)

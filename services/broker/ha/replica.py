@@ -15,7 +15,8 @@ follows its roles one at a time:
 
 The in-sync set (Kafka's ISR) is kept by the master through the record: a follower joins it
 (``Elector.grow``) once it has acked the master's log end of one check earlier, and leaves it
-(``Elector.shrink``) when its session ends or it has not caught up for :data:`LAG_SECONDS`.
+(``Elector.shrink``) at once when its session ends (its process stopped or died, the connection
+broke: writes do not wait for it meanwhile) or when it has not caught up for :data:`LAG_SECONDS`.
 
 **Acknowledgement** (``--replication sync``): a write is answered SEND_OK only when every member
 of the record's in-sync set has acked it and the set has at least ``minInSync`` members
@@ -470,7 +471,7 @@ class ReplicaService:
     async def stop(self) -> None:
         self._stopping = True
         await cancel_and_wait(self._roles_task, self._depose_task)
-        await self._leave_role(leaving=True)
+        await self._leave_role()
         for _end, wake in self._deferred:
             wake()
         self._deferred.clear()
@@ -596,16 +597,16 @@ class ReplicaService:
             known = self.elector.known
             in_sync = known.in_sync if known is not None else ()
             followers = master.followers()
-            leaving = master.leaving()
+            ended = master.ended()
             for r, state in followers.items():
                 if state.acked >= end:
                     self._caught_up_at[r] = now
             for r in in_sync:
-                if r != me and r in leaving:
-                    await self._change_in_sync(self.elector.shrink, r, "left the in-sync set: it is stopping")
+                if r != me and r in ended:
+                    await self._change_in_sync(self.elector.shrink, r, "left the in-sync set: its session ended")
                 elif r != me and now - self._caught_up_at.get(r, now) > LAG_SECONDS:
                     await self._change_in_sync(self.elector.shrink, r, "left the in-sync set: "
-                                               + ("its session ended" if r not in followers else
+                                               + ("no session" if r not in followers else
                                                   f"not caught up for {LAG_SECONDS:g} s"))
             for r, state in followers.items():
                 if r not in in_sync and state.acked >= end:
@@ -634,13 +635,13 @@ class ReplicaService:
         except (CoordinationError, TimeoutError) as exc:
             log.warning("replica %d could not write minInSync %d (%s); retrying", self.config.replica_id, n, exc)
 
-    async def _leave_role(self, leaving: bool = False) -> None:
+    async def _leave_role(self) -> None:
         await cancel_and_wait(self._resolve_task, self._in_sync_task, self._expire_task)
         self._resolve_task = self._in_sync_task = self._expire_task = None
         follower, self.follower = self.follower, None
         if follower is not None:
             self.epoch = max(self.epoch, follower.epoch)
-            await follower.close(leaving)
+            await follower.close()
         master, self.master = self.master, None
         if master is not None:
             self.store.on_commit = None

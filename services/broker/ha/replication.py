@@ -42,7 +42,7 @@ from tidemq.errors import BrokerError, StoreError
 from tidemq.broker.ha import protocol
 from tidemq.broker.ha.epochs import EpochHistory, EpochStart
 from tidemq.broker.ha.link import FrameLink
-from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Leaving, Refusal, Welcome
+from tidemq.broker.ha.protocol import Ack, Data, Frame, Handshake, Heartbeat, Refusal, Welcome
 from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
 
@@ -135,8 +135,9 @@ class ReplicationMaster:
         self._sessions: set[asyncio.Task[None]] = set()
         self._followers: dict[int, FollowerState] = {}  # connected followers only
         self._owners: dict[int, asyncio.Task[None]] = {}  # the session that owns each follower's state
-        # Followers that said they are stopping (Leaving), until they connect again.
-        self._leaving: set[int] = set()
+        # Followers whose session ended (their process stopped or died, the connection broke),
+        # until they connect again: the in-sync set drops them at once (ha/replica.py).
+        self._ended: set[int] = set()
         self._wake = asyncio.Event()
         self._parked: dict[int, _Stream] = {}  # the streams waiting for news, by replica id
         self._push_due = False  # a coalesced push waits for the end of this loop step
@@ -160,9 +161,9 @@ class ReplicationMaster:
         """Each connected follower's acked and sent offsets, by replica id."""
         return dict(self._followers)
 
-    def leaving(self) -> frozenset[int]:
-        """Replicas that said they are stopping on purpose and have not connected since."""
-        return frozenset(self._leaving)
+    def ended(self) -> frozenset[int]:
+        """Replicas whose session with this master ended and that have not connected since."""
+        return frozenset(self._ended)
 
     def acked_offset(self, replica_id: int) -> int | None:
         state = self._followers.get(replica_id)
@@ -202,6 +203,7 @@ class ReplicationMaster:
                 if owner is task:  # not a newer session of the same replica
                     del self._owners[replica]
                     self._followers.pop(replica, None)
+                    self._ended.add(replica)
                     self._changed()
             await link.close()
 
@@ -236,7 +238,7 @@ class ReplicationMaster:
         log.info("replica %d of %s/%s joined at offset %d (truncated from %d: %s)", hello.replica_id,
                  cfg.cluster, cfg.broker_name, start, hello.log_end, cut is not None)
         state = FollowerState(hello.replica_id, start, start)
-        self._leaving.discard(hello.replica_id)
+        self._ended.discard(hello.replica_id)
         self._followers[hello.replica_id] = state
         self._owners[hello.replica_id] = task
         acked = asyncio.Event()
@@ -379,10 +381,6 @@ class ReplicationMaster:
             raise ReplicationError(f"replica {replica} connected again; this older session ends")
         offset = state.acked
         for frame in frames:
-            if isinstance(frame, Leaving):
-                log.info("replica %d is stopping", replica)
-                self._leaving.add(replica)
-                continue
             if not isinstance(frame, Ack):
                 raise ReplicationError(f"replica {replica} sent {type(frame).__name__}; only acks are expected")
             if not offset <= frame.offset <= state.sent:
@@ -433,21 +431,13 @@ class ReplicationFollower:
         self.welcomed: int | None = None
         self.on_refused = on_refused
         self._welcomes = 0  # sessions welcomed so far
-        self._link: FrameLink | None = None  # the session's connection, once welcomed
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Run sessions until ``close``, reconnecting after each failure."""
         self._task = asyncio.create_task(self._run(), name=f"tidemq-replica-{self.replica_id}")
 
-    async def close(self, leaving: bool = False) -> None:
-        """Stop replicating; ``leaving`` (a graceful stop) first tells the master, which takes this
-        replica out of the in-sync set at once (best effort: a master that does not hear it
-        drops the replica when its lag shows)."""
-        link = self._link
-        if leaving and link is not None:
-            with contextlib.suppress(OSError):  # closed already: the master sees the end anyway
-                link.write(Leaving())
+    async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -515,10 +505,8 @@ class ReplicationFollower:
                                        f"{store.commitlog_max_offset}")
             if self.history is not None:  # before any record of the master's is appended
                 self.history.adopt(answer.history)
-            self._link = link
             await self._follow(link, answer.epoch)
         finally:
-            self._link = None
             await link.close()
 
     async def _follow(self, link: FrameLink, epoch: int) -> None:

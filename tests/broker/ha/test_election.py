@@ -542,15 +542,21 @@ async def test_the_master_writes_a_changed_min_in_sync(group: Group) -> None:
 LONG = dataclasses.replace(FAST, lease_seconds=30, safety_margin=1)
 
 
-async def test_a_follower_deposes_a_crashed_master_and_the_group_elects_without_its_lease(group: Group) -> None:
+async def three_with_a_long_lease(group: Group) -> tuple[Role, int]:
+    """Replicas 0-2 in sync with LONG leases, settled: the master's role and one follower's id."""
     await group.seed((0, 1, 2))
     for replica in range(3):
         group.make(replica, config=LONG)
     await group.start(0, 1, 2)
     first = await group.settled(within=10)
     assert first.master is not None
+    return first, next(r for r in range(3) if r != first.master)
+
+
+async def test_a_follower_deposes_a_crashed_master_and_the_group_elects_without_its_lease(group: Group) -> None:
+    first, follower = await three_with_a_long_lease(group)
+    assert first.master is not None
     crash(group.electors[first.master])
-    follower = next(r for r in range(3) if r != first.master)
     started = time.monotonic()
     assert await group.electors[follower].depose(first.epoch, first.master)
     second = await group.settled(within=5, exclude=(first.master,))
@@ -561,14 +567,9 @@ async def test_a_follower_deposes_a_crashed_master_and_the_group_elects_without_
 
 
 async def test_a_deposed_master_that_still_runs_stops_being_master(group: Group) -> None:
-    await group.seed((0, 1, 2))
-    for replica in range(3):
-        group.make(replica, config=LONG)
-    await group.start(0, 1, 2)
-    first = await group.settled(within=10)
+    first, follower = await three_with_a_long_lease(group)
     assert first.master is not None
     old = group.electors[first.master]
-    follower = next(r for r in range(3) if r != first.master)
     assert await group.electors[follower].depose(first.epoch, first.master)
     # It learns it from the record (watch, or its keep-alive on Kubernetes): one master again,
     # of the next epoch, and the old one follows it (it is no longer in sync, so it cannot win).

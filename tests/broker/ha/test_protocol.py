@@ -26,7 +26,6 @@ frames = st.one_of(
     st.builds(p.Ack, i64),
     st.builds(p.Heartbeat, i64, i64),
     st.builds(p.Refusal, st.text(alphabet=st.characters(max_codepoint=127), max_size=200)),
-    st.just(p.Leaving()),
 )
 
 
@@ -75,12 +74,6 @@ def test_a_handshake_from_something_else_is_refused_by_its_magic() -> None:
     raw[p.FRAME_HEAD.size] ^= 0xFF
     with pytest.raises(p.ReplicationCodecError, match="magic"):
         p.decode(bytes(raw))
-
-
-def test_a_leaving_frame_is_its_head_alone() -> None:
-    assert p.encode(p.Leaving()) == p.FRAME_HEAD.pack(0, p.FrameKind.LEAVING)
-    with pytest.raises(p.ReplicationCodecError, match="no fields"):
-        p.decode_body(p.FrameKind.LEAVING, b"x")
 
 
 def test_ha_port_is_the_listen_port_plus_one_as_in_rocketmq() -> None:

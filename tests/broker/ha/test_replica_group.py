@@ -112,8 +112,8 @@ def test_a_killed_master_is_deposed_and_replaced_without_waiting_for_its_lease(r
 
 
 def test_graceful_stops_of_a_follower_and_then_the_master_fail_no_send_and_hold_none(replica_group):
-    """Kafka's controlled shutdown: a follower stopped with SIGTERM tells its master (LEAVING),
-    which takes it out of the in-sync set at once instead of holding writes until its lag shows
+    """Kafka's controlled shutdown: a follower stopped with SIGTERM ends its session, and its
+    master takes it out of the in-sync set at once instead of holding writes until its lag shows
     (2 s); a master stopped with SIGTERM hands mastership over to an in-sync follower (leaving the
     in-sync set with it) before it unregisters, and its producers' sends wait for the new master
     within their timeout: none fails, none is answered "stored, not replicated"."""
