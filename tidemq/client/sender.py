@@ -26,9 +26,9 @@ after a connection error or a not-master answer waits until the route names anot
 for ``fault_route_refresh_interval`` and one more refresh; an attempt that finds no master in the
 route sends nothing and does not use up the retry budget; and a route whose writable queues all
 belong to groups without a master (an election) is re-read until one has a master: a send during
-a failover waits for the new master within its timeout instead of failing. SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT (stored, not
-replicated) are sent again while retries last and the last such result is returned when none
-does better. Where RocketMQ differs: DefaultMQProducerImpl.sendDefaultImpl retries on another
+a failover waits for the new master within its timeout instead of failing. SLAVE_NOT_AVAILABLE /
+FLUSH_SLAVE_TIMEOUT (stored, not replicated) are sent again while retries last and the last such
+result is returned when none does better. Where RocketMQ differs: DefaultMQProducerImpl.sendDefaultImpl retries on another
 broker and updates fault items but learns a new master only from the 30 s
 updateTopicRouteInfoFromNameServer poll (or when the route has no address at all), and returns a
 not-stored-OK result at once unless retryAnotherBrokerWhenNotStoreOK is set.
@@ -351,10 +351,10 @@ class Sender:
     async def _await_new_master(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,
                                 failed_addr: str | None, deadline: float) -> None:
         """Before retrying on ``broker`` after a route fault (a fixed queue, or the only group
-        serving the topic): wait for the route
-        refresh the fault started until the route names another master for ``broker`` (the retry
-        goes there), or, while it still names ``failed_addr``, until ``fault_route_refresh_interval``
-        has passed and one more (bounded) refresh has run; never past ``deadline``."""
+        serving the topic): wait for the route refresh the fault started until the route names
+        another master for ``broker`` (the retry goes there), or, while it still names
+        ``failed_addr``, until ``fault_route_refresh_interval`` has passed and one more (bounded)
+        refresh has run; never past ``deadline``."""
         inst, loop = self.inst, asyncio.get_running_loop()
         until = min(deadline, loop.time() + self.config.fault_route_refresh_interval)
         while True:

@@ -105,6 +105,19 @@ class OurProducer:
                                      f"{timeout:g} s (last outcome: {last})")
             time.sleep(0.05)
 
+    def wait_new_ack(self, since: float, timeout: float) -> float:
+        """Wait until a send started after ``since`` is acknowledged; seconds from ``since`` to it.
+        (A send in flight at ``since`` may be acknowledged too, by a new master: it waits for one
+        within its timeout; it is not a new acknowledgement.)"""
+        deadline = time.monotonic() + timeout
+        while (took := first_ack_after(self.attempts, since)) is None:
+            if time.monotonic() > deadline:
+                last = self.attempts[-1].outcome if self.attempts else "no attempt yet"
+                raise AssertionError(f"producer {self.prefix}: no send started after the fault was "
+                                     f"acknowledged within {timeout:g} s (last outcome: {last})")
+            time.sleep(0.05)
+        return took
+
     def stop(self) -> list[Attempt]:
         self._stop.set()
         if self._thread.ident is not None:  # started

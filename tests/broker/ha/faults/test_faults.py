@@ -43,7 +43,7 @@ import pytest
 
 from tests.broker.ha.faults.checks import lost, verdict
 from tests.broker.ha.faults.group import ReplicaGroup, wait_for
-from tests.broker.ha.faults.load import Attempt, CppProducer, OurProducer, direct_send, first_ack_after, read_topic
+from tests.broker.ha.faults.load import Attempt, CppProducer, OurProducer, direct_send, read_topic
 from tests.interop.cppwheel import _wheel_problem
 from tidemq.client import ClientConfig
 from tidemq.client.sync import SyncProducer
@@ -96,9 +96,8 @@ class Run:
         """Another replica than ``old`` is master and our producer was acknowledged after ``since``
         within FAILOVER_BOUND; the new master holds the metadata. (new master's id, seconds)"""
         new = self.group.wait_master(FAILOVER_BOUND + 5, other_than=old)
-        self.ours.wait_acks(1, FAILOVER_BOUND + 5)
-        took = first_ack_after(self.ours.attempts, since)
-        assert took is not None and took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the {what}"
+        took = self.ours.wait_new_ack(since, FAILOVER_BOUND + 5)
+        assert took <= FAILOVER_BOUND, f"first acknowledgement {took} s after the {what}"
         self.check_metadata(new.rid)
         return new.rid, took
 
@@ -193,8 +192,7 @@ def _two_down(run: Run, i: int) -> None:
     back = followers[0]
     returned = time.monotonic()
     g.restart(back.rid)
-    run.ours.wait_acks(1, FAILOVER_BOUND + 15)
-    resumed = first_ack_after(run.ours.attempts, returned)
+    resumed = run.ours.wait_new_ack(returned, FAILOVER_BOUND + 15)
     print(f"round {i}: replicas {[r.rid for r in down]} down: {len(during)} sends, slowest {slowest:.2f} s "
              f"(C++ client: {len(cpp)}, slowest {cpp_slowest:.2f} s), {len(acked)} acked; "
              f"replica {back.rid} restarted -> first ack {resumed:.2f} s")
