@@ -55,7 +55,6 @@ client instance); it keeps no state of its own beyond the fault strategy it is g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
@@ -148,22 +147,16 @@ class Sender:
         queues = inst.routes.publish_queues(topic)
         if queues:
             return queues
-        loop = asyncio.get_running_loop()
         if deadline is None:
-            deadline = loop.time() + self.config.request_timeout
-        while True:
-            refresh = inst.refresh_route_after_fault(topic)
-            remaining = deadline - loop.time()
-            if refresh is not None:  # no group has a master in the cached route: re-read it
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(refresh), max(0.0, remaining))
-            queues = inst.routes.publish_queues(topic)
+            deadline = asyncio.get_running_loop().time() + self.config.request_timeout
+
+        def settled() -> bool:  # a group has a master, or no group with writable queues lacks one
             route = inst.routes.get(topic)
-            electing = route is not None and bool(route.ordered_queues(topic))
-            remaining = deadline - loop.time()
-            if queues or not electing or remaining <= 0:
-                return self._some(queues, topic)
-            await asyncio.sleep(min(remaining, self.config.fault_route_refresh_interval / 4))
+            return bool(inst.routes.publish_queues(topic)) or route is None or not route.ordered_queues(topic)
+
+        # No group has a master in the cached route: re-read it until one does.
+        await self._refresh_until(topic, inst.refresh_route_after_fault(topic), settled, deadline, deadline)
+        return self._some(inst.routes.publish_queues(topic), topic)
 
     async def _route(self, topic: str) -> TopicRouteData:
         inst = self.inst
@@ -355,23 +348,36 @@ class Sender:
         another master for ``broker`` (the retry goes there), or, while it still names
         ``failed_addr``, until ``fault_route_refresh_interval`` has passed and one more (bounded)
         refresh has run; never past ``deadline``."""
+        routes = self.inst.routes
+
+        def moved() -> bool:
+            master = routes.master_addr(broker)
+            return master is not None and master != failed_addr
+
+        until = min(deadline, asyncio.get_running_loop().time() + self.config.fault_route_refresh_interval)
+        if await self._refresh_until(topic, refresh, moved, until, deadline):
+            log.info("broker %s of topic %s has a new master %s (was %s): retrying there", broker,
+                     topic, routes.master_addr(broker), failed_addr)
+
+    async def _refresh_until(self, topic: str, refresh: asyncio.Future[None] | None,
+                             done: Callable[[], bool], until: float, deadline: float) -> bool:
+        """Wait for ``refresh`` (the bounded fault refresh of ``topic``'s route, None: none in
+        flight), then re-read the route at most once per ``fault_route_refresh_interval`` until
+        ``done()`` (True) or ``until`` has passed and one more refresh has run (False); a refresh
+        is waited for no later than ``deadline``."""
         inst, loop = self.inst, asyncio.get_running_loop()
-        until = min(deadline, loop.time() + self.config.fault_route_refresh_interval)
         while True:
             if refresh is not None:
                 try:
                     await asyncio.wait_for(asyncio.shield(refresh), max(0.0, deadline - loop.time()))
                 except asyncio.TimeoutError:
-                    return
-            master = inst.routes.master_addr(broker)
-            if master is not None and master != failed_addr:
-                log.info("broker %s of topic %s has a new master %s (was %s): retrying the same "
-                         "queue there", broker, topic, master, failed_addr)
-                return
+                    return done()
+            if done():
+                return True
             now = loop.time()
             if now >= until:
-                return
-            await asyncio.sleep(until - now)
+                return False
+            await asyncio.sleep(min(until - now, self.config.fault_route_refresh_interval))
             refresh = inst.refresh_route_after_fault(topic)
 
     async def _follow(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,

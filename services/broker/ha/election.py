@@ -117,12 +117,16 @@ def winner_record(known: GroupRecord | None, replica: int, in_sync: bool, log_en
                        master_log_end=log_end)
 
 
+def _without(members: tuple[int, ...], replica: int | None) -> tuple[int, ...]:
+    return tuple(r for r in members if r != replica)
+
+
 def shrink_record(record: GroupRecord, replica: int) -> GroupRecord:
     """The master's record without ``replica`` in sync (the master itself stays)."""
     if replica == record.master:
         raise ElectionError(f"replica {replica} is the master of epoch {record.epoch}: hand "
                             "mastership over before taking it out of the in-sync set")
-    return replace(record, in_sync=tuple(r for r in record.in_sync if r != replica))
+    return replace(record, in_sync=_without(record.in_sync, replica))
 
 
 def grow_record(record: GroupRecord, replica: int) -> GroupRecord:
@@ -139,7 +143,7 @@ def deposed_record(record: GroupRecord) -> GroupRecord:
     if record.master is None:
         raise ElectionError(f"epoch {record.epoch} has no master to depose")
     return replace(record, master=None, handed_over_by=None,
-                   in_sync=tuple(r for r in record.in_sync if r != record.master))
+                   in_sync=_without(record.in_sync, record.master))
 
 
 def handover_record(record: GroupRecord, to: int, log_end: int, leaving: bool = False) -> GroupRecord:
@@ -153,7 +157,7 @@ def handover_record(record: GroupRecord, to: int, log_end: int, leaving: bool = 
     if to not in record.in_sync:
         raise ElectionError(f"replica {to} is not in sync ({list(record.in_sync)}): wait until it "
                             "has caught up, or name an in-sync replica")
-    in_sync = tuple(r for r in record.in_sync if r != record.master) if leaving else record.in_sync
+    in_sync = _without(record.in_sync, record.master) if leaving else record.in_sync
     return replace(record, epoch=record.epoch + 1, master=to, master_log_end=log_end,
                    handed_over_by=record.master, in_sync=in_sync)
 
