@@ -294,7 +294,7 @@ def test(args: list[str]) -> int:
     if rc != 0:
         return rc
     # The default suite excludes `slow` tests (long durability cycles); CI has the time for them.
-    say("running the slow tests (crash, power-loss and replication fault-injection rounds, a Spark driver kill, a short atheris run, Spark jobs and the longest store tests; about 14 minutes)")
+    say("running the slow tests (crash, power-loss and replication fault-injection rounds, a Spark driver kill, a short atheris run, Spark jobs, the README's Spark block and the longest store tests; about 15 minutes)")
     rc = run([PY, "-m", "pytest", "-m", "slow and not e2e", "--durations=10"], cwd=ROOT, env=env)
     if rc == 5:
         say("pytest collected no slow tests: that is a failure, not a pass")

@@ -323,7 +323,12 @@ def test_block_syntax(block: Block, monkeypatch):
     assert not problems, f"README.md line {block.line} ({block.section}):\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=block_ids(RUNNABLE))
+# A Spark block starts a JVM and a Spark job (~30 s here): it runs in the slow set, which CI runs.
+RUN_CASES = [pytest.param(b, id=i, marks=[pytest.mark.slow] if "spark" in i else [])
+             for b, i in zip(RUNNABLE, block_ids(RUNNABLE))]
+
+
+@pytest.mark.parametrize("block", RUN_CASES)
 def test_block_runs(block: Block, local: Local, tmp_path):
     script = tmp_path / ("block.sh" if block.kind == "shell" else "block.py")
     script.write_text(local.prepare(block.text))

@@ -372,10 +372,11 @@ def test_a_lowered_group_stops_writes_drains_then_goes_keeping_its_claim(kube, o
     assert exists(apps.read_namespaced_stateful_set, RETIRING), operator.log()
 
     commit(brokers, topic, group, [1])
-    operator.wait("the drained group's StatefulSet deleted",
-                  lambda: not exists(apps.read_namespaced_stateful_set, RETIRING))
-    assert not exists(core.read_namespaced_config_map, workloads.broker_config_name(CLUSTER, 1))
-    assert not exists(core.read_namespaced_service, workloads.broker_headless_name(CLUSTER, 1))
+    # one pass deletes them in turn (StatefulSet first): wait for the last, not the first
+    operator.wait("the drained group's StatefulSet, ConfigMap and Service deleted",
+                  lambda: not exists(apps.read_namespaced_stateful_set, RETIRING)
+                  and not exists(core.read_namespaced_config_map, workloads.broker_config_name(CLUSTER, 1))
+                  and not exists(core.read_namespaced_service, workloads.broker_headless_name(CLUSTER, 1)))
     assert exists(core.read_namespaced_persistent_volume_claim, CLAIM)  # deleteClaim false: kept
     assert exists(apps.read_namespaced_stateful_set, f"{CLUSTER}-broker-0")
     obj = operator.wait("Ready again", lambda: (o := get(kube, "Cluster", CLUSTER)) and

@@ -202,6 +202,15 @@ def _master_addr(info: ClusterInfo, group: str) -> str | None:
     return bd.broker_addrs.get(0) if bd is not None else None
 
 
+async def _epoch(admin: Admin, addr: str) -> int | None:
+    """The epoch the replica at ``addr`` reports (None: no answer, or not a replica)."""
+    try:
+        value = (await admin.get_broker_runtime_info(addr)).get(HA_EPOCH, "")
+    except TideMQError:
+        return None
+    return int(value) if value.isdigit() else None
+
+
 async def _switchover(admin: Admin, group: str, to: int | None, timeout: float,
                       progress: Callable[[str], None]) -> tuple[str, str, int, float]:
     """(old master address, new master address, replica id taking over, seconds it took)."""
@@ -216,12 +225,22 @@ async def _switchover(admin: Admin, group: str, to: int | None, timeout: float,
         ids = ", ".join(str(i) for i in sorted(bd.broker_addrs)) or "none"
         raise AdminError(f"broker group {group!r} has no master registered (registered brokerIds: {ids}): wait "
                          "for its election to finish (see the replicas' logs) and try again")
+    epoch = await _epoch(admin, old)
     started = time.monotonic()
     target = await admin.switchover(old, group, to)
+    target_addr = bd.broker_addrs.get(target + 1)  # a follower registers as replica id + 1
     deadline = started + timeout
     while True:
         new = _master_addr(await admin.cluster_info(), group)
         took = time.monotonic() - started
+        # The hand-over names the target master of epoch + 1: a master elected after that (the
+        # old one again, or another) means the target gave mastership up.
+        if new is not None and target_addr is not None and new != target_addr and \
+                (new != old or (epoch is not None and (e := await _epoch(admin, new)) is not None
+                                and e > epoch + 1)):
+            raise AdminError(f"replica {target} of {group!r} took mastership but did not keep it: {new} was "
+                             f"elected instead and is brokerId 0 ({took:.1f} s); see replica {target}'s log "
+                             "(e.g. its --ha-listen address could not be bound)")
         if new is not None and new != old:
             return old, new, target, took
         if time.monotonic() > deadline:

@@ -396,6 +396,25 @@ class Elector:
         self._wake.set()
         return True
 
+    async def resign(self) -> bool:
+        """As master, give mastership up with no successor named: this replica cannot serve as
+        one (its replication listener did not start, so no follower can reach it). Writes
+        :func:`deposed_record` (no master, this replica out of the in-sync set until it has caught
+        up again) under this replica's lease, and the group elects among the others. Safe: this
+        replica acknowledged nothing at the epoch, and every other in-sync replica holds what
+        earlier masters acknowledged. Raises ElectionError, writing nothing, when no other replica
+        is in sync (the group would have none to elect); False when no longer master."""
+        def change(record: GroupRecord) -> GroupRecord:
+            if not _without(record.in_sync, self.replica):
+                raise ElectionError(f"replica {self.replica} is the only in-sync replica of epoch "
+                                    f"{record.epoch}: no other may be elected")
+            return deposed_record(record)
+
+        done = await self._rewrite(change)
+        if done:
+            self._wake.set()  # the campaign loop sees the masterless record and drops the role
+        return done
+
     async def _rewrite(self, change: Callable[[GroupRecord], GroupRecord]) -> bool:
         if self.role.kind is not RoleKind.MASTER or self._lease is None:
             return False

@@ -69,7 +69,7 @@ from tidemq.broker.store.store import MessageStore
 from tidemq.broker.store.tasks import cancel_and_wait
 
 from .coordination import MAX_REPLICAS, CoordinationError, CoordinationStore, group_key
-from .election import ElectionConfig, Elector, ReplicaPosition, Role, RoleKind
+from .election import ElectionConfig, ElectionError, Elector, ReplicaPosition, Role, RoleKind
 from .epochs import EpochHistory
 from .etcd import EtcdConfig, EtcdStore
 from .kubernetes import KubernetesLeaseStore
@@ -96,6 +96,8 @@ ACK_TIMEOUT = 2.5
 SWITCHOVER_CATCH_UP = 5.0
 # s: at most this long a stopping master spends handing over (then the group elects)
 STOP_HANDOVER_SECONDS = 8.0
+# s: an elected replica whose --ha-listen did not bind, alone in sync, tries it again this often
+HA_LISTEN_RETRY = 1.0
 
 _SUCCESS = int(ResponseCode.SUCCESS)
 _FLUSH_SLAVE_TIMEOUT = int(ResponseCode.FLUSH_SLAVE_TIMEOUT)
@@ -484,10 +486,43 @@ class ReplicaService:
             try:
                 await self._apply(role)
             except (OSError, asyncio.TimeoutError) as exc:
-                # e.g. --ha-listen in use: this replica cannot serve as master. It keeps its
-                # lease; the send path refuses writes until the next role change.
                 log.error("replica %d could not become %s of epoch %d: %s", self.config.replica_id,
                           role.kind.value, role.epoch, exc)
+                if role.kind is RoleKind.MASTER:
+                    await self._cannot_serve(role)
+
+    async def _cannot_serve(self, role: Role) -> None:
+        """Elected, but the replication listener did not start (``--ha-listen`` in use, or not an
+        address of this host): no follower can reach this replica, and it refuses writes. It
+        gives mastership up for another in-sync replica to take (:meth:`Elector.resign`); alone
+        in sync, it tries the listener again each second while it is master."""
+        me = self.config.replica_id
+        cfg = self.config
+        said = False
+        while self.elector.role == role:
+            try:
+                if await self.elector.resign():
+                    log.error("replica %d gave mastership of epoch %d up: it cannot listen for its followers "
+                              "on %s:%d (--ha-listen); another in-sync replica is elected. Free that address "
+                              "or change --ha-listen, then restart this replica", me, role.epoch,
+                              cfg.ha_host, cfg.ha_port)
+                    return
+            except ElectionError as exc:
+                if not said:
+                    log.error("replica %d keeps trying to listen on %s:%d each second (%s); it refuses "
+                              "writes until then", me, cfg.ha_host, cfg.ha_port, exc)
+                    said = True
+            except (CoordinationError, TimeoutError) as exc:
+                log.warning("replica %d could not give mastership up (%s); retrying", me, exc)
+            await asyncio.sleep(HA_LISTEN_RETRY)
+            if self.elector.role != role:
+                return
+            try:
+                await self._apply(role)
+                log.warning("replica %d listens for its followers on %s:%d at last", me, cfg.ha_host, cfg.ha_port)
+                return
+            except (OSError, asyncio.TimeoutError):
+                pass
 
     async def _apply(self, role: Role) -> None:
         await self._leave_role()

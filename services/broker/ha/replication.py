@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -400,6 +401,34 @@ class _Heard:
     acked_at: float
 
 
+async def _connect(loop: asyncio.AbstractEventLoop, host: str, port: int) -> FrameLink:
+    """A connection to the first address of ``host`` that accepts one. ConnectionRefusedError
+    when every address refused: the proof a deposition rests on, which Python 3.11's
+    create_connection loses for a name with several addresses (a dual-stack pod's: it raises a
+    bare OSError for them all)."""
+    errors: list[OSError] = []
+    for family, kind, proto, _name, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            errors.append(exc)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        _, link = await loop.create_connection(FrameLink, sock=sock)
+        return link
+    if errors and all(isinstance(e, ConnectionRefusedError) for e in errors):
+        raise ConnectionRefusedError(f"every address of {host}:{port} refused the connection")
+    if len(errors) == 1:
+        raise errors[0]
+    raise OSError(f"no address of {host}:{port} accepted a connection: " + "; ".join(map(str, errors)))
+
+
 class ReplicationFollower:
     """Replicates the CommitLog of the master at ``master`` (host, port) into ``store``."""
 
@@ -477,7 +506,7 @@ class ReplicationFollower:
         cfg = self.config
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(cfg.timeout):
-            _, link = await loop.create_connection(FrameLink, *self.master)
+            link = await _connect(loop, *self.master)
         try:
             store = self.store
             end = store.commitlog_max_offset

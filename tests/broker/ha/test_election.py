@@ -598,3 +598,37 @@ async def test_only_an_in_sync_follower_deposes_and_only_the_master_of_the_epoch
     assert not await group.electors[first.master].depose(first.epoch, first.master)  # itself
     assert await group.backend().get(group.key) == before
     assert group.masters() == [first.master]
+
+
+async def test_a_master_that_resigns_leaves_the_in_sync_set_and_another_is_elected(group: Group) -> None:
+    """Elector.resign (a master whose replication listener did not start): the record loses its
+    master and the resigning replica's place in the in-sync set, the resigner drops its role, and
+    another in-sync replica is elected without waiting for a lease; a master alone in sync is
+    refused with a sentence and the record stays as it was."""
+    first, _ = await three_with_a_long_lease(group)
+    assert first.master is not None
+    resigner = group.electors[first.master]
+    started = time.monotonic()
+    assert await resigner.resign()
+    second = await group.settled(within=5)  # the resigner follows it
+    print(f"resigned and elected in {time.monotonic() - started:.2f} s (lease {LONG.lease_seconds:g} s)")
+    assert second.master != first.master and second.epoch == first.epoch + 1
+    assert resigner.role.kind is not RoleKind.MASTER
+    current = await group.backend().get(group.key)
+    assert current is not None and first.master not in current.record.in_sync
+    assert not await resigner.resign()  # no longer master: nothing written
+    assert await group.backend().get(group.key) == current
+
+
+async def test_a_master_alone_in_sync_may_not_resign(group: Group) -> None:
+    await group.seed((0,))
+    group.make(0, config=LONG)
+    group.make(1, config=LONG)  # never in sync
+    await group.start(0, 1)
+    first = await group.settled(within=10)
+    assert first.master == 0
+    before = await group.backend().get(group.key)
+    with pytest.raises(ElectionError, match="only in-sync replica"):
+        await group.electors[0].resign()
+    assert await group.backend().get(group.key) == before
+    assert group.masters() == [0]

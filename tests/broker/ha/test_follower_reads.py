@@ -3,7 +3,10 @@ server, etcd and three `tidemq broker --coordination etcd://...` replicas of one
 are stored and replicated, then the master is SIGKILLed. Its lease (6 s) keeps a new master from
 being elected for a while, and meanwhile our consumer keeps receiving the replicated messages
 from a follower (the lowest brokerId the route names); once a new master registers, reads go
-back to it."""
+back to it. The group replicates with `--replication async`: a sync group's followers depose a
+killed master at once (its address refuses) and elect within a second, leaving no masterless
+window to read in; an async group waits out the lease, as a sync group does for a master on a
+lost node."""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ async def _until(what: str, check: Callable[[], object], timeout: float) -> obje
 
 @pytest.fixture
 def group(replica_group):
-    g = replica_group(GROUP, 3, LEASE)
+    g = replica_group(GROUP, 3, LEASE, "--replication", "async")
     return g.namesrv, g.replicas
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
+import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 
@@ -894,3 +895,39 @@ async def test_a_follower_reports_its_welcoming_masters_address_refusing_at_once
             assert never == [] and g.welcomed is None
         finally:
             await g.close()
+
+
+async def test_a_follower_reports_refusal_only_when_every_address_of_its_masters_name_refuses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A master's HA name with two addresses (a dual-stack pod's; Python 3.11 raises a bare
+    OSError for a name whose addresses all fail): the follower connects through the address that
+    accepts, and reports its master gone only once both addresses refuse."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here ({exc}): the name needs two addresses")
+    real = socket.getaddrinfo
+
+    def dual(host, port, *args, **kwargs):  # the resolver alone is stood in for: sockets are real
+        if host != "dual.tidemq.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", dual)
+    slow = dataclasses.replace(CFG, retry_interval=30.0)
+    async with stores(tmp_path) as (master, follower):
+        put(master, 10)
+        m = ReplicationMaster(master, CFG, 3, (EpochStart(3, 0),))
+        port = await m.start("127.0.0.1", 0)  # ::1 refuses this port
+        refused: list[int] = []
+        f = ReplicationFollower(follower, slow, 1, 3, ("dual.tidemq.test", port), on_refused=refused.append)
+        f.start()
+        try:
+            await until(lambda: m.acked_offset(1) == master.commitlog_max_offset)
+            assert refused == [] and f.welcomed == 3
+            await m.close()
+            await until(lambda: refused == [3], timeout=3.0)
+        finally:
+            await f.close()

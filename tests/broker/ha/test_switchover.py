@@ -11,6 +11,7 @@ docs/metrics.md's tidemq_replica_* table both ways."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.parse
 import urllib.request
@@ -22,6 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.cli.clirun import assert_clean_failure, tidemq
 from tests.broker.ha.conftest import wait_for
 from tests.procs import ServerProcess
+from tidemq.client import ClientConfig
+from tidemq.client.send import SendStatus
+from tidemq.client.sync import SyncProducer
+from tidemq.message import Message
 from tests.test_metrics_doc import differences, doc_section, scrape
 
 LEASE = 3.0  # s: short, so the failover at the end fits the suite's budget
@@ -40,12 +45,12 @@ class Replica:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
 
-def _rows(namesrv: str) -> dict[str, list[str]]:
+def _rows(namesrv: str, group: str = GROUP) -> dict[str, list[str]]:
     """brokerId -> clusterList row of the group (cluster, name, id, addr, role, epoch, in-sync)."""
     run = tidemq("admin", "clusterList", "-n", namesrv)
     if run.rc != 0:
         return {}
-    return {r[2]: r for r in (line.split() for line in run.lines()[1:]) if len(r) >= 4 and r[1] == GROUP}
+    return {r[2]: r for r in (line.split() for line in run.lines()[1:]) if len(r) >= 4 and r[1] == group}
 
 
 def _samples(url: str) -> dict[tuple[str, frozenset], float]:
@@ -61,13 +66,17 @@ def _value(url: str, name: str, **labels: str) -> float | None:
     return found[0] if len(found) == 1 else None
 
 
-@pytest.fixture
-def group(replica_group):
-    g = replica_group(GROUP, 3, LEASE)
+def _start(replica_group, name: str) -> tuple[str, dict[int, Replica]]:
+    g = replica_group(name, 3, LEASE)
     # replica ids in start order; each replica's metrics port is the one its readiness URL names
     replicas = {rid: Replica(rid, addr, int(urllib.parse.urlsplit(proc.ready_url or "").port or 0), proc)
                 for rid, (addr, (proc, _store)) in enumerate(g.replicas.items())}
     return g.namesrv, replicas
+
+
+@pytest.fixture
+def group(replica_group):
+    return _start(replica_group, GROUP)
 
 
 def test_switchover_moves_mastership_and_clusterlist_and_metrics_follow(group):
@@ -130,3 +139,67 @@ def test_switchover_moves_mastership_and_clusterlist_and_metrics_follow(group):
     while (diff := replica_differences()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not diff, "docs/metrics.md and a replica's /metrics disagree:\n" + "\n".join(diff or [])
+
+
+RESIGN_GROUP = "sw-resign"  # its own group record in the shared etcd
+
+
+def test_a_replica_that_cannot_listen_for_followers_gives_mastership_up(replica_group):
+    """Replica N takes mastership (here by a switchover) while another process holds its
+    --ha-listen address: no follower can reach it, so it writes the group record without a
+    master and without itself in sync (Elector.resign), another in-sync replica is elected
+    within a few seconds and takes sends, the switchover says in a sentence that N did not keep
+    mastership, and N, following, rejoins the in-sync set (followers do not listen)."""
+    namesrv, replicas = _start(replica_group, RESIGN_GROUP)
+    by_addr = {r.addr: r for r in replicas.values()}
+    rows = wait_for("a master with all three replicas in sync",
+                    lambda: (rs if (row := (rs := _rows(namesrv, RESIGN_GROUP)).get("0")) and len(row) == 7
+                             and row[6] == "0,1,2" else None), 30)
+    master = by_addr[rows["0"][3]]
+    target = next(r for r in replicas.values() if r is not master)
+    args = target.proc.args
+    ha_host, _, ha_port = args[args.index("--ha-listen") + 1].rpartition(":")
+    squatter = socket.socket()
+    try:
+        squatter.bind((ha_host, int(ha_port)))  # free: a follower does not listen on it
+        squatter.listen()
+        run = tidemq("admin", "switchover", "-n", namesrv, "-b", RESIGN_GROUP, "--to", str(target.rid), "--timeout", "15")
+        assert_clean_failure(run, f"replica {target.rid}", "did not keep it", "--ha-listen")
+        elected = by_addr[_rows(namesrv, RESIGN_GROUP)["0"][3]]
+        assert elected is not target
+        assert "gave mastership of epoch" in target.proc.log() and "--ha-listen" in target.proc.log()
+        with SyncProducer("sw-resign", namesrv, ClientConfig(request_timeout=5.0)) as producer:
+            tidemq("admin", "updateTopic", "-n", namesrv, "-b", elected.addr, "-t", "ResignTopic",
+                   "-r", "1", "-w", "1").ok()
+            assert producer.send(Message("ResignTopic", b"after the resignation")).status is SendStatus.SEND_OK
+        wait_for(f"replica {target.rid} back in the in-sync set as a follower",
+                 lambda: (row := _rows(namesrv, RESIGN_GROUP).get("0")) and len(row) == 7 and row[6] == "0,1,2"
+                 and row[3] == elected.addr, 20)
+    finally:
+        squatter.close()
+
+
+def test_a_lone_in_sync_replica_that_cannot_listen_keeps_trying_and_serves_once_it_can(replica_group):
+    """The only in-sync replica may not give mastership up (no other could be elected without
+    an unclean election): it refuses writes, says why in its log, tries its --ha-listen address
+    each second, and registers as brokerId 0 and takes sends once the address is free."""
+    g = replica_group("sw-lone", 1, LEASE)
+    addr = g.master(20)
+    proc = g.replicas[addr][0]
+    assert proc.stop() == 0
+    ha_host, _, ha_port = proc.args[proc.args.index("--ha-listen") + 1].rpartition(":")
+    squatter = socket.socket()
+    try:
+        squatter.bind((ha_host, int(ha_port)))
+        squatter.listen()
+        proc.start()
+        wait_for("the replica saying it keeps trying its --ha-listen address",
+                 lambda: "keeps trying to listen" in proc.log(), 15)
+        assert g.ids().get("0") is None
+    finally:
+        squatter.close()
+    assert g.master(10) == addr
+    assert "listens for its followers on" in proc.log()
+    tidemq("admin", "updateTopic", "-n", g.namesrv, "-b", addr, "-t", "LoneTopic", "-r", "1", "-w", "1").ok()
+    with SyncProducer("sw-lone", g.namesrv, ClientConfig(request_timeout=5.0)) as producer:
+        assert producer.send(Message("LoneTopic", b"at last")).status is SendStatus.SEND_OK

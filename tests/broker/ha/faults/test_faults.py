@@ -2,8 +2,8 @@
 
 A name server, etcd and three replicas (`--replication sync --min-in-sync 2`, a 2.5 s lease) on
 loopback; TideMQ's producer and the RocketMQ C++ client's send sequence-numbered messages the
-whole time while one kind of fault is injected round after round (one round of faults 1, 2 and 4
-in the default suite, five of each in the slow set):
+whole time while one kind of fault is injected round after round (one round of fault 1 in the
+default suite, five of each in the slow set):
 
 1. SIGKILL of the master;
 2. SIGSTOP of the master past its lease, then SIGCONT: sends straight to it after it continues
@@ -226,10 +226,9 @@ def _check(run: Run, attempts: list[Attempt]) -> None:
     assert not problems, "\n".join(problems)
 
 
-# The default suite (15 minutes on 2 cores) runs one round of each fault that elects a new
+# The default suite (15 minutes on 2 cores) runs one round of the commonest fault, a killed
 # master; the slow set runs five rounds of every fault.
-ELECTING = ("kill_master", "stall_master_past_lease", "lose_master_disk")
-CASES = [pytest.param(f, 1, id=f"{f}-1") for f in ELECTING] + \
+CASES = [pytest.param("kill_master", 1, id="kill_master-1")] + \
     [pytest.param(f, 5, id=f"{f}-5", marks=pytest.mark.slow) for f in FAULTS]
 
 
