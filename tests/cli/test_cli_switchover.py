@@ -23,14 +23,19 @@ def info(addrs: dict[int, str], group: str = "broker-a") -> ClusterInfo:
 class FakeAdmin:
     """Cluster info answers in turn (the last repeats); switchover answers ``target``."""
 
-    def __init__(self, *answers: ClusterInfo, target: int = 1, refusal: BrokerError | None = None) -> None:
+    def __init__(self, *answers: ClusterInfo, target: int = 1, refusal: BrokerError | None = None,
+                 epochs: tuple[int, ...] = (5,)) -> None:
         self.answers = list(answers)
         self.target = target
         self.refusal = refusal
+        self.epochs = list(epochs)  # the epoch each runtime-info answer reports, in turn (the last repeats)
         self.asked: list[tuple[str, str, int | None]] = []
 
     async def cluster_info(self) -> ClusterInfo:
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    async def get_broker_runtime_info(self, addr: str) -> dict[str, str]:
+        return {"haEpoch": str(self.epochs.pop(0) if len(self.epochs) > 1 else self.epochs[0])}
 
     async def switchover(self, addr: str, broker_name: str, to: int | None = None) -> int:
         self.asked.append((addr, broker_name, to))
@@ -74,6 +79,19 @@ async def test_a_master_that_does_not_change_within_the_timeout_is_an_error():
     with pytest.raises(AdminError, match=r"replica 1 of 'broker-a' did not register as brokerId 0 within 1 s "
                                          r"\(brokerId 0 is a:1\)"):
         await _switchover(admin, "broker-a", None, 1, lambda line: None)  # type: ignore[arg-type]
+
+
+async def test_a_target_that_gives_mastership_up_is_an_error_naming_who_was_elected():
+    """The target took the hand-over (epoch 6) and gave it up (e.g. its --ha-listen could not be
+    bound): another replica, or the old master again at a later epoch, is brokerId 0."""
+    before = info({0: "a:1", 2: "b:1", 3: "c:1"})
+    other = FakeAdmin(before, info({0: "c:1", 1: "a:1", 2: "b:1"}), target=1)
+    with pytest.raises(AdminError, match=r"replica 1 of 'broker-a' took mastership but did not keep it: c:1 was "
+                                         r"elected instead .*--ha-listen"):
+        await _switchover(other, "broker-a", 1, 10, lambda line: None)  # type: ignore[arg-type]
+    again = FakeAdmin(before, target=1, epochs=(5, 5, 7))  # a:1 at epoch 5, then master again at 7
+    with pytest.raises(AdminError, match=r"did not keep it: a:1 was elected instead"):
+        await _switchover(again, "broker-a", 1, 10, lambda line: None)  # type: ignore[arg-type]
 
 
 def test_replica_columns():

@@ -177,6 +177,7 @@ def test_job_writes_counts_to_a_topic(cluster, topics, tmp_path) -> None:
     assert dict(counts) == expected_counts()
 
 
+@pytest.mark.slow  # ~16 s (a spark-submit JVM): the default suite's 15-minute budget
 def test_job_without_a_name_server_fails_in_one_line(cluster, tmp_path) -> None:
     from tests.procs import free_port  # noqa: PLC0415
 

@@ -98,6 +98,9 @@ SWITCHOVER_CATCH_UP = 5.0
 STOP_HANDOVER_SECONDS = 8.0
 # s: an elected replica whose --ha-listen did not bind, alone in sync, tries it again this often
 HA_LISTEN_RETRY = 1.0
+# s: a master whose disk refuses a write hands mastership over at most this often (when every
+# replica's disk is full, mastership must not circle the group)
+DISK_HANDOVER_INTERVAL = 30.0
 
 _SUCCESS = int(ResponseCode.SUCCESS)
 _FLUSH_SLAVE_TIMEOUT = int(ResponseCode.FLUSH_SLAVE_TIMEOUT)
@@ -174,6 +177,8 @@ class ReplicaService:
         self._in_sync_task: asyncio.Task[None] | None = None
         self._expire_task: asyncio.Task[None] | None = None
         self._depose_task: asyncio.Task[None] | None = None
+        self._disk_task: asyncio.Task[None] | None = None  # a hand-over after a refused write
+        self._disk_handover_at = float("-inf")
         self._deposed = 0  # masters this replica deposed (their address refused)
         self._sync = config.replication is ReplicationMode.SYNC
         # Acknowledgement (master, sync): writes waiting for acks, by end offset; the high-water
@@ -370,6 +375,31 @@ class ReplicaService:
         log.warning("replica %d handed mastership of epoch %d over to replica %d", me, self.epoch, to)
         return to
 
+    def _write_failed(self, exc: OSError) -> None:
+        """As master: a put could not make a store file it needs (a full or failing disk; Kafka
+        moves leadership off a failed log directory too). Hand mastership over to the in-sync
+        follower furthest ahead, as a planned switchover does (nothing acknowledged is lost;
+        clients wait for the new master), at most once per DISK_HANDOVER_INTERVAL. Without such a
+        follower this replica stays master and refuses writes until it can write again."""
+        loop = asyncio.get_running_loop()
+        if self._handing_over or self._stopping or (self._disk_task is not None and not self._disk_task.done()) \
+                or loop.time() - self._disk_handover_at < DISK_HANDOVER_INTERVAL:
+            return
+        self._disk_handover_at = loop.time()
+        self._disk_task = asyncio.create_task(self._hand_over_for_disk(exc), name="replica-disk-handover")
+
+    async def _hand_over_for_disk(self, exc: OSError) -> None:
+        me = self.config.replica_id
+        try:
+            to = await self.switchover(None)
+        except (BrokerError, CoordinationError, TimeoutError) as err:
+            log.error("replica %d cannot write to its store (%s) and cannot hand mastership over (%s): "
+                      "writes are refused until it can; free space under its --store", me, exc, err)
+            return
+        log.error("replica %d handed mastership over to replica %d: its store refused a write (%s). It "
+                  "follows from now on and rejoins the in-sync set once it can write again: free space "
+                  "under its --store", me, to, exc)
+
     def _acknowledging(self) -> bool:
         known = self.elector.known
         return known is not None and len(known.in_sync) >= known.min_in_sync and self.may_write()
@@ -472,7 +502,7 @@ class ReplicaService:
 
     async def stop(self) -> None:
         self._stopping = True
-        await cancel_and_wait(self._roles_task, self._depose_task)
+        await cancel_and_wait(self._roles_task, self._depose_task, self._disk_task)
         await self._leave_role()
         for _end, wake in self._deferred:
             wake()
@@ -538,6 +568,7 @@ class ReplicaService:
             await master.start(cfg.ha_host, cfg.ha_port)
             self.master = master
             self.store.on_commit = master.wake  # frames leave before the master dispatches a put
+            self.store.on_write_failed = self._write_failed
             # The mark stays what this replica last knew (its old master's, learnt as follower):
             # the tail of its log past it may be missing on other in-sync replicas, so the
             # in-sync followers' acks raise it from there (at once when alone in sync).
@@ -679,7 +710,7 @@ class ReplicaService:
             await follower.close()
         master, self.master = self.master, None
         if master is not None:
-            self.store.on_commit = None
+            self.store.on_commit = self.store.on_write_failed = None
             self._answer_all(_FLUSH_SLAVE_TIMEOUT)
             for _end, wake in self._deferred:  # a consumer then finds nothing new, or its record
                 wake()

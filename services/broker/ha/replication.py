@@ -576,6 +576,10 @@ class ReplicationFollower:
                     raise ReplicationError(f"unexpected {type(frame).__name__} from the master")
                 if frame.high_water > mark:
                     mark = frame.high_water
+        except OSError as exc:  # this replica's disk (full, failing): said as such, not as a network error
+            store.dispatch_replicated()
+            raise StoreError(f"replica {self.replica_id} cannot store the master's records: {exc}; free space "
+                             "under its --store (it reconnects and catches up once it can)") from exc
         except BaseException:
             store.dispatch_replicated()  # the frames before the bad one stay, dispatched
             raise

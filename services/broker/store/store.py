@@ -123,6 +123,9 @@ class MessageStore:
         # Called once a put is in the CommitLog, before it is dispatched: a replicated master
         # streams it to its followers there (ha/replica.py), so their work overlaps its dispatch.
         self.on_commit: Callable[[], None] | None = None
+        # Called when a put cannot make a file it needs (a full or failing disk): a replicated
+        # master hands mastership over to a follower that can (ha/replica.py).
+        self.on_write_failed: Callable[[OSError], None] | None = None
         # Appended replicated frames whose dispatch waits (append_replicated(dispatch=False)):
         # (physical offset, records, runs) in log order.
         self._undispatched: list[tuple[int, bytes | memoryview, list[Run]]] = []
@@ -318,6 +321,8 @@ class MessageStore:
             seg, rel = cl.reserve(total)
         except OSError as exc:
             log.error("cannot create a store file for %s/%d: %s", topic, queue_id, exc)
+            if self.on_write_failed is not None:
+                self.on_write_failed(exc)
             return illegal(PutStatus.SERVICE_NOT_AVAILABLE, f"cannot create a store file: {exc}")
         base = seg.start + rel
         now = int(self._clock() * 1000)
@@ -346,6 +351,8 @@ class MessageStore:
                 seg.pwrite(rel, memoryview(scratch)[:total])
             except OSError as exc:  # pwrite zeroed what a cut write put in, and only that
                 log.error("cannot write %d bytes to %s: %s", total, seg.path, exc)
+                if self.on_write_failed is not None:
+                    self.on_write_failed(exc)
                 return illegal(PutStatus.SERVICE_NOT_AVAILABLE, f"cannot write to the commitlog: {exc}")
         else:
             try:

@@ -274,6 +274,15 @@ async def test_three_electors_elect_exactly_one_master(group: Group) -> None:
     assert group.masters() == [role.master]
 
 
+# Tests that wait out leases (2-5 s each): their Kubernetes runs are in the slow set. The election
+# above the store interface is the same on both; tests/broker/ha/test_store.py runs the Lease
+# store's own tests (compare-and-swap, leases, watch) on both in the default suite.
+LEASE_TIMED = pytest.mark.parametrize(
+    "backend", [pytest.param("etcd", id="etcd"), pytest.param("kubernetes", id="kubernetes", marks=pytest.mark.slow)],
+    indirect=True)
+
+
+@LEASE_TIMED
 async def test_a_crashed_master_is_replaced_within_the_lease_with_the_next_epoch(group: Group) -> None:
     await group.three()
     first = await group.settled(within=10)
@@ -293,6 +302,7 @@ async def test_the_replica_with_the_highest_log_end_wins_when_all_start_together
     assert (await group.settled(within=10)).master == 1
 
 
+@LEASE_TIMED
 async def test_an_out_of_sync_replica_does_not_win(group: Group) -> None:
     await group.seed((0, 1))
     group.make(2, log_end=999)
@@ -316,6 +326,7 @@ async def test_an_out_of_sync_replica_wins_when_unclean_election_is_allowed(grou
     assert current is not None and current.record.in_sync == (2,)
 
 
+@LEASE_TIMED
 async def test_a_stalled_master_stops_acknowledging_before_its_lease_runs_out(group: Group) -> None:
     await group.seed((0, 1))
     for replica in range(2):
@@ -338,6 +349,7 @@ async def test_a_stalled_master_stops_acknowledging_before_its_lease_runs_out(gr
     assert second.epoch == role.epoch + 1
 
 
+@LEASE_TIMED
 async def test_hand_over_moves_mastership_with_the_next_epoch(group: Group) -> None:
     await group.three()
     first = await group.settled(within=10)
@@ -473,6 +485,7 @@ async def test_a_master_acknowledges_until_ttl_minus_margin_after_it_sent_its_la
         await elector.close()
 
 
+@LEASE_TIMED
 async def test_a_replica_without_disk_or_memory_does_not_win_after_the_record_lapsed(group: Group) -> None:
     # Replica 0 was master with 500 bytes, in sync with 1; then it died and its leased record
     # lapsed. Replica 2 starts with an empty disk and no memory of any record: only the lease-free
@@ -494,6 +507,7 @@ async def test_a_replica_without_disk_or_memory_does_not_win_after_the_record_la
     assert (await group.settled(within=10)).master == 1
 
 
+@LEASE_TIMED
 async def test_a_master_restarted_empty_within_its_lease_does_not_take_back_its_own_record(group: Group) -> None:
     # Replica 0 was elected on an empty log (masterLogEnd 0), replica 1 then copied 300 bytes of it.
     group.make(0, log_end=0)

@@ -5,6 +5,7 @@ recovered after a crash, and nothing left behind when the run is refused."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -98,17 +99,49 @@ def test_a_failed_write_refuses_the_batch_and_leaves_no_record(tmp_path):
     seg = store._commitlog.segments[-1]
     fd = seg._fd
     seg._fd = 10**6  # no such descriptor
+    failed: list[OSError] = []
+    store.on_write_failed = failed.append  # a replicated master hands mastership over on it
     try:
         r = store.put_batch(_batch(20, 2))
     finally:
         seg._fd = fd
     assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "cannot write to the commitlog" in r.remark
+    assert [e.errno for e in failed] == [errno.EBADF]
     assert store.commitlog_max_offset == end
     assert seg.mm[end - seg.start: end - seg.start + 20 * 1100] == bytes(20 * 1100)
     assert store.put_batch(_batch(20, 2)).status is PutStatus.PUT_OK
     assert len(read_queue(store, "Big", 1)) == 22
     store.close_abruptly()
 
+
+
+def test_a_put_that_cannot_make_its_next_segment_is_refused_told_and_taken_once_it_can(tmp_path, monkeypatch):
+    """A full disk at a segment's end: the put is refused SERVICE_NOT_AVAILABLE with nothing
+    written, ``on_write_failed`` hears the error (a replicated master hands mastership over on
+    it), and puts go in again once files can be made."""
+    from tidemq.broker.store import commitlog  # noqa: PLC0415
+
+    store = open_store(config(tmp_path), clock=Clock())
+    failed: list[OSError] = []
+    store.on_write_failed = failed.append
+
+    def full(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(commitlog.MappedFile, "create", full)
+    n = 0
+    while (r := store.put_batch(_batch(4, n))).status is PutStatus.PUT_OK:
+        n += 4
+        assert n < 1000, "no new segment was ever needed"
+    assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "cannot create a store file" in r.remark
+    assert [e.errno for e in failed] == [errno.ENOSPC]
+    end = store.commitlog_max_offset
+    assert store.put_batch(_batch(4, n)).status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.commitlog_max_offset == end and len(failed) == 2
+    monkeypatch.undo()
+    assert store.put_batch(_batch(4, n)).status is PutStatus.PUT_OK
+    assert len(read_queue(store, "Big", 1)) == n + 4
+    store.close_abruptly()
 
 
 class _Watched:

@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import struct
@@ -218,6 +219,16 @@ class ReplicaGroup:
         assert not r.alive, "wipe a replica's store only while it is down"
         shutil.rmtree(r.store, ignore_errors=True)
         r.store.mkdir(parents=True)
+
+    def fill_disk(self, rid: int, full: bool) -> None:
+        """The replica's disk is full (``full``) or has space again: RLIMIT_FSIZE on its process
+        below a segment's size makes the kernel refuse to grow a file past it (EFBIG, the error
+        a full disk gives as ENOSPC; CPython ignores SIGXFSZ), so the next CommitLog segment
+        cannot be made while small files (checkpoints, metadata) still can."""
+        r = self.replicas[rid]
+        assert r.proc.proc is not None and r.alive, f"replica {rid} is not running"
+        hard = resource.prlimit(r.proc.proc.pid, resource.RLIMIT_FSIZE)[1]
+        resource.prlimit(r.proc.proc.pid, resource.RLIMIT_FSIZE, (SEGMENT_SIZE // 2 if full else hard, hard))
 
     def restart(self, rid: int, wait: bool = True) -> None:
         r = self.replicas[rid]

@@ -15,6 +15,13 @@ default suite, five of each in the slow set):
    ends within its timeout, none is acknowledged while the in-sync set is below --min-in-sync,
    and sends are acknowledged again once one replica returns.
 
+Beyond the issue's list (two rounds each in the slow set), a disk that fills (RLIMIT_FSIZE on the
+replica's process, then a burst of big sends that needs a new CommitLog segment):
+
+6. a follower's: no send fails, it leaves the in-sync set and rejoins once it can write;
+7. the master's: it hands mastership over to an in-sync follower, writes wait at most the
+   failover bound, none fails.
+
 Before round i mastership is handed to replica i mod 3 (SWITCHOVER), so each replica meets the
 fault as master. After each round the downed replicas come back and rejoin; after the last the
 producers stop and the checks run: every acknowledged message (either client's) is consumed at
@@ -33,6 +40,7 @@ master must hold it after the fault, and every replica (the emptied one too) at 
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +50,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker.ha.faults.checks import lost, verdict
-from tests.broker.ha.faults.group import ReplicaGroup, wait_for
+from tests.broker.ha.faults.group import SEGMENT_SIZE, ReplicaGroup, wait_for
 from tests.broker.ha.faults.load import Attempt, CppProducer, OurProducer, direct_send, read_topic
 from tests.interop.cppwheel import _wheel_problem
 from tidemq.client import ClientConfig
@@ -128,6 +136,12 @@ def _stall_master(run: Run, i: int) -> None:
              f"after SIGCONT it answered {[a.outcome.split(':')[0] for a in stale]}")
 
 
+def _longest_wait(attempts: list[Attempt], since: float) -> float:
+    """The longest time from ``since`` or an acknowledgement to the next one (seconds)."""
+    window = [a.ended for a in attempts if a.acked and a.ended > since]
+    return max(b - a for a, b in zip([since, *window], window))
+
+
 def _kill_follower(run: Run, i: int) -> None:
     g = run.group
     run.steady(i)
@@ -136,9 +150,7 @@ def _kill_follower(run: Run, i: int) -> None:
     g.kill(follower.rid)
     killed = time.monotonic()
     run.ours.wait_acks(5, FAILOVER_BOUND + 5)
-    window = [a.ended for a in run.ours.attempts if a.acked and a.ended > killed]
-    gaps = [b - a for a, b in zip([killed, *window], window)]
-    stall = max(gaps)
+    stall = _longest_wait(run.ours.attempts, killed)
     print(f"round {i}: SIGKILL follower {follower.rid} (master {master.rid}): longest wait for an ack {stall:.2f} s")
     # Its session ended with its process: the master takes it out of the in-sync set at once
     # rather than holding writes for LAG_SECONDS (2 s) until its lag shows.
@@ -204,13 +216,94 @@ def _two_down(run: Run, i: int) -> None:
             g.restart(r.rid)
 
 
+# bytes per filler body, random (a client compresses bodies over 4 KiB: base64 of random bytes
+# keeps ~3/4 of its size); a burst of 4 * SEGMENT_SIZE // FILL needs a segment not made ahead
+FILL = 60 * 1024
+
+
+def _fill(run: Run, i: int, what: str) -> list[Attempt]:
+    """A burst of big sends (a producer of their own, retries on) that makes every replica start
+    a new CommitLog segment; recorded for the verdict like every other send."""
+    attempts = []
+    with SyncProducer(f"fill-{what}-{i}", run.group.namesrv_addr,
+                      ClientConfig(request_timeout=SEND_TIMEOUT, retry_times_when_send_failed=2)) as producer:
+        for k in range(4 * SEGMENT_SIZE // FILL):
+            body = f"fill-{what}-{i}-{k}-" + secrets.token_urlsafe(FILL * 3 // 4)
+            started = time.monotonic()
+            try:
+                outcome = producer.send(Message(TOPIC, body.encode())).status.value
+            except TideMQError as exc:
+                outcome = f"error: {type(exc).__name__}: {exc}"
+            attempts.append(Attempt(body, started, time.monotonic(), outcome))
+    run.extra.extend(attempts)
+    return attempts
+
+
+def _outcomes(attempts: list[Attempt]) -> list[str]:
+    return [a.outcome[:200] for a in attempts if not a.acked]
+
+
+def _fill_follower_disk(run: Run, i: int) -> None:
+    """A follower's disk fills: its appends fail, its session ends, and the master takes it out of
+    the in-sync set at once; writes go on (master + the other follower meet --min-in-sync 2)
+    with no failed send. With space back it catches up and rejoins."""
+    g = run.group
+    run.steady(i)
+    master = g.wait_master(5)
+    follower = [r for r in g.replicas if r.rid != master.rid][i % 2]
+    g.fill_disk(follower.rid, True)
+    try:
+        filled = time.monotonic()
+        fills = _fill(run, i, "follower")
+        assert not _outcomes(fills), f"sends failed while a follower's disk was full: {_outcomes(fills)[:3]}"
+        record = wait_for(f"follower {follower.rid} out of the in-sync set",
+                          lambda: (rec if (rec := g.record()) is not None and follower.rid not in rec.in_sync
+                                   else None), 10)
+        during = [a for a in run.ours.attempts if a.started > filled]
+        assert follower.alive, f"replica {follower.rid} died when its disk filled:\n{follower.proc.log()[-2000:]}"
+        print(f"round {i}: follower {follower.rid}'s disk full (master {master.rid}): {len(fills)} big sends "
+              f"acknowledged, in sync {list(record.in_sync)}; our producer {sum(a.acked for a in during)} "
+              f"of {len(during)} acknowledged")
+    finally:
+        g.fill_disk(follower.rid, False)
+    g.wait_in_sync(30)
+
+
+def _fill_master_disk(run: Run, i: int) -> None:
+    """The master's disk fills: it stores nothing more (SERVICE_NOT_AVAILABLE, nothing half
+    written) and hands mastership over to an in-sync follower, whose disk has space; writes
+    resume there within the failover bound. With space back it catches up as a follower."""
+    g = run.group
+    run.steady(i)
+    old = g.wait_master(5)
+    g.fill_disk(old.rid, True)
+    try:
+        filled = time.monotonic()
+        fills = _fill(run, i, "master")
+        new = g.wait_master(FAILOVER_BOUND + 5, other_than=old.rid)
+        run.ours.wait_acks(5, FAILOVER_BOUND + 5)
+        stall = _longest_wait(run.ours.attempts, filled)
+        assert old.alive, f"replica {old.rid} died when its disk filled:\n{old.proc.log()[-2000:]}"
+        run.check_metadata(new.rid)
+        print(f"round {i}: master {old.rid}'s disk full -> replica {new.rid} master; longest wait for an ack "
+              f"{stall:.2f} s; {sum(a.acked for a in fills)} of {len(fills)} big sends acknowledged "
+              f"(failed: {sorted({o.split(':')[0] for o in _outcomes(fills)})})")
+        assert stall <= FAILOVER_BOUND, f"writes waited {stall:.2f} s for a new master"
+    finally:
+        g.fill_disk(old.rid, False)
+    g.wait_in_sync(30)
+
+
 FAULTS: dict[str, Callable[[Run, int], None]] = {
     "kill_master": _kill_master,
     "stall_master_past_lease": _stall_master,
     "kill_follower": _kill_follower,
     "lose_master_disk": _lose_master_disk,
     "two_replicas_down": _two_down,
+    "fill_follower_disk": _fill_follower_disk,
+    "fill_master_disk": _fill_master_disk,
 }
+DISK_FULL = ("fill_follower_disk", "fill_master_disk")  # beyond the issue's list: two rounds each
 
 
 def _check(run: Run, attempts: list[Attempt]) -> None:
@@ -229,7 +322,8 @@ def _check(run: Run, attempts: list[Attempt]) -> None:
 # The default suite (15 minutes on 2 cores) runs one round of the commonest fault, a killed
 # master; the slow set runs five rounds of every fault.
 CASES = [pytest.param("kill_master", 1, id="kill_master-1")] + \
-    [pytest.param(f, 5, id=f"{f}-5", marks=pytest.mark.slow) for f in FAULTS]
+    [pytest.param(f, n, id=f"{f}-{n}", marks=pytest.mark.slow) for f in FAULTS
+     for n in [2 if f in DISK_FULL else 5]]
 
 
 @pytest.mark.parametrize(("fault", "rounds"), CASES)
