@@ -18,7 +18,7 @@ from tidemq.client.push.process_queue import ProcessQueue
 from tidemq.client.push.puller import PullSettings, QueuePuller
 from tidemq.client.route import BrokerData, MessageQueue, Perm, QueueData, TopicRouteData
 from tidemq.client.route_cache import RouteCache
-from tidemq.client.route_refresh import FaultRefresher
+from tidemq.client.route_refresh import BURST as REFRESH_BURST, FaultRefresher
 from tidemq.client.send import SendStatus, prepare_message
 from tidemq.client.sender import Sender
 from tidemq.errors import BrokerError, ClientError, ConnectError, RemotingTimeoutError
@@ -440,7 +440,9 @@ async def instance():
     await inst.close()
 
 
-async def test_master_addr_of_a_group_without_master_asks_the_name_servers_once_per_interval(instance):
+async def test_master_addr_of_a_group_without_master_asks_the_name_servers_within_the_bound(instance):
+    """A burst of REFRESH_BURST lookups (a failover's first moments), then one per interval."""
+    assert instance.fault_refresher.burst == REFRESH_BURST
     source = CountingRoutes(group_route({2: "10.0.0.3:10911"}))  # only a follower registered
     instance.fetch_route = source  # type: ignore[method-assign]
     await instance.get_route("T")
@@ -449,13 +451,33 @@ async def test_master_addr_of_a_group_without_master_asks_the_name_servers_once_
                                    return_exceptions=True)
     assert all(isinstance(r, ClientError) and "no master address" in str(r) for r in results)
     assert source.lookups == 2  # one bounded refresh shared by all fifty
-    with pytest.raises(ClientError):
-        await instance.master_addr("T", "broker-a")
-    assert source.lookups == 2  # within the interval: no new lookup
+    for _ in range(10):
+        with pytest.raises(ClientError):
+            await instance.master_addr("T", "broker-a")
+    burst = source.lookups - 1
+    # the burst's credits, and at most one more for the time these calls took (~0.1 of a 0.2 s interval)
+    assert REFRESH_BURST <= burst <= REFRESH_BURST + 1, burst
     await asyncio.sleep(0.2)
     source.route = group_route({0: NEW_MASTER, 2: "10.0.0.3:10911"})
     assert await instance.master_addr("T", "broker-a") == NEW_MASTER
-    assert source.lookups == 3
+    assert source.lookups == burst + 2
+
+
+async def test_a_burst_of_refreshes_then_one_per_interval():
+    source, clock = FakeRouteSource(), FakeClock()
+    refresher = FaultRefresher(source, min_interval=0.5, clock=clock, burst=3)
+    for _ in range(3):
+        assert await refresher.refresh("T", 1.0)
+    assert refresher.request("T") is None
+    clock.t += 0.25  # half a credit
+    assert refresher.request("T") is None
+    clock.t += 0.25
+    assert await refresher.refresh("T", 1.0) and refresher.request("T") is None
+    clock.t += 10  # credit refills up to the burst, no further
+    for _ in range(3):
+        assert await refresher.refresh("T", 1.0)
+    assert refresher.request("T") is None
+    assert source.fetches == ["T"] * 7 and refresher.refreshes == 7
 
 
 async def test_reads_go_to_the_lowest_follower_without_a_master_and_back_when_one_registers(instance):

@@ -89,6 +89,7 @@ def group_passes(op: Operator) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+@pytest.mark.slow  # ~11 s of timer passes: the default suite's 15-minute budget
 def test_a_pass_that_measures_the_same_lag_writes_no_status(kube, operator, emulator, cluster):
     create(kube, "Cluster", "grp-ext", {"external": {"nameServers": [cluster.namesrv_addr]}})
     topic, group = "OpQuiet_" + uuid.uuid4().hex[:6], "op_quiet_" + uuid.uuid4().hex[:6]

@@ -38,7 +38,7 @@ from tidemq.client.ids import UniqIdGenerator, make_client_id
 from tidemq.client.response import check
 from tidemq.client.route import MessageQueue, TopicRouteData
 from tidemq.client.route_cache import RouteCache
-from tidemq.client.route_refresh import FaultRefresher
+from tidemq.client.route_refresh import BURST as REFRESH_BURST, FaultRefresher
 from tidemq.client.tasks import cancel_all, keep
 from tidemq.errors import ClientError, CodecError, ConnectError, RemotingError, TideMQError
 from tidemq.message import local_ip_bytes
@@ -87,7 +87,7 @@ class ClientInstance:
         self._route_lock = asyncio.Lock()
         self.fault_refresher = FaultRefresher(
             lambda topic: self.get_route(topic, refresh=True), config.fault_route_refresh_interval,
-            spawn=self._spawn)
+            spawn=self._spawn, burst=REFRESH_BURST)
         self._users = 0
         self._state = "new"  # new -> started -> closed
         self._start_task: asyncio.Future[None] | None = None

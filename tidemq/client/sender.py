@@ -62,6 +62,7 @@ from typing import Any
 
 from tidemq.client.config import ClientConfig, namesrv_arg
 from tidemq.client.fault import FaultStrategy, busy_backoff
+from tidemq.client.route_refresh import QUICK_LOOK
 from tidemq.client.instance import ClientInstance
 from tidemq.client.response import broker_error
 from tidemq.client.route import MessageQueue, Perm, TopicRouteData
@@ -362,9 +363,10 @@ class Sender:
     async def _refresh_until(self, topic: str, refresh: asyncio.Future[None] | None,
                              done: Callable[[], bool], until: float, deadline: float) -> bool:
         """Wait for ``refresh`` (the bounded fault refresh of ``topic``'s route, None: none in
-        flight), then re-read the route at most once per ``fault_route_refresh_interval`` until
-        ``done()`` (True) or ``until`` has passed and one more refresh has run (False); a refresh
-        is waited for no later than ``deadline``."""
+        flight), then look again every QUICK_LOOK s, re-reading the route as often as the
+        refresher's bound allows (a burst, then once per ``fault_route_refresh_interval``), until
+        ``done()`` (True) or ``until`` has passed and one more look has been made (False); a
+        refresh is waited for no later than ``deadline``."""
         inst, loop = self.inst, asyncio.get_running_loop()
         while True:
             if refresh is not None:
@@ -377,7 +379,7 @@ class Sender:
             now = loop.time()
             if now >= until:
                 return False
-            await asyncio.sleep(min(until - now, self.config.fault_route_refresh_interval))
+            await asyncio.sleep(min(until - now, QUICK_LOOK))
             refresh = inst.refresh_route_after_fault(topic)
 
     async def _follow(self, topic: str, refresh: asyncio.Future[None] | None, broker: str,

@@ -526,11 +526,20 @@ class Elector:
             # disk was emptied could otherwise win and cut the others' logs); if it fails, its
             # announcement lapses with its lease and the next round goes on without it.
             return
-        await self.clock.sleep(backoff(rank(me, others), self.config.backoff_step))
-        current = await self._call(self.store.get(self.key))
-        if current is not None and current.record.master is not None:
-            await self._follow(current)
-            return
+        # Wait for this candidate's turn; a record written meanwhile is read at once (the watch),
+        # or within ``poll`` (a missed event), so a candidate that waits its turn follows the
+        # winner without sleeping out its turn.
+        turn = self.clock.now() + backoff(rank(me, others), self.config.backoff_step)
+        while True:
+            if (left := turn - self.clock.now()) > 0:
+                self._wake.clear()
+                await self._sleep_unless_woken(min(left, self.config.poll))
+            current = await self._call(self.store.get(self.key))
+            if current is not None and current.record.master is not None:
+                await self._follow(current)
+                return
+            if self.clock.now() >= turn:
+                break
         me = self._candidate()  # the log end may have moved while waiting
         if not may_campaign(current.record if current else None, self.replica, me.in_sync,
                             me.log_end, self.config.allow_unclean):
@@ -545,6 +554,17 @@ class Elector:
             self._mastered_epoch = proposal.epoch
             self._observe(written.record)
             await self._keep_last(written.record)
+
+    async def _sleep_unless_woken(self, seconds: float) -> None:
+        """``clock.sleep(seconds)``, ended early by a wake (the watch saw the record change)."""
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((sleeper, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (sleeper, woken):
+                waiter.cancel()
+            await asyncio.gather(sleeper, woken, return_exceptions=True)
 
     def _candidate(self) -> Candidate:
         log_end = self.position().log_end

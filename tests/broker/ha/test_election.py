@@ -421,7 +421,8 @@ class FakeClock:
         for when, wake in list(self._sleepers):
             if when <= self.t:
                 self._sleepers.remove((when, wake))
-                wake.set_result(None)
+                if not wake.done():  # a sleep cut short (a wake) was cancelled
+                    wake.set_result(None)
         for _ in range(50):  # let the woken tasks run their (immediate) store calls
             await asyncio.sleep(0)
 
@@ -612,6 +613,30 @@ async def test_only_an_in_sync_follower_deposes_and_only_the_master_of_the_epoch
     assert not await group.electors[first.master].depose(first.epoch, first.master)  # itself
     assert await group.backend().get(group.key) == before
     assert group.masters() == [first.master]
+
+
+SLOW_TURNS = dataclasses.replace(LONG, backoff_step=5.0)  # a candidate's turn: 5 s per rank
+
+
+async def test_candidates_waiting_their_turn_follow_the_winner_at_once(group: Group) -> None:
+    """A candidate that ranks behind another waits its turn (backoff_step per rank, here 5 s) but
+    reads a record written meanwhile at once (the watch): the group settles on the winner well
+    inside the second-ranked candidate's turn, at the first election and after a deposition."""
+    await group.seed((0, 1, 2))
+    for replica in range(3):
+        group.make(replica, config=SLOW_TURNS)
+    started = time.monotonic()
+    await group.start(0, 1, 2)
+    first = await group.settled(within=4)
+    assert first.master is not None
+    print(f"first election settled in {time.monotonic() - started:.2f} s (turns of {SLOW_TURNS.backoff_step:g} s)")
+    crash(group.electors[first.master])
+    follower = next(r for r in range(3) if r != first.master)
+    started = time.monotonic()
+    assert await group.electors[follower].depose(first.epoch, first.master)
+    second = await group.settled(within=4, exclude=(first.master,))
+    print(f"after the deposition settled in {time.monotonic() - started:.2f} s")
+    assert second.epoch == first.epoch + 1
 
 
 async def test_a_master_that_resigns_leaves_the_in_sync_set_and_another_is_elected(group: Group) -> None:
